@@ -1,0 +1,109 @@
+"""Command line: ``python -m hearth_engine {serve,generate,prepare} ...``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from collections.abc import Sequence
+
+from .cli import add_engine_args, add_serve_args, engine_config_from_args
+from .loader import ModelLoadError
+
+_LOGGER = logging.getLogger("hearth_engine")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="hearth_engine",
+        description="Hearth: a local LLM engine that keeps your house's prompt warm.",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="run the OpenAI-compatible HTTP server")
+    add_engine_args(serve)
+    add_serve_args(serve)
+
+    gen = sub.add_parser("generate", help="print one reply to a prompt")
+    add_engine_args(gen)
+    gen.add_argument("prompt", help="the user message")
+    gen.add_argument("--system", default=None, help="an optional system message")
+    gen.add_argument("--max-tokens", type=int, default=128)
+    gen.add_argument("--temperature", type=float, default=0.0)
+    gen.add_argument("--seed", type=int, default=None)
+
+    prep = sub.add_parser("prepare", help="build the default and test models into the cache")
+    prep.add_argument(
+        "models",
+        nargs="*",
+        default=["default", "tiny", "tiny-tools"],
+        choices=["default", "tiny", "tiny-tools"],
+    )
+    return parser
+
+
+def _prepare(models: Sequence[str]) -> int:
+    from .loader import resolve_model
+
+    for name in models:
+        path = resolve_model(name)
+        print(f"{name}: {path}")
+    return 0
+
+
+async def _generate(args: argparse.Namespace) -> int:
+    from .chat import ChatFormatter
+    from .engine import Engine
+    from .sampling import SamplingParams
+    from .sequence import FinishEvent, TokenEvent
+
+    engine = await asyncio.to_thread(Engine.load, engine_config_from_args(args))
+    engine.start()
+    try:
+        formatter = ChatFormatter(engine.runner.tokenizer)
+        messages = [{"role": "user", "content": args.prompt}]
+        if args.system:
+            messages.insert(0, {"role": "system", "content": args.system})
+        prompt = formatter.encode(formatter.render(messages, add_generation_prompt=True))
+        params = SamplingParams(
+            max_tokens=args.max_tokens, temperature=args.temperature, seed=args.seed
+        )
+        async for event in engine.stream(prompt, params):
+            if isinstance(event, TokenEvent | FinishEvent):
+                sys.stdout.write(event.text)
+                sys.stdout.flush()
+        sys.stdout.write("\n")
+    finally:
+        await engine.shutdown()
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        if args.command == "prepare":
+            return _prepare(args.models)
+        if args.command == "generate":
+            return asyncio.run(_generate(args))
+        from .server.main import serve
+
+        return serve(args)
+    except ModelLoadError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,87 @@
+"""Continuous batching of decode steps over one left-padded KV buffer.
+
+Rows hold sequences of different lengths. Every row ends at the same column ``E``
+(``buffer.length``), so a decode step writes one new column for all rows; shorter rows
+are left-padded with zeros and masked out. The buffer is rebuilt (rows copied to their
+new places) only when the set of rows changes or it runs out of room.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .kv import BufferPool, KVBuffer
+from .runner import ModelRunner
+from .sequence import Sequence
+
+GROWTH_TOKENS = 256
+
+
+class DecodeBatch:
+    def __init__(self, runner: ModelRunner, pool: BufferPool) -> None:
+        self.runner = runner
+        self.pool = pool
+        self.rows: list[Sequence] = []
+        self.buffer: KVBuffer | None = None
+        self._mask: torch.Tensor | None = None  # [B, cap] bool, or None when unpadded
+
+    @property
+    def nbytes(self) -> int:
+        return self.buffer.nbytes if self.buffer is not None else 0
+
+    def set_rows(self, rows: list[Sequence]) -> None:
+        """Make ``rows`` the batch, copying each one's KV from wherever it lives now."""
+        old = self.buffer
+        if not rows:
+            self.rows, self.buffer, self._mask = [], None, None
+        elif len(rows) == 1 and rows[0].kv is not old and self._has_room(rows[0], rows[0].kv):
+            # A single sequence decodes in place in its own prefill buffer: no copy.
+            self.rows, self.buffer, self._mask = list(rows), rows[0].kv, None
+        else:
+            self._rebuild(rows)
+            return
+        if old is not None and old is not self.buffer:
+            self.pool.release(old)
+
+    def _has_room(self, seq: Sequence, buffer: KVBuffer) -> bool:
+        return buffer.capacity - seq.kv_len >= min(seq.remaining_decode, GROWTH_TOKENS)
+
+    def _rebuild(self, rows: list[Sequence]) -> None:
+        end = max(seq.kv_len for seq in rows)
+        room = min(max(seq.remaining_decode for seq in rows), GROWTH_TOKENS)
+        buffer = self.pool.buffer(rows=len(rows), capacity=end + room + 1, length=end)
+        sources = {id(seq.kv): seq.kv for seq in rows}
+        if self.buffer is not None:
+            sources[id(self.buffer)] = self.buffer
+        padded = False
+        for row, seq in enumerate(rows):
+            start = end - seq.kv_len
+            if start:
+                padded = True
+                buffer.zero_columns(row, 0, start)
+            src: KVBuffer = seq.kv
+            buffer.data[:, :, row, :, start:end] = src.data[
+                :, :, seq.kv_row, :, seq.kv_offset : seq.kv_offset + seq.kv_len
+            ]
+            seq.kv, seq.kv_row, seq.kv_offset = buffer, row, start
+        for src in sources.values():
+            self.pool.release(src)
+        self._mask = None
+        if padded:
+            cols = torch.arange(buffer.capacity, device=buffer.data.device)[None, :]
+            starts = torch.tensor([s.kv_offset for s in rows], device=buffer.data.device)[:, None]
+            self._mask = cols >= starts  # [B, cap]
+        self.rows, self.buffer = list(rows), buffer
+
+    def step(self, token_ids: list[int]) -> torch.Tensor:
+        """Feed one token per row (in ``rows`` order); returns logits [B, V]."""
+        assert self.buffer is not None
+        if self.buffer.length + 1 > self.buffer.capacity:
+            self._rebuild(self.rows)
+        buffer = self.buffer
+        positions = [seq.kv_len for seq in self.rows]
+        mask = None if self._mask is None else self._mask[:, : buffer.length + 1]
+        logits = self.runner.decode(buffer, token_ids, positions, mask)
+        for seq in self.rows:
+            seq.kv_len += 1
+        return logits

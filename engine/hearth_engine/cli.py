@@ -1,0 +1,94 @@
+"""Command-line options shared by ``serve`` and ``generate``, and the config they build."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from .config import MIB, CacheMode, EngineConfig
+
+
+def _positive(value: str) -> int:
+    number = int(value)
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, not {value}")
+    return number
+
+
+def add_engine_args(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("model and cache")
+    group.add_argument(
+        "--model",
+        default="default",
+        help="default (SmolLM2-135M-Instruct), tiny, tiny-tools, or a Hugging Face model folder",
+    )
+    group.add_argument("--device", default="auto", help="auto (CUDA if present), cpu, cuda, cuda:1")
+    group.add_argument(
+        "--dtype",
+        default="auto",
+        help="auto (bf16 where the hardware has it, else fp32), bfloat16, float16, float32",
+    )
+    group.add_argument(
+        "--kv-cache-mb",
+        type=_positive,
+        default=None,
+        help="KV cache budget in MiB (default: a fifth of free RAM/VRAM, 256 MiB to 16 GiB)",
+    )
+    group.add_argument(
+        "--chunk-tokens",
+        type=_positive,
+        default=256,
+        help="prefill chunk: a long prompt never delays another request by more than this",
+    )
+    group.add_argument("--max-running", type=_positive, default=8, help="sequences run at once")
+    group.add_argument(
+        "--max-queue", type=_positive, default=32, help="waiting requests before 503 responses"
+    )
+    group.add_argument(
+        "--prefix-store",
+        type=Path,
+        default=None,
+        help="folder where pinned prefixes are saved, to restore them after a restart",
+    )
+    group.add_argument(
+        "--cache-mode",
+        choices=[m.value for m in CacheMode],
+        default=CacheMode.RADIX.value,
+        help="radix (Hearth), none, or last_prompt (one slot, like llama.cpp; for comparisons)",
+    )
+    group.add_argument("--cache-salt", default="", help="isolates this engine's cache namespace")
+    group.add_argument("--threads", type=_positive, default=None, help="CPU threads for torch")
+
+
+def add_serve_args(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("server")
+    group.add_argument("--host", default="127.0.0.1", help="bind address (default loopback)")
+    group.add_argument("--port", type=int, default=8765)
+    keys = group.add_mutually_exclusive_group()
+    keys.add_argument("--api-key", default=None, help="require this bearer key")
+    keys.add_argument("--api-key-file", type=Path, default=None, help="read the key from a file")
+    group.add_argument(
+        "--insecure",
+        action="store_true",
+        help="allow a non-loopback bind without an API key (not recommended)",
+    )
+    group.add_argument("--max-body-kb", type=_positive, default=1024, help="request body limit")
+    group.add_argument(
+        "--log-prompts", action="store_true", help="log prompt text (off by default: privacy)"
+    )
+
+
+def engine_config_from_args(args: argparse.Namespace) -> EngineConfig:
+    return EngineConfig(
+        model=args.model,
+        device=args.device,
+        dtype=args.dtype,
+        kv_cache_bytes=args.kv_cache_mb * MIB if args.kv_cache_mb else None,
+        chunk_tokens=args.chunk_tokens,
+        max_running=args.max_running,
+        max_queue=args.max_queue,
+        prefix_store=args.prefix_store,
+        cache_mode=CacheMode(args.cache_mode),
+        cache_salt=args.cache_salt,
+        threads=args.threads,
+    )

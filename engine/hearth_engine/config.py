@@ -1,0 +1,55 @@
+"""One configuration object that flows from the CLI down to every component."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+MIB = 1 << 20
+
+
+class CacheMode(enum.Enum):
+    """How prompts are reused.
+
+    * ``radix``: Hearth's prefix cache (pins + LRU over a radix tree).
+    * ``none``: no reuse at all; every request prefills its whole prompt.
+    * ``last_prompt``: one slot that keeps only the previous request, as Ollama and
+      llama.cpp do by default. Pins are accepted but not kept. For comparisons.
+    """
+
+    RADIX = "radix"
+    NONE = "none"
+    LAST_PROMPT = "last_prompt"
+
+
+@dataclass
+class EngineConfig:
+    model: str = "default"
+    device: str = "auto"
+    dtype: str = "auto"
+    kv_cache_bytes: int | None = None  # None: see default_kv_budget()
+    chunk_tokens: int = 256
+    max_running: int = 8
+    max_queue: int = 32
+    prefix_store: Path | None = None
+    cache_mode: CacheMode = CacheMode.RADIX
+    cache_salt: str = ""
+    threads: int | None = None
+    default_max_tokens: int = 512
+    extra_stop_tokens: tuple[str, ...] = field(
+        default=("<|im_end|>", "<|endoftext|>", "<|eot_id|>")
+    )
+
+
+def default_kv_budget(device_type: str) -> int:
+    """A fifth of free memory (RAM, or VRAM on CUDA), at least 256 MiB and at most 16 GiB."""
+    if device_type == "cuda":
+        import torch
+
+        free, _total = torch.cuda.mem_get_info()
+    else:
+        free = psutil.virtual_memory().available
+    return int(min(max(free // 5, 256 * MIB), 16 * 1024 * MIB))

@@ -1,0 +1,162 @@
+"""Resolve ``--model`` and load a Hugging Face causal LM folder, with clear errors."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+_LOGGER = logging.getLogger(__name__)
+
+BUILTIN_MODELS = ("default", "tiny", "tiny-tools")
+_WEIGHT_SUFFIXES = (".safetensors", ".bin")
+
+
+class ModelLoadError(RuntimeError):
+    """A model cannot be used. The message is one line and names the path."""
+
+
+def resolve_model(spec: str) -> Path:
+    """Map ``default``/``tiny``/``tiny-tools`` to their prepared folders, or check a path."""
+    if spec == "default":
+        from .models.default import ModelPrepareError, prepare_default_model
+
+        try:
+            return prepare_default_model()
+        except ModelPrepareError as err:
+            raise ModelLoadError(str(err)) from None
+    if spec == "tiny":
+        from .models.tiny import prepare_tiny_model
+
+        return prepare_tiny_model()
+    if spec == "tiny-tools":
+        from .models.tiny import prepare_tiny_tools_model
+
+        return prepare_tiny_tools_model()
+    return check_model_folder(Path(spec).expanduser())
+
+
+def check_model_folder(path: Path) -> Path:
+    """A usable folder has a readable config.json, weights and a tokenizer."""
+    if not path.exists():
+        raise ModelLoadError(f"model path {path} does not exist")
+    if not path.is_dir():
+        raise ModelLoadError(
+            f"model path {path} is not a folder (expected a Hugging Face model folder)"
+        )
+    if not os.access(path, os.R_OK | os.X_OK):
+        raise ModelLoadError(f"model path {path} is not readable")
+    config = path / "config.json"
+    try:
+        json.loads(config.read_text())
+    except FileNotFoundError:
+        raise ModelLoadError(f"model path {path} has no config.json") from None
+    except (OSError, ValueError) as err:
+        raise ModelLoadError(f"model path {path}: cannot read config.json ({err})") from None
+    weights = [p for p in path.iterdir() if p.name.endswith(_WEIGHT_SUFFIXES)]
+    if not weights:
+        raise ModelLoadError(f"model path {path} has no weights (*.safetensors or *.bin)")
+    unreadable = [p.name for p in weights if not os.access(p, os.R_OK)]
+    if unreadable:
+        raise ModelLoadError(f"model path {path}: cannot read {', '.join(unreadable)}")
+    if not any(
+        (path / name).exists() for name in ("tokenizer.json", "tokenizer.model", "vocab.json")
+    ):
+        raise ModelLoadError(f"model path {path} has no tokenizer files")
+    return path
+
+
+def fingerprint(path: Path) -> str:
+    """A stable identity for a model folder's weights and tokenizer.
+
+    Hashes the config, the tokenizer files and, for each weight file, its size, its
+    safetensors header (names, shapes, dtypes) and 64 evenly spaced 4 KiB samples of its
+    content, so a fine-tune with the same shapes gets a different fingerprint without
+    reading gigabytes at start-up.
+    """
+    digest = hashlib.sha256()
+    for name in ("config.json", "tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+        file = path / name
+        if file.exists():
+            digest.update(name.encode())
+            digest.update(file.read_bytes())
+    for file in sorted(p for p in path.iterdir() if p.name.endswith(_WEIGHT_SUFFIXES)):
+        size = file.stat().st_size
+        digest.update(f"{file.name}:{size}".encode())
+        with file.open("rb") as handle:
+            digest.update(handle.read(1 << 16))
+            for i in range(64):
+                handle.seek(size * i // 64)
+                digest.update(handle.read(4096))
+    return digest.hexdigest()[:16]
+
+
+@dataclass
+class LoadedModel:
+    path: Path
+    name: str
+    model: Any
+    tokenizer: Any
+    fingerprint: str
+    context_length: int
+
+
+def _context_length(config: Any, tokenizer: Any) -> int:
+    text_config = config.get_text_config(decoder=True)
+    length = getattr(text_config, "max_position_embeddings", None) or 4096
+    tok_max = getattr(tokenizer, "model_max_length", None)
+    if isinstance(tok_max, int) and 0 < tok_max < length:
+        length = tok_max
+    return int(length)
+
+
+def check_full_attention(config: Any, path: Path) -> None:
+    """The prefix cache reuses whole-sequence KV; sliding or linear layers cannot be."""
+    from transformers.cache_utils import get_layer_types_and_kwargs
+
+    text_config = config.get_text_config(decoder=True)
+    layer_types, _ = get_layer_types_and_kwargs(text_config)
+    odd = sorted({t for t in layer_types if t != "full_attention"})
+    if odd:
+        raise ModelLoadError(
+            f"model path {path}: layer types {', '.join(odd)} are not supported "
+            "(Hearth needs a full-attention decoder such as Llama, Qwen2/2.5/3, SmolLM, Phi-3)"
+        )
+
+
+def load_model(spec: str, device: Any, dtype: Any) -> LoadedModel:
+    """Load the model and tokenizer. Raises ``ModelLoadError`` with a one-line message."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    from . import attention
+
+    path = resolve_model(spec)
+    try:
+        config = AutoConfig.from_pretrained(path)
+        check_full_attention(config, path)
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        model = AutoModelForCausalLM.from_pretrained(
+            path, dtype=dtype, attn_implementation=attention.register()
+        )
+    except ModelLoadError:
+        raise
+    except (OSError, ValueError, KeyError, RuntimeError) as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise ModelLoadError(f"model path {path}: cannot load ({first})") from None
+    if not getattr(tokenizer, "chat_template", None):
+        raise ModelLoadError(f"model path {path}: the tokenizer has no chat template")
+    model.to(device).eval()
+    name = spec if spec in BUILTIN_MODELS else path.name
+    return LoadedModel(
+        path=path,
+        name=name,
+        model=model,
+        tokenizer=tokenizer,
+        fingerprint=fingerprint(path),
+        context_length=_context_length(config, tokenizer),
+    )

@@ -1,0 +1,110 @@
+"""Scheduling policy: which sequences run next. No torch, no threads; the engine drives it.
+
+Each engine step is one batched decode step for every decoding sequence, then one
+prefill chunk (at most ``chunk_tokens``) for one prefilling sequence. The chunk goes to
+the sequence with the least prefill left (so a warm request with a 25-token suffix
+overtakes a cold 4k-token prompt after at most one chunk), generation before pin
+warm-ups, oldest first among equals. A sequence passed over ``starvation_steps`` times
+in a row goes next regardless, so a long cold prompt always makes progress.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from .sequence import Kind, Sequence, State
+
+
+@dataclass
+class Plan:
+    admit: list[Sequence] = field(default_factory=list)
+    decode: list[Sequence] = field(default_factory=list)
+    prefill: Sequence | None = None
+    chunk: int = 0
+
+    @property
+    def empty(self) -> bool:
+        return not (self.admit or self.decode or self.prefill)
+
+
+class QueueFullError(RuntimeError):
+    """More requests are waiting than ``max_queue`` allows."""
+
+
+class Scheduler:
+    def __init__(
+        self,
+        max_running: int = 8,
+        chunk_tokens: int = 256,
+        max_queue: int = 64,
+        starvation_steps: int = 16,
+    ) -> None:
+        if chunk_tokens < 1 or max_running < 1:
+            raise ValueError("chunk_tokens and max_running must be positive")
+        self.max_running = max_running
+        self.chunk_tokens = chunk_tokens
+        self.max_queue = max_queue
+        self.starvation_steps = starvation_steps
+        self.waiting: deque[Sequence] = deque()
+        self.prefilling: list[Sequence] = []
+        self.decoding: list[Sequence] = []
+        self._passed_over: dict[int, int] = {}
+
+    @property
+    def running(self) -> int:
+        return len(self.prefilling) + len(self.decoding)
+
+    def add(self, seq: Sequence) -> None:
+        if len(self.waiting) >= self.max_queue and seq.kind is Kind.GENERATE:
+            raise QueueFullError(f"{len(self.waiting)} requests are already waiting")
+        self.waiting.append(seq)
+
+    def remove(self, seq: Sequence) -> None:
+        for group in (self.prefilling, self.decoding):
+            if seq in group:
+                group.remove(seq)
+        if seq in self.waiting:
+            self.waiting.remove(seq)
+        self._passed_over.pop(seq.id, None)
+
+    def started(self, seq: Sequence) -> None:
+        """The engine admitted ``seq``: it now prefills."""
+        seq.state = State.PREFILLING
+        self.prefilling.append(seq)
+
+    def prefilled(self, seq: Sequence) -> None:
+        """``seq`` finished its prompt and now decodes."""
+        self.prefilling.remove(seq)
+        self._passed_over.pop(seq.id, None)
+        seq.state = State.DECODING
+        self.decoding.append(seq)
+
+    def plan(self) -> Plan:
+        plan = Plan()
+        while self.waiting and self.running + len(plan.admit) < self.max_running:
+            plan.admit.append(self.waiting.popleft())
+        plan.decode = list(self.decoding)
+        if self.prefilling:
+            chosen = self._pick_prefill()
+            plan.prefill = chosen
+            plan.chunk = min(self.chunk_tokens, chosen.remaining_prefill)
+        return plan
+
+    def _pick_prefill(self) -> Sequence:
+        starving = [
+            s for s in self.prefilling if self._passed_over.get(s.id, 0) >= self.starvation_steps
+        ]
+        if starving:
+            chosen = min(starving, key=lambda s: s.arrival)
+        else:
+            chosen = min(
+                self.prefilling,
+                key=lambda s: (s.kind is Kind.PIN, s.remaining_prefill, s.arrival),
+            )
+        for seq in self.prefilling:
+            if seq is chosen:
+                self._passed_over.pop(seq.id, None)
+            else:
+                self._passed_over[seq.id] = self._passed_over.get(seq.id, 0) + 1
+        return chosen

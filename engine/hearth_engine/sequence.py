@@ -1,0 +1,131 @@
+"""A request's life inside the engine, and the events it produces. No torch here."""
+
+from __future__ import annotations
+
+import enum
+import itertools
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .sampling import SamplingParams
+
+_IDS = itertools.count(1)
+
+
+class Kind(enum.Enum):
+    GENERATE = "generate"
+    PIN = "pin"
+
+
+class State(enum.Enum):
+    WAITING = "waiting"
+    PREFILLING = "prefilling"
+    DECODING = "decoding"
+    FINISHED = "finished"
+
+
+@dataclass
+class RequestStats:
+    """Per-request figures, reported in ``usage.hearth`` and aggregated in metrics."""
+
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    completion_tokens: int = 0
+    queue_ms: float = 0.0
+    prefill_ms: float = 0.0
+    ttft_ms: float = 0.0
+    decode_ms: float = 0.0
+    pin: str | None = None
+
+    @property
+    def prefill_tokens(self) -> int:
+        return self.prompt_tokens - self.cached_tokens
+
+    @property
+    def decode_tokens_per_s(self) -> float:
+        steps = max(0, self.completion_tokens - 1)
+        return steps / (self.decode_ms / 1000) if self.decode_ms > 0 and steps else 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "cached_tokens": self.cached_tokens,
+            "completion_tokens": self.completion_tokens,
+            "queue_ms": round(self.queue_ms, 3),
+            "prefill_ms": round(self.prefill_ms, 3),
+            "ttft_ms": round(self.ttft_ms, 3),
+            "decode_ms": round(self.decode_ms, 3),
+            "decode_tokens_per_s": round(self.decode_tokens_per_s, 2),
+            "pin": self.pin,
+        }
+
+
+@dataclass(frozen=True)
+class TokenEvent:
+    token_id: int
+    text: str
+
+
+@dataclass(frozen=True)
+class FinishEvent:
+    reason: str  # "stop" | "length" | "cancelled"
+    text: str  # text released at the end (held back for stop strings)
+    stats: RequestStats
+
+
+@dataclass(frozen=True)
+class ErrorEvent:
+    message: str
+
+
+Event = TokenEvent | FinishEvent | ErrorEvent
+
+
+@dataclass(eq=False)
+class Sequence:
+    """One generation or pin job. Mutated by the worker thread only, except ``cancelled``."""
+
+    kind: Kind
+    prompt: list[int]
+    namespace: str
+    params: SamplingParams = field(default_factory=SamplingParams)
+    emit: Callable[[Event], None] = field(default=lambda event: None)
+    pin_name: str | None = None
+    pin_generation: int = 0
+    id: int = field(default_factory=lambda: next(_IDS))
+    state: State = State.WAITING
+    cancelled: bool = False
+    arrival: float = field(default_factory=time.monotonic)
+    # Prefix cache
+    lock_node: Any = None
+    cached: int = 0
+    # KV: where this sequence's tokens live (buffer, row, column offset)
+    kv: Any = None
+    kv_row: int = 0
+    kv_offset: int = 0
+    kv_len: int = 0
+    # Generation
+    generated: list[int] = field(default_factory=list)
+    stream: Any = None
+    sampler: Any = None
+    stats: RequestStats = field(default_factory=RequestStats)
+    prefill_started: float = 0.0
+    first_token_at: float = 0.0
+
+    @property
+    def total_len(self) -> int:
+        return len(self.prompt) + len(self.generated)
+
+    @property
+    def remaining_prefill(self) -> int:
+        return len(self.prompt) - self.kv_len
+
+    @property
+    def remaining_decode(self) -> int:
+        return max(0, self.params.max_tokens - len(self.generated))
+
+    def tokens_with_kv(self) -> list[int]:
+        """Token ids whose KV this sequence holds (the last sampled token has none yet)."""
+        return (self.prompt + self.generated)[: self.kv_len]

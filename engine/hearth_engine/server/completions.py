@@ -1,0 +1,274 @@
+"""``POST /v1/chat/completions``: OpenAI chat format, streaming (SSE) or not."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+
+from ..chat import ChatTemplateError, StreamSplitter, ToolCall
+from ..engine import ContextLengthError, EngineClosedError, QueueFullError
+from ..sampling import SamplingParams
+from ..sequence import ErrorEvent, FinishEvent, RequestStats, TokenEvent
+from .errors import APIError, bad_request, overloaded
+from .schemas import CHAT_REQUEST, check_tool_references, parse_json, validate
+from .state import ServerState
+
+_LOGGER = logging.getLogger(__name__)
+
+
+@dataclass
+class PreparedChat:
+    prompt: list[int]
+    params: SamplingParams
+    forced: str  # text forced after the generation prompt (tool_choice)
+    parse_tools: bool
+    stream: bool
+    include_usage: bool
+    salt: str | None
+
+
+def _prepare(state: ServerState, body: dict[str, Any]) -> PreparedChat:
+    messages = body["messages"]
+    check_tool_references(messages)
+    tools = body.get("tools") or None
+    tool_choice = body.get("tool_choice", "auto")
+    if tool_choice not in ("auto", "none") and not tools:
+        raise bad_request("tool_choice needs tools", param="tool_choice")
+    if isinstance(tool_choice, dict):
+        wanted = tool_choice["function"]["name"]
+        if wanted not in {t["function"]["name"] for t in tools or []}:
+            raise bad_request(f"tool_choice names an unknown tool {wanted!r}", param="tool_choice")
+    formatter = state.formatter
+    try:
+        text = formatter.render(messages, tools, add_generation_prompt=True)
+    except RecursionError:
+        raise bad_request("the messages or tools are nested too deeply") from None
+    except ChatTemplateError as err:
+        raise bad_request(str(err), param="messages", code="invalid_messages") from None
+    forced = formatter.forced_prefix(tool_choice) if tools else ""
+    prompt = formatter.encode(text + forced)
+    limit = state.engine.info.context_length
+    requested = body.get("max_completion_tokens") or body.get("max_tokens")
+    max_tokens = requested or min(
+        state.engine.config.default_max_tokens, max(1, limit - len(prompt))
+    )
+    try:
+        state.engine.check_context(len(prompt), max_tokens)
+    except ContextLengthError as err:
+        raise APIError(
+            422,
+            str(err),
+            param="max_tokens" if requested else "messages",
+            code="context_length_exceeded",
+        ) from None
+    stop = body.get("stop", ())
+    if tool_choice == "none" and tools:
+        stop = (*stop, formatter.stop_marker)
+    seed = body.get("seed")
+    params = SamplingParams(
+        max_tokens=max_tokens,
+        temperature=body.get("temperature") if body.get("temperature") is not None else 0.0,
+        top_p=body.get("top_p") if body.get("top_p") is not None else 1.0,
+        seed=None if seed is None else seed % (2**63),
+        stop=stop,
+    )
+    options = body.get("stream_options") or {}
+    return PreparedChat(
+        prompt=prompt,
+        params=params,
+        forced=forced,
+        parse_tools=bool(tools) and tool_choice != "none",
+        stream=body["stream"],
+        include_usage=bool(options.get("include_usage")),
+        salt=body.get("cache_salt"),
+    )
+
+
+def _usage(stats: RequestStats) -> dict[str, Any]:
+    return {
+        "prompt_tokens": stats.prompt_tokens,
+        "completion_tokens": stats.completion_tokens,
+        "total_tokens": stats.prompt_tokens + stats.completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": stats.cached_tokens},
+        "hearth": {
+            "ttft_ms": round(stats.ttft_ms, 3),
+            "prefill_ms": round(stats.prefill_ms, 3),
+            "queue_ms": round(stats.queue_ms, 3),
+            "decode_tokens_per_s": round(stats.decode_tokens_per_s, 2),
+            "pin": stats.pin,
+        },
+    }
+
+
+def _finish_reason(reason: str, calls: list[ToolCall]) -> str:
+    if calls:
+        return "tool_calls"
+    return "length" if reason == "length" else "stop"
+
+
+class ChatCompletion:
+    """One chat completion request; ``run`` returns the HTTP response."""
+
+    def __init__(self, state: ServerState, request: web.Request, body: dict[str, Any]) -> None:
+        self.state = state
+        self.request = request
+        self.prep = _prepare(state, body)
+        self.id = f"chatcmpl-{uuid.uuid4().hex}"
+        self.created = int(time.time())
+        self.model = state.engine.info.name
+        self.splitter = StreamSplitter(state.formatter.tool_format, self.prep.forced)
+
+    def _events(self) -> Any:
+        engine = self.state.engine
+        try:
+            return engine.stream(self.prep.prompt, self.prep.params, salt=self.prep.salt)
+        except QueueFullError as err:
+            raise overloaded(f"the engine is busy ({err}); retry shortly") from None
+        except EngineClosedError:
+            raise overloaded("the engine is shutting down", retry_after=5) from None
+
+    def _content(self, text: str) -> str:
+        return self.splitter.feed(text) if self.prep.parse_tools else text
+
+    def _finish_text(self) -> tuple[str, list[ToolCall]]:
+        if self.prep.parse_tools:
+            return self.splitter.finish()
+        return "", []
+
+    def _log(self, stats: RequestStats, reason: str) -> None:
+        _LOGGER.info(
+            "chat %s: prompt=%d cached=%d%s ttft=%.0fms completion=%d finish=%s",
+            self.id[-8:],
+            stats.prompt_tokens,
+            stats.cached_tokens,
+            f" (pin {stats.pin})" if stats.pin else "",
+            stats.ttft_ms,
+            stats.completion_tokens,
+            reason,
+        )
+
+    async def run(self) -> web.StreamResponse:
+        if self.state.log_prompts:
+            _LOGGER.info(
+                "chat %s prompt: %s",
+                self.id[-8:],
+                self.state.formatter.tokenizer.decode(self.prep.prompt),
+            )
+        events = self._events()
+        try:
+            if self.prep.stream:
+                return await self._stream(events)
+            return await self._complete(events)
+        finally:
+            # Client gone, write failed or done: cancel the request now (frees its locks).
+            await events.aclose()
+
+    async def _complete(self, events: Any) -> web.Response:
+        parts: list[str] = []
+        async for event in events:
+            if isinstance(event, TokenEvent):
+                parts.append(self._content(event.text))
+            elif isinstance(event, ErrorEvent):
+                raise APIError(500, event.message, type_="server_error", code="engine_error")
+            elif isinstance(event, FinishEvent):
+                parts.append(self._content(event.text))
+                tail, calls = self._finish_text()
+                parts.append(tail)
+                content = "".join(parts)
+                self._log(event.stats, event.reason)
+                message: dict[str, Any] = {"role": "assistant", "content": content or None}
+                if calls:
+                    message["tool_calls"] = [c.as_openai() for c in calls]
+                elif not content:
+                    message["content"] = ""
+                return web.json_response(
+                    {
+                        "id": self.id,
+                        "object": "chat.completion",
+                        "created": self.created,
+                        "model": self.model,
+                        "choices": [
+                            {
+                                "index": 0,
+                                "message": message,
+                                "logprobs": None,
+                                "finish_reason": _finish_reason(event.reason, calls),
+                            }
+                        ],
+                        "usage": _usage(event.stats),
+                    }
+                )
+        raise APIError(
+            500, "generation ended unexpectedly", type_="server_error", code="engine_error"
+        )
+
+    def _chunk(self, delta: dict[str, Any], finish: str | None = None) -> bytes:
+        data = {
+            "id": self.id,
+            "object": "chat.completion.chunk",
+            "created": self.created,
+            "model": self.model,
+            "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
+        }
+        return f"data: {json.dumps(data, ensure_ascii=False)}\n\n".encode()
+
+    async def _stream(self, events: Any) -> web.StreamResponse:
+        # Wait for the first event before committing to a 200: errors before any output
+        # still get a proper status code.
+        iterator = events.__aiter__()
+        first = await iterator.__anext__()
+        if isinstance(first, ErrorEvent):
+            raise APIError(500, first.message, type_="server_error", code="engine_error")
+        response = web.StreamResponse(
+            headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+        )
+        await response.prepare(self.request)
+        await response.write(self._chunk({"role": "assistant", "content": ""}))
+        event = first
+        while True:
+            if isinstance(event, TokenEvent):
+                text = self._content(event.text)
+                if text:
+                    await response.write(self._chunk({"content": text}))
+            elif isinstance(event, ErrorEvent):
+                error = APIError(500, event.message, type_="server_error", code="engine_error")
+                await response.write(f"data: {json.dumps(error.body())}\n\n".encode())
+                break
+            elif isinstance(event, FinishEvent):
+                text = self._content(event.text)
+                tail, calls = self._finish_text()
+                if text + tail:
+                    await response.write(self._chunk({"content": text + tail}))
+                if calls:
+                    await response.write(
+                        self._chunk({"tool_calls": [c.as_openai(i) for i, c in enumerate(calls)]})
+                    )
+                await response.write(self._chunk({}, _finish_reason(event.reason, calls)))
+                if self.prep.include_usage:
+                    usage = {
+                        "id": self.id,
+                        "object": "chat.completion.chunk",
+                        "created": self.created,
+                        "model": self.model,
+                        "choices": [],
+                        "usage": _usage(event.stats),
+                    }
+                    await response.write(f"data: {json.dumps(usage)}\n\n".encode())
+                self._log(event.stats, event.reason)
+                break
+            event = await iterator.__anext__()
+        await response.write(b"data: [DONE]\n\n")
+        await response.write_eof()
+        return response
+
+
+async def chat_completions(request: web.Request) -> web.StreamResponse:
+    state: ServerState = request.app[ServerState.KEY]
+    body = validate(CHAT_REQUEST, parse_json(await request.read()))
+    return await ChatCompletion(state, request, body).run()

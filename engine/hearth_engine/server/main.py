@@ -1,0 +1,116 @@
+"""``hearth_engine serve``: load the model, bind safely, serve, and shut down gracefully."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import ipaddress
+import logging
+import signal
+import sys
+import time
+
+from aiohttp import web
+
+from ..cli import engine_config_from_args
+from ..config import MIB
+from ..engine import Engine
+from .app import create_app
+
+_LOGGER = logging.getLogger("hearth_engine.server")
+
+
+class StartupError(ValueError):
+    """A configuration the server refuses to start with (one-line message)."""
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def read_api_key(args: argparse.Namespace) -> str | None:
+    if args.api_key_file is not None:
+        try:
+            key = args.api_key_file.read_text().strip()
+        except OSError as err:
+            raise StartupError(f"--api-key-file {args.api_key_file}: {err.strerror}") from None
+        if not key:
+            raise StartupError(f"--api-key-file {args.api_key_file} is empty")
+        return key
+    if args.api_key is not None and not args.api_key.strip():
+        raise StartupError("--api-key is empty")
+    return args.api_key
+
+
+def check_bind(host: str, api_key: str | None, insecure: bool) -> None:
+    if not is_loopback(host) and api_key is None and not insecure:
+        raise StartupError(
+            f"refusing to listen on {host} without an API key: anyone on your network could "
+            "use the engine. Pass --api-key/--api-key-file, bind to 127.0.0.1, or add "
+            "--insecure if you really mean it."
+        )
+
+
+async def _serve(args: argparse.Namespace, api_key: str | None) -> int:
+    config = engine_config_from_args(args)
+    _LOGGER.info(
+        "Loading model %s (device %s, dtype %s)...", config.model, config.device, config.dtype
+    )
+    started = time.monotonic()
+    engine = await asyncio.to_thread(Engine.load, config)
+    await asyncio.to_thread(engine.start)
+    _LOGGER.info("Model ready in %.1f s", time.monotonic() - started)
+    app = create_app(
+        engine,
+        api_key=api_key,
+        max_body_bytes=args.max_body_kb * 1024,
+        log_prompts=args.log_prompts,
+    )
+    runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, args.host, args.port)
+    try:
+        await site.start()
+    except OSError as err:
+        await runner.cleanup()
+        await engine.shutdown(0)
+        raise StartupError(f"cannot listen on {args.host}:{args.port}: {err.strerror}") from None
+    info = engine.info
+    _LOGGER.info(
+        "Hearth engine ready on http://%s:%d (model=%s, device=%s, dtype=%s, KV budget=%d MiB, "
+        "prefix store=%s, auth=%s)",
+        args.host,
+        args.port,
+        info.name,
+        info.device,
+        info.dtype,
+        engine.cache.capacity_bytes // MIB,
+        config.prefix_store or "off",
+        "on" if api_key else "off",
+    )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    _LOGGER.info("Shutting down: no new requests; finishing running ones")
+    await site.stop()
+    await engine.shutdown(grace_s=10)
+    await runner.cleanup()
+    _LOGGER.info("Stopped")
+    return 0
+
+
+def serve(args: argparse.Namespace) -> int:
+    try:
+        api_key = read_api_key(args)
+        check_bind(args.host, api_key, args.insecure)
+        return asyncio.run(_serve(args, api_key))
+    except StartupError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2

@@ -1,0 +1,133 @@
+"""Prometheus metrics, named ``hearth:*`` with vLLM's meanings where they exist.
+
+Counters and gauges are read from the engine at scrape time (so they are exact); the
+latency histograms are observed as requests finish.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterator
+from statistics import median
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:
+    from ..engine import Engine
+    from ..sequence import RequestStats
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.2, 0.35, 0.5, 0.75, 1, 2, 5, 10, 20, 40, 80, 160)
+
+# name, help, key in Engine.stats(), kind
+_FROM_STATS = [
+    (
+        "prefix_cache_queries",
+        "Prompt tokens looked up in the prefix cache",
+        "prefix_cache_queries_tokens",
+        "counter",
+    ),
+    (
+        "prefix_cache_hits",
+        "Prompt tokens served from the prefix cache",
+        "prefix_cache_hits_tokens",
+        "counter",
+    ),
+    ("prompt_tokens", "Prompt tokens processed", "prompt_tokens_total", "counter"),
+    ("generation_tokens", "Tokens generated", "generation_tokens_total", "counter"),
+    (
+        "prefill_tokens",
+        "Prompt tokens computed (not served from cache)",
+        "prefill_tokens_total",
+        "counter",
+    ),
+    ("request_success", "Requests finished", "requests_total", "counter"),
+    ("request_failure", "Requests failed by an engine error", "requests_failed", "counter"),
+    ("kv_cache_evictions", "Prefix cache nodes evicted", "kv_cache_evictions_total", "counter"),
+    (
+        "kv_cache_evicted_bytes",
+        "Prefix cache bytes evicted",
+        "kv_cache_evicted_bytes_total",
+        "counter",
+    ),
+    ("prefix_pin_rebuilds", "Pins computed by prefill", "pin_rebuilds_total", "counter"),
+    ("prefix_pin_restores", "Pins restored from the disk store", "pin_restores_total", "counter"),
+    ("kv_cache_usage_perc", "Prefix cache usage (0-1)", "kv_cache_usage", "gauge"),
+    ("kv_cache_bytes", "Prefix cache bytes in use", "kv_cache_used_bytes", "gauge"),
+    ("kv_cache_capacity_bytes", "Prefix cache budget in bytes", "kv_cache_capacity_bytes", "gauge"),
+    ("kv_cache_pinned_bytes", "Pinned prefix bytes", "kv_cache_pinned_bytes", "gauge"),
+    ("kv_working_bytes", "KV bytes of running requests", "kv_working_bytes", "gauge"),
+    ("pinned_prefix_tokens", "Tokens kept resident by pins", "pinned_prefix_tokens", "gauge"),
+    ("requests_running", "Requests prefilling or decoding", "requests_running", "gauge"),
+    ("requests_waiting", "Requests queued", "requests_waiting", "gauge"),
+]
+
+
+class _EngineCollector(Collector):
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def collect(self) -> Iterator[Metric]:
+        stats = self.engine.stats()
+        labels = {"model_name": str(stats["model"])}
+        for name, doc, key, kind in _FROM_STATS:
+            family: Metric
+            if kind == "counter":
+                family = CounterMetricFamily(f"hearth:{name}", doc, labels=list(labels))
+            else:
+                family = GaugeMetricFamily(f"hearth:{name}", doc, labels=list(labels))
+            family.add_metric(list(labels.values()), float(stats[key]))
+            yield family
+
+
+class Metrics:
+    """The server's registry plus a short window of per-request figures for /v1/stats."""
+
+    def __init__(self, engine: Engine, window: int = 200) -> None:
+        self.registry = CollectorRegistry()
+        self.registry.register(_EngineCollector(engine))
+        self.ttft = Histogram(
+            "hearth:time_to_first_token_seconds",
+            "Time to first token",
+            buckets=TTFT_BUCKETS,
+            registry=self.registry,
+        )
+        self.prefill = Histogram(
+            "hearth:request_prefill_time_seconds",
+            "Time from admission to first token",
+            buckets=TTFT_BUCKETS,
+            registry=self.registry,
+        )
+        self._recent: deque[RequestStats] = deque(maxlen=window)
+        engine.finished_listeners.append(self.observe)
+
+    def observe(self, stats: RequestStats) -> None:
+        if stats.completion_tokens == 0:
+            return
+        self.ttft.observe(stats.ttft_ms / 1000)
+        self.prefill.observe(stats.prefill_ms / 1000)
+        self._recent.append(stats)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+    def recent(self) -> dict[str, object]:
+        """Figures over the last requests (a window), for dashboards."""
+        items = list(self._recent)
+        if not items:
+            return {"window_requests": 0}
+        ttfts = sorted(s.ttft_ms for s in items)
+        p95 = ttfts[min(len(ttfts) - 1, round(0.95 * (len(ttfts) - 1)))]
+        prompt = sum(s.prompt_tokens for s in items)
+        cached = sum(s.cached_tokens for s in items)
+        last = items[-1]
+        return {
+            "window_requests": len(items),
+            "ttft_ms_median": round(median(ttfts), 3),
+            "ttft_ms_p95": round(p95, 3),
+            "window_hit_rate": round(cached / prompt, 6) if prompt else 0.0,
+            "last_request": last.as_dict(),
+        }

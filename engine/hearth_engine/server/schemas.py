@@ -1,0 +1,217 @@
+"""Request validation (voluptuous) for the chat and prefix routes."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from typing import Any
+
+import voluptuous as vol
+
+from .errors import APIError, bad_request
+
+PIN_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
+TOOL_NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
+MAX_STOP = 4
+MAX_STOP_LEN = 256
+MAX_JSON_DEPTH = 64
+
+
+def _strict_int(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise vol.Invalid("expected an integer")
+    return value
+
+
+def _number(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise vol.Invalid("expected a finite number")
+    return float(value)
+
+
+def _stop(value: Any) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, list) or not all(isinstance(s, str) for s in items):
+        raise vol.Invalid("expected a string or a list of strings")
+    if len(items) > MAX_STOP:
+        raise vol.Invalid(f"at most {MAX_STOP} stop sequences")
+    if any(len(s) > MAX_STOP_LEN for s in items):
+        raise vol.Invalid(f"stop sequences are limited to {MAX_STOP_LEN} characters")
+    return tuple(s for s in items if s)
+
+
+def _content(value: Any) -> Any:
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        for part in value:
+            if not isinstance(part, dict) or part.get("type") not in ("text", "input_text"):
+                raise vol.Invalid("only text content parts are supported")
+            if not isinstance(part.get("text"), str):
+                raise vol.Invalid("a text part needs a string 'text'")
+        return value
+    raise vol.Invalid("expected a string, null or a list of text parts")
+
+
+def _json_depth(value: Any, depth: int = 0) -> int:
+    if depth > MAX_JSON_DEPTH:
+        raise vol.Invalid(f"nested deeper than {MAX_JSON_DEPTH} levels")
+    if isinstance(value, dict):
+        return max((_json_depth(v, depth + 1) for v in value.values()), default=depth)
+    if isinstance(value, list):
+        return max((_json_depth(v, depth + 1) for v in value), default=depth)
+    return depth
+
+
+def _shallow(value: Any) -> Any:
+    _json_depth(value)
+    return value
+
+
+TOOL_CALL = vol.Schema(
+    {
+        vol.Optional("id"): str,
+        vol.Optional("type", default="function"): "function",
+        vol.Optional("index"): _strict_int,
+        vol.Required("function"): {
+            vol.Required("name"): str,
+            vol.Optional("arguments", default="{}"): vol.Any(str, dict),
+        },
+    }
+)
+
+MESSAGE = vol.Schema(
+    {
+        vol.Required("role"): vol.In(["system", "developer", "user", "assistant", "tool"]),
+        vol.Optional("content"): _content,
+        vol.Optional("name"): str,
+        vol.Optional("tool_calls"): vol.Any(None, [TOOL_CALL]),
+        vol.Optional("tool_call_id"): str,
+    },
+    extra=vol.REMOVE_EXTRA,
+)
+
+TOOL = vol.Schema(
+    {
+        vol.Required("type"): "function",
+        vol.Required("function"): vol.Schema(
+            {
+                vol.Required("name"): vol.All(
+                    str, vol.Match(TOOL_NAME_RE, msg="invalid tool name")
+                ),
+                vol.Optional("description"): str,
+                vol.Optional("parameters"): vol.All(dict, _shallow),
+                vol.Optional("strict"): bool,
+            }
+        ),
+    }
+)
+
+TOOL_CHOICE = vol.Any(
+    vol.In(["auto", "none", "required"]),
+    vol.Schema(
+        {vol.Required("type"): "function", vol.Required("function"): {vol.Required("name"): str}}
+    ),
+)
+
+CHAT_REQUEST = vol.Schema(
+    {
+        vol.Required("messages"): vol.All(
+            [MESSAGE], vol.Length(min=1, msg="messages must not be empty")
+        ),
+        vol.Optional("model"): str,
+        vol.Optional("tools"): vol.Any(None, [TOOL]),
+        vol.Optional("tool_choice"): TOOL_CHOICE,
+        vol.Optional("parallel_tool_calls"): bool,
+        vol.Optional("stream", default=False): bool,
+        vol.Optional("stream_options"): vol.Any(None, {vol.Optional("include_usage"): bool}),
+        vol.Optional("max_tokens"): vol.Any(None, vol.All(_strict_int, vol.Range(min=1))),
+        vol.Optional("max_completion_tokens"): vol.Any(
+            None, vol.All(_strict_int, vol.Range(min=1))
+        ),
+        vol.Optional("temperature"): vol.Any(None, vol.All(_number, vol.Range(min=0, max=2))),
+        vol.Optional("top_p"): vol.Any(
+            None, vol.All(_number, vol.Range(min=0, max=1, min_included=False))
+        ),
+        vol.Optional("seed"): vol.Any(
+            None, vol.All(_strict_int, vol.Range(min=-(2**63), max=2**64 - 1))
+        ),
+        vol.Optional("stop"): _stop,
+        vol.Optional("n"): vol.All(_strict_int, vol.In([1], msg="only n=1 is supported")),
+        vol.Optional("user"): str,
+        vol.Optional("cache_salt"): vol.All(str, vol.Length(max=128)),
+    },
+    extra=vol.ALLOW_EXTRA,
+)
+
+PIN_REQUEST = vol.Schema(
+    {
+        vol.Required("messages"): vol.All(
+            [MESSAGE], vol.Length(min=1, msg="messages must not be empty")
+        ),
+        vol.Optional("tools"): vol.Any(None, [TOOL]),
+    },
+    extra=vol.ALLOW_EXTRA,
+)
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def parse_json(raw: bytes) -> Any:
+    """Strict JSON (no NaN/Infinity); any failure is a 400."""
+    if not raw:
+        raise bad_request("the request body is empty; send a JSON object", code="invalid_json")
+    try:
+        return json.loads(raw, parse_constant=_reject_constant)
+    except (ValueError, RecursionError) as err:
+        detail = str(err) if isinstance(err, ValueError) else "nested too deeply"
+        raise bad_request(
+            f"the request body is not valid JSON: {detail}", code="invalid_json"
+        ) from None
+
+
+def validate(schema: vol.Schema, data: Any) -> dict[str, Any]:
+    if not isinstance(data, dict):
+        raise bad_request("the request body must be a JSON object", code="invalid_json")
+    try:
+        result: dict[str, Any] = schema(data)
+        return result
+    except vol.MultipleInvalid as err:
+        first = err.errors[0]
+        param = ".".join(str(p) for p in first.path) or None
+        raise bad_request(f"{param}: {first.msg}" if param else first.msg, param=param) from None
+    except RecursionError:
+        raise bad_request("the request is nested too deeply") from None
+
+
+def check_pin_name(name: str) -> str:
+    if not PIN_NAME_RE.match(name):
+        raise APIError(
+            400,
+            "invalid prefix name: use 1-128 letters, digits, '_', '-', '.', ':' "
+            "(starting with a letter or digit)",
+            param="name",
+            code="invalid_name",
+        )
+    return name
+
+
+def check_tool_references(messages: list[dict[str, Any]]) -> None:
+    """A tool result must answer a tool call made earlier in the conversation."""
+    known: set[str] = set()
+    for i, message in enumerate(messages):
+        for call in message.get("tool_calls") or []:
+            if call.get("id"):
+                known.add(call["id"])
+        if message["role"] == "tool":
+            ref = message.get("tool_call_id")
+            if ref is not None and ref not in known:
+                raise bad_request(
+                    f"messages.{i}.tool_call_id: {ref!r} does not match any earlier tool call",
+                    param=f"messages.{i}.tool_call_id",
+                )
