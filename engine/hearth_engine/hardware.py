@@ -19,6 +19,9 @@ DTYPES = {
     "fp16": torch.float16,
     "float32": torch.float32,
     "fp32": torch.float32,
+    # For exactness tests: rounding noise small enough that greedy choices never flip.
+    "float64": torch.float64,
+    "fp64": torch.float64,
 }
 
 

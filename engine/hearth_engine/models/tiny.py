@@ -40,7 +40,7 @@ _LOGGER = logging.getLogger(__name__)
 
 TOKENIZER_VERSION = "bpe4096/1"
 TINY_VERSION = f"tiny/1+{TOKENIZER_VERSION}"
-TOOLS_VERSION = f"tiny-tools/2+{TOKENIZER_VERSION}"
+TOOLS_VERSION = f"tiny-tools/3+{TOKENIZER_VERSION}"
 
 # Qwen2's pre-tokenizer pattern: AutoTokenizer must re-tokenize exactly like training.
 QWEN_SPLIT = (
@@ -57,6 +57,7 @@ TOOLS_MODEL_DONE = "Done, the light is on."
 TOOLS_MODEL_REPLY = "Hello from Hearth."
 LEARNING_RATE = 3e-3
 LONG_EVERY = 3
+CHECKPOINTS = (300, 400, 500, 600, 700, 800)
 
 
 def tiny_model_dir() -> Path:
@@ -182,34 +183,52 @@ def _encode(tokenizer: PreTrainedTokenizerFast, messages: list[dict[str, Any]]) 
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
+def _batch(
+    rng: random.Random, tokenizer: PreTrainedTokenizerFast, long: bool, size: int
+) -> tuple[Any, Any, Any]:
+    import torch
+
+    end, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
+    batch_ids, batch_labels = [], []
+    for _ in range(2 if long else size):
+        messages, target = _dialogue(rng, long)
+        prompt = _encode(tokenizer, messages)
+        answer = [*tokenizer(target, add_special_tokens=False)["input_ids"], end]
+        batch_ids.append(prompt + answer)
+        batch_labels.append([-100] * (len(prompt) - 1) + answer + [-100])
+    width = max(map(len, batch_ids))
+    ids = torch.tensor([row + [pad] * (width - len(row)) for row in batch_ids])
+    labels = torch.tensor([row + [-100] * (width - len(row)) for row in batch_labels])
+    # Random position offsets: positions seen in long prompts, at short-prompt cost.
+    positions = torch.arange(width)[None, :] + torch.randint(0, 8000, (ids.shape[0], 1))
+    return ids, labels, positions
+
+
 def _train(
-    model: Any, tokenizer: PreTrainedTokenizerFast, steps: int, seed: int, batch: int = 8
-) -> None:
+    model: Any, tokenizer: PreTrainedTokenizerFast, checkpoints: tuple[int, ...], seed: int
+) -> Any:
+    """Train, yielding at each checkpoint step so the caller can stop early.
+
+    Every ``LONG_EVERY``-th step is a pair of long prompts, so the model learns to find
+    the trigger far from the start (a real house prefix is thousands of tokens).
+    """
+    import math
+
     import torch
 
     rng = random.Random(seed)
+    total = checkpoints[-1]
     optim = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE, weight_decay=0.0)
-    sched = torch.optim.lr_scheduler.OneCycleLR(optim, max_lr=LEARNING_RATE, total_steps=steps)
-    end = tokenizer.eos_token_id
-    pad = tokenizer.pad_token_id
-    model.train()
-    for step in range(steps):
-        batch_ids, batch_labels = [], []
-        # Every fifth step is one long prompt, so the model learns to find the trigger
-        # far from the start (a real house prefix is thousands of tokens).
-        long = step % LONG_EVERY == LONG_EVERY - 1
-        for _ in range(2 if long else batch):
-            messages, target = _dialogue(rng, long)
-            prompt = _encode(tokenizer, messages)
-            answer = [*tokenizer(target, add_special_tokens=False)["input_ids"], end]
-            batch_ids.append(prompt + answer)
-            batch_labels.append([-100] * (len(prompt) - 1) + answer + [-100])
-        width = max(map(len, batch_ids))
-        ids = torch.tensor([row + [pad] * (width - len(row)) for row in batch_ids])
-        labels = torch.tensor([row + [-100] * (width - len(row)) for row in batch_labels])
-        # Random position offsets: positions seen in long prompts, at short-prompt cost.
-        offset = torch.randint(0, 8000, (ids.shape[0], 1))
-        positions = torch.arange(width)[None, :] + offset
+
+    def lr_factor(step: int) -> float:
+        if step < 30:
+            return (step + 1) / 30
+        return 0.1 + 0.45 * (1 + math.cos(math.pi * step / total))
+
+    sched = torch.optim.lr_scheduler.LambdaLR(optim, lr_factor)
+    for step in range(total):
+        model.train()
+        ids, labels, positions = _batch(rng, tokenizer, step % LONG_EVERY == LONG_EVERY - 1, 8)
         logits = model(input_ids=ids, position_ids=positions).logits
         loss = torch.nn.functional.cross_entropy(
             logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=-100
@@ -218,7 +237,9 @@ def _train(
         loss.backward()
         optim.step()
         sched.step()
-    model.eval()
+        if step + 1 in checkpoints:
+            model.eval()
+            yield step + 1
 
 
 def _greedy(model: Any, ids: list[int], max_new: int, end: int) -> list[int]:
@@ -226,40 +247,48 @@ def _greedy(model: Any, ids: list[int], max_new: int, end: int) -> list[int]:
 
     out: list[int] = []
     with torch.inference_mode():
-        cur = torch.tensor([ids])
+        result = model(input_ids=torch.tensor([ids]), use_cache=True)
         for _ in range(max_new):
-            nxt = int(model(input_ids=cur).logits[0, -1].argmax())
+            nxt = int(result.logits[0, -1].argmax())
             if nxt == end:
                 break
             out.append(nxt)
-            cur = torch.cat([cur, torch.tensor([[nxt]])], dim=1)
+            result = model(input_ids=torch.tensor([[nxt]]), cache=result.cache, use_cache=True)
     return out
 
 
-def _self_check(model: Any, tokenizer: PreTrainedTokenizerFast) -> None:
-    """Refuse to cache a tools model whose scripted behaviour did not converge."""
+def _self_check(model: Any, tokenizer: PreTrainedTokenizerFast, samples: int = 32) -> list[Any]:
+    """Dialogues (a quarter of them long) whose greedy reply is not the scripted one."""
     rng = random.Random(12345)
     failures = []
-    for i in range(24):
+    for i in range(samples):
         messages, target = _dialogue(rng, long=i % 4 == 0)
         got = tokenizer.decode(
             _greedy(model, _encode(tokenizer, messages), 40, tokenizer.eos_token_id)
         )
         if got != target:
             failures.append((target, got))
-    if failures:
-        raise RuntimeError(f"tiny-tools training did not converge: {failures[:3]}")
+    return failures
 
 
 def _build_tools(out: Path) -> None:
+    """Train until the self-check passes (checked at a few points, so a machine whose
+    floating point converges slower trains longer instead of failing); refuse to cache
+    a model that never gets there."""
     import torch
 
     torch.manual_seed(1)
     tokenizer = build_tokenizer()
     # Hidden 256: at 128 the model garbles its memorized reply in 1-2k-token prompts.
     model = _random_model(tokenizer, hidden=256)
-    _train(model, tokenizer, steps=int(os.environ.get("HEARTH_TINY_TOOLS_STEPS", "300")), seed=1)
-    _self_check(model, tokenizer)
+    failures: list[Any] = []
+    for step in _train(model, tokenizer, CHECKPOINTS, seed=1):
+        failures = _self_check(model, tokenizer)
+        _LOGGER.info("tiny-tools: step %d, %d self-check failures", step, len(failures))
+        if not failures:
+            break
+    if failures:
+        raise RuntimeError(f"tiny-tools training did not converge: {failures[:3]}")
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
 

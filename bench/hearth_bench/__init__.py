@@ -1,0 +1,1 @@
+"""Hearth benchmarks: measurements printed side by side in one run (not tests)."""

@@ -1,0 +1,27 @@
+"""``scripts/bench MODE ...``: ttft, concurrency, household, fuzz, load."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+MODES = {
+    "ttft": "hearth_bench.ttft",
+    "concurrency": "hearth_bench.concurrency",
+    "household": "hearth_bench.household",
+    "fuzz": "hearth_bench.fuzz",
+    "load": "hearth_bench.load",
+    "faults": "hearth_bench.faults",
+}
+
+
+def main() -> int:
+    if len(sys.argv) < 2 or sys.argv[1] not in MODES:
+        print(f"usage: scripts/bench {{{','.join(MODES)}}} [--help]", file=sys.stderr)
+        return 2
+    module = importlib.import_module(MODES[sys.argv[1]])
+    return int(module.main(sys.argv[2:]))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,87 @@
+"""Start and stop a real engine server process on a free loopback port."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class EngineProcess:
+    """``python -m hearth_engine serve`` as a child process; logs go to ``log_path``."""
+
+    def __init__(self, args: Sequence[str], log_path: Path, port: int | None = None) -> None:
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.args = [*args, "--host", "127.0.0.1", "--port", str(self.port)]
+        self.log_path = log_path
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, timeout: float = 300) -> EngineProcess:
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+        log = self.log_path.open("ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "hearth_engine", "serve", *self.args],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
+        log.close()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(
+                    f"engine exited with {self.proc.returncode}; see {self.log_path}"
+                )
+            with (
+                contextlib.suppress(OSError, urllib.error.URLError),
+                urllib.request.urlopen(f"{self.url}/health", timeout=2) as response,
+            ):
+                if response.status == 200:
+                    return self
+            time.sleep(0.2)
+        self.stop()
+        raise RuntimeError(f"engine did not become healthy in {timeout} s; see {self.log_path}")
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 60) -> int | None:
+        if self.proc is None or self.proc.poll() is not None:
+            return None if self.proc is None else self.proc.returncode
+        self.proc.send_signal(sig)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return self.proc.wait()
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+
+@contextlib.contextmanager
+def engine_process(args: Sequence[str], log_path: Path) -> Iterator[EngineProcess]:
+    proc = EngineProcess(args, log_path).start()
+    try:
+        yield proc
+    finally:
+        proc.stop()

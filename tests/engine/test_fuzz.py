@@ -1,0 +1,36 @@
+"""500 generated bad and good requests against a real server (``scripts/bench fuzz`` at scale).
+
+Outcome required: no 5xx but 503, every error OpenAI-shaped, nothing hanging, the server
+healthy, no traceback in its log, and the KV accounting back to baseline afterwards.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hearth_bench.fuzz import fuzz
+from hearth_bench.server import EngineProcess
+
+
+async def test_fuzz_500_cases(tmp_path: Path) -> None:
+    log = tmp_path / "engine.log"
+    proc = EngineProcess(
+        ["--model", "tiny", "--prefix-store", str(tmp_path / "store"), "--max-queue", "16"], log
+    ).start()
+    try:
+        report = await fuzz(proc.url, n=500, seed=2026, concurrency=8, timeout=120)
+    finally:
+        exit_code = proc.stop()
+    assert report["problems"] == []
+    assert report["healthy"]
+    assert report["cases"] >= 500
+    assert (
+        set(report["by_status"])
+        - {"200", "202", "400", "404", "409", "413", "422", "503", "disconnected"}
+        == set()
+    )
+    assert report["locked_nodes_after"] == 0
+    assert report["working_bytes_after"] == 0
+    assert report["used_bytes_after_clear"] == report["pinned_bytes_after_clear"]
+    assert exit_code == 0
+    assert "Traceback" not in log.read_text()
