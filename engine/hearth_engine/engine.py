@@ -21,7 +21,7 @@ import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -760,7 +760,7 @@ class Engine:
                 if not store.save(ns, tokens, kv):
                     self.counters.store_failures += 1
 
-            self._io.submit(save)
+            self._submit_io(save)
         self._resolve_pin(name, generation, state="ready", prefill_ms=prefill_ms, restored=restored)
         self._save_manifest()
 
@@ -791,6 +791,19 @@ class Engine:
         for waiter in self._pin_waiters.pop((name, generation), []):
             waiter(result)
 
+    def _submit_io(self, task: Callable[[], None]) -> None:
+        """Run store I/O off the worker thread; a failure is logged, never lost."""
+
+        def done(future: Future[None]) -> None:
+            error = future.exception()
+            if error is not None:
+                _LOGGER.error("Prefix store task failed: %s", error, exc_info=error)
+
+        try:
+            self._io.submit(task).add_done_callback(done)
+        except RuntimeError:  # executor shut down: the engine is stopping
+            _LOGGER.debug("store task dropped at shutdown")
+
     def _save_manifest(self) -> None:
         if self.store is None or self.config.cache_mode is not CacheMode.RADIX:
             return
@@ -805,7 +818,7 @@ class Engine:
             store.write_manifest(ns, entries)
             store.prune({e.key for e in entries})
 
-        self._io.submit(write)
+        self._submit_io(write)
 
     def _restore_manifest(self) -> None:
         """At start-up, bring back the pins of the previous run from the store."""

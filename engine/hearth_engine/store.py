@@ -26,7 +26,8 @@ from typing import Any
 
 import torch
 from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
+from safetensors.torch import save as serialize
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -90,11 +91,16 @@ class PrefixStore:
             "tokens": torch.tensor(tokens, dtype=torch.int64),
         }
         metadata = {"format": FORMAT, "namespace": namespace, "n_tokens": str(len(tokens))}
+        # Serialize in memory, then write with plain file I/O: the OS error (ENOSPC,
+        # EROFS, ...) arrives as an OSError with its errno, not as a serializer error.
+        data = serialize(tensors, metadata=metadata)
         tmp_name = None
         try:
             fd, tmp_name = tempfile.mkstemp(prefix=".tmp-", suffix=".safetensors", dir=self.root)
-            os.close(fd)
-            save_file(tensors, tmp_name, metadata=metadata)
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
             os.replace(tmp_name, target)
             tmp_name = None
             return True

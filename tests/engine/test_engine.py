@@ -172,26 +172,6 @@ async def test_corrupt_store_file_is_logged_ignored_and_rebuilt(
     assert third.pin_status("house")["restored"] is True
 
 
-async def test_read_only_store_keeps_serving_and_warns_once(
-    make_engine, tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-    store = tmp_path / "store"
-    store.mkdir()
-    engine = make_engine(prefix_store=store)
-    store.chmod(0o500)
-    try:
-        caplog.set_level(logging.WARNING)
-        for i in range(3):
-            status = await engine.pin(f"p{i}", tokens(16 + i, 100))
-            assert status.state == "ready"
-        await engine.shutdown()
-    finally:
-        store.chmod(0o700)
-    warnings = [r for r in caplog.records if "cannot write" in r.getMessage()]
-    if warnings:  # root ignores permissions; then the writes simply succeed
-        assert len(warnings) == 1
-
-
 async def test_random_cancellations_leave_no_locks(make_engine) -> None:
     engine = make_engine(max_queue=256, max_running=6)
     house = tokens(20, 300)
