@@ -1,0 +1,266 @@
+"""HTTP client for the Hearth engine (see docs/api.md).
+
+This module knows nothing about Home Assistant: it speaks the engine's HTTP + JSON
+contract over an aiohttp session and raises its own errors. Every request goes
+through ``_open``, the one place where transport and HTTP errors become
+``HearthError`` subclasses.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+
+from .const import CHAT_READ_TIMEOUT, PIN_TIMEOUT, REQUEST_TIMEOUT
+
+SSE_DATA = "data:"
+SSE_DONE = "[DONE]"
+
+
+class HearthError(Exception):
+    """Base error of the Hearth client."""
+
+
+class HearthConnectionError(HearthError):
+    """The engine cannot be reached, timed out or sent something unreadable."""
+
+
+class HearthResponseError(HearthError):
+    """The engine answered with an error status (OpenAI-style error body)."""
+
+    def __init__(self, status: int, code: str | None, message: str) -> None:
+        """Keep the status and the engine's error code."""
+        super().__init__(f"HTTP {status} ({code or 'error'}): {message}")
+        self.status = status
+        self.code = code
+        self.message = message
+
+
+class HearthAuthError(HearthResponseError):
+    """The engine needs an API key, or the key is wrong (401)."""
+
+
+class HearthNotFoundError(HearthResponseError):
+    """Unknown route or pin (404)."""
+
+
+def _error_for(status: int, code: str | None, message: str) -> HearthResponseError:
+    if status == 401:
+        return HearthAuthError(status, code, message)
+    if status == 404:
+        return HearthNotFoundError(status, code, message)
+    return HearthResponseError(status, code, message)
+
+
+@dataclass(frozen=True, slots=True)
+class RequestUsage:
+    """Per-request figures from the last chunk of a stream (``usage``)."""
+
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int
+    ttft_ms: float | None
+    prefill_ms: float | None
+    decode_tokens_per_s: float | None
+    pin: str | None
+
+    @classmethod
+    def from_usage(cls, usage: Mapping[str, Any]) -> RequestUsage:
+        """Parse an OpenAI ``usage`` object with Hearth's extensions."""
+        details = usage.get("prompt_tokens_details") or {}
+        hearth = usage.get("hearth") or {}
+        return cls(
+            prompt_tokens=int(usage.get("prompt_tokens") or 0),
+            completion_tokens=int(usage.get("completion_tokens") or 0),
+            cached_tokens=int(details.get("cached_tokens") or 0),
+            ttft_ms=_float_or_none(hearth.get("ttft_ms")),
+            prefill_ms=_float_or_none(hearth.get("prefill_ms")),
+            decode_tokens_per_s=_float_or_none(hearth.get("decode_tokens_per_s")),
+            pin=hearth.get("pin"),
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        """Return the figures as a dict (for traces and diagnostics)."""
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "cached_tokens": self.cached_tokens,
+            "ttft_ms": self.ttft_ms,
+            "prefill_ms": self.prefill_ms,
+            "decode_tokens_per_s": self.decode_tokens_per_s,
+            "pin": self.pin,
+        }
+
+
+def _float_or_none(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+class HearthClient:
+    """A Hearth engine at ``url``, reached through Home Assistant's aiohttp session."""
+
+    def __init__(self, session: aiohttp.ClientSession, url: str, api_key: str | None) -> None:
+        """Store the session, the base URL and the optional API key."""
+        self._session = session
+        self._base = url.rstrip("/")
+        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+    @property
+    def url(self) -> str:
+        """Base URL of the engine."""
+        return self._base
+
+    # ------------------------------------------------------------------ routes
+
+    async def async_health(self) -> None:
+        """``GET /health``: raises unless the engine answers (needs no key)."""
+        await self._json("GET", "/health")
+
+    async def async_models(self) -> list[dict[str, Any]]:
+        """``GET /v1/models``: the served model(s); checks the API key."""
+        data = await self._json("GET", "/v1/models")
+        models = data.get("data") if isinstance(data, dict) else None
+        if not isinstance(models, list):
+            raise HearthConnectionError("unexpected answer from /v1/models")
+        return models
+
+    async def async_stats(self) -> dict[str, Any]:
+        """``GET /v1/stats``: all engine counters."""
+        data = await self._json("GET", "/v1/stats")
+        if not isinstance(data, dict) or "instance_id" not in data:
+            raise HearthConnectionError("unexpected answer from /v1/stats")
+        return data
+
+    async def async_list_prefixes(self) -> list[dict[str, Any]]:
+        """``GET /v1/prefixes``: every pin (ready, warming or failed)."""
+        data = await self._json("GET", "/v1/prefixes")
+        pins = data.get("data") if isinstance(data, dict) else None
+        if not isinstance(pins, list):
+            raise HearthConnectionError("unexpected answer from /v1/prefixes")
+        return pins
+
+    async def async_put_prefix(self, name: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        """``PUT /v1/prefixes/{name}?wait=true``: pin a prefix, answer once it is ready."""
+        data = await self._json(
+            "PUT",
+            f"/v1/prefixes/{name}",
+            body=body,
+            params={"wait": "true"},
+            client_timeout=aiohttp.ClientTimeout(total=PIN_TIMEOUT),
+        )
+        return data if isinstance(data, dict) else {}
+
+    async def async_delete_prefix(self, name: str) -> None:
+        """``DELETE /v1/prefixes/{name}``."""
+        await self._json("DELETE", f"/v1/prefixes/{name}")
+
+    async def async_clear_cache(self) -> int:
+        """``POST /v1/cache/clear``: drop unpinned, unused cache; returns bytes freed."""
+        data = await self._json("POST", "/v1/cache/clear")
+        return int(data.get("freed_bytes", 0)) if isinstance(data, dict) else 0
+
+    async def async_chat_stream(self, body: Mapping[str, Any]) -> AsyncGenerator[dict[str, Any]]:
+        """``POST /v1/chat/completions`` with ``stream: true``: yield each chunk.
+
+        An error sent inside the stream (``data: {"error": ...}``) is raised as a
+        ``HearthResponseError``; the stream ends at ``data: [DONE]``.
+        """
+        timeout = aiohttp.ClientTimeout(
+            total=None, sock_connect=REQUEST_TIMEOUT, sock_read=CHAT_READ_TIMEOUT
+        )
+        async with self._open(
+            "POST", "/v1/chat/completions", body=body, client_timeout=timeout
+        ) as resp:
+            async for payload in _sse_payloads(resp):
+                if payload == SSE_DONE:
+                    return
+                chunk = _loads(payload)
+                if not isinstance(chunk, dict):
+                    raise HearthConnectionError("unexpected chunk in the chat stream")
+                if isinstance(error := chunk.get("error"), dict):
+                    raise _error_for(500, error.get("code"), str(error.get("message", "")))
+                yield chunk
+
+    # ----------------------------------------------------------------- helpers
+
+    async def _json(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Mapping[str, Any] | None = None,
+        params: Mapping[str, str] | None = None,
+        client_timeout: aiohttp.ClientTimeout | None = None,
+    ) -> Any:
+        async with self._open(
+            method, path, body=body, params=params, client_timeout=client_timeout
+        ) as resp:
+            return _loads(await resp.text())
+
+    @asynccontextmanager
+    async def _open(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Mapping[str, Any] | None = None,
+        params: Mapping[str, str] | None = None,
+        client_timeout: aiohttp.ClientTimeout | None = None,
+    ) -> AsyncIterator[aiohttp.ClientResponse]:
+        """Send a request; the one place where errors become ``HearthError``s."""
+        try:
+            async with self._session.request(
+                method,
+                f"{self._base}{path}",
+                json=body,
+                params=params,
+                headers=self._headers,
+                timeout=client_timeout or aiohttp.ClientTimeout(total=REQUEST_TIMEOUT),
+            ) as resp:
+                if resp.status >= 400:
+                    raise await _response_error(resp)
+                yield resp
+        except TimeoutError as err:
+            raise HearthConnectionError(f"{method} {path} timed out") from err
+        except aiohttp.ClientError as err:
+            raise HearthConnectionError(f"{method} {path} failed: {err}") from err
+
+
+async def _response_error(resp: aiohttp.ClientResponse) -> HearthResponseError:
+    """The engine's OpenAI-style error body (or the bare status) as an exception."""
+    code: str | None = None
+    message = resp.reason or "request failed"
+    try:
+        data = json.loads(await resp.text())
+    except ValueError:
+        data = None
+    if isinstance(data, dict) and isinstance(error := data.get("error"), dict):
+        code = error.get("code")
+        message = str(error.get("message") or message)
+    return _error_for(resp.status, code, message)
+
+
+def _loads(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError as err:
+        raise HearthConnectionError("the engine sent invalid JSON") from err
+
+
+async def _sse_payloads(resp: aiohttp.ClientResponse) -> AsyncIterator[str]:
+    """The ``data:`` payloads of a server-sent event stream, in order."""
+    buffer = b""
+    async for block in resp.content.iter_any():
+        buffer += block
+        *lines, buffer = buffer.split(b"\n")
+        for raw in lines:
+            line = raw.decode("utf-8").strip()
+            if line.startswith(SSE_DATA):
+                yield line[len(SSE_DATA) :].strip()
+    if (tail := buffer.decode("utf-8").strip()).startswith(SSE_DATA):
+        yield tail[len(SSE_DATA) :].strip()

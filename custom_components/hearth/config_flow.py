@@ -1,0 +1,312 @@
+"""Config flow: the engine (URL + optional API key) and its conversation agents."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import probatio
+from homeassistant.config_entries import (
+    ConfigEntry,
+    ConfigFlow,
+    ConfigFlowResult,
+    ConfigSubentryFlow,
+    SubentryFlowResult,
+)
+from homeassistant.const import CONF_API_KEY, CONF_LLM_HASS_API, CONF_NAME, CONF_PROMPT, CONF_URL
+from homeassistant.core import HomeAssistant, callback
+from homeassistant.helpers import config_validation as cv
+from homeassistant.helpers import llm
+from homeassistant.helpers.aiohttp_client import async_get_clientsession
+from homeassistant.helpers.selector import (
+    NumberSelector,
+    NumberSelectorConfig,
+    NumberSelectorMode,
+    SelectOptionDict,
+    SelectSelector,
+    SelectSelectorConfig,
+    TemplateSelector,
+    TextSelector,
+    TextSelectorConfig,
+    TextSelectorType,
+)
+from yarl import URL
+
+from .api import HearthAuthError, HearthClient, HearthConnectionError, HearthError
+from .const import (
+    CONF_MAX_HISTORY,
+    CONF_MAX_TOKENS,
+    CONF_REPIN_DEBOUNCE,
+    CONF_TEMPERATURE,
+    DEFAULT_CONVERSATION_NAME,
+    DEFAULT_URL,
+    DOMAIN,
+    LOGGER,
+    RECOMMENDED_CONVERSATION_OPTIONS,
+    SUBENTRY_CONVERSATION,
+)
+from .prefix import llm_api_ids
+
+STEP_USER_SCHEMA = probatio.Schema(
+    {
+        probatio.Required(CONF_URL, default=DEFAULT_URL): TextSelector(
+            TextSelectorConfig(type=TextSelectorType.URL)
+        ),
+        probatio.Optional(CONF_API_KEY): TextSelector(
+            TextSelectorConfig(type=TextSelectorType.PASSWORD)
+        ),
+    }
+)
+STEP_REAUTH_SCHEMA = probatio.Schema(
+    {
+        probatio.Optional(CONF_API_KEY): TextSelector(
+            TextSelectorConfig(type=TextSelectorType.PASSWORD)
+        ),
+    }
+)
+
+# Numeric agent options: (key, cast); NumberSelector answers floats.
+_NUMBER_OPTIONS: tuple[tuple[str, type], ...] = (
+    (CONF_MAX_HISTORY, int),
+    (CONF_TEMPERATURE, float),
+    (CONF_MAX_TOKENS, int),
+    (CONF_REPIN_DEBOUNCE, float),
+)
+
+
+def normalize_url(url: str) -> str:
+    """``scheme://host:port/path`` without a trailing slash: the entry's unique id."""
+    parsed = URL(url.strip())
+    return f"{parsed.scheme}://{parsed.host}:{parsed.port}{parsed.path.rstrip('/')}".lower()
+
+
+async def _async_validate(hass: HomeAssistant, url: str, api_key: str | None) -> str | None:
+    """Check ``/health`` and ``/v1/models`` (which needs the key); an error key or None."""
+    client = HearthClient(async_get_clientsession(hass), url, api_key)
+    try:
+        await client.async_health()
+        await client.async_models()
+    except HearthAuthError:
+        return "invalid_auth"
+    except HearthConnectionError:
+        return "cannot_connect"
+    except HearthError as err:
+        LOGGER.warning("Unexpected answer from the Hearth engine at %s: %s", url, err)
+        return "unknown"
+    return None
+
+
+def _engine_data(url: str, api_key: str | None) -> dict[str, str]:
+    data = {CONF_URL: url}
+    if api_key:
+        data[CONF_API_KEY] = api_key
+    return data
+
+
+class HearthConfigFlow(ConfigFlow, domain=DOMAIN):
+    """Add a Hearth engine."""
+
+    VERSION = 1
+    MINOR_VERSION = 1
+
+    async def async_step_user(self, user_input: dict[str, Any] | None = None) -> ConfigFlowResult:
+        """Ask for the engine URL and API key; validate them."""
+        errors: dict[str, str] = {}
+        if user_input is not None:
+            url, api_key, error = await self._async_check_input(user_input)
+            if error is None:
+                await self.async_set_unique_id(normalize_url(url))
+                self._abort_if_unique_id_configured()
+                return self.async_create_entry(
+                    title=url,
+                    data=_engine_data(url, api_key),
+                    subentries=[
+                        {
+                            "subentry_type": SUBENTRY_CONVERSATION,
+                            "data": RECOMMENDED_CONVERSATION_OPTIONS,
+                            "title": DEFAULT_CONVERSATION_NAME,
+                            "unique_id": None,
+                        }
+                    ],
+                )
+            errors["base"] = error
+        return self.async_show_form(
+            step_id="user",
+            data_schema=self.add_suggested_values_to_schema(STEP_USER_SCHEMA, user_input or {}),
+            errors=errors,
+        )
+
+    async def async_step_reconfigure(
+        self, user_input: dict[str, Any] | None = None
+    ) -> ConfigFlowResult:
+        """Change the engine URL or API key."""
+        entry = self._get_reconfigure_entry()
+        errors: dict[str, str] = {}
+        if user_input is not None:
+            url, api_key, error = await self._async_check_input(user_input)
+            if error is None:
+                unique_id = normalize_url(url)
+                if unique_id != entry.unique_id and (
+                    self.hass.config_entries.async_entry_for_domain_unique_id(DOMAIN, unique_id)
+                ):
+                    return self.async_abort(reason="already_configured")
+                return self._async_update_engine(
+                    entry, unique_id=unique_id, title=url, data=_engine_data(url, api_key)
+                )
+            errors["base"] = error
+        return self.async_show_form(
+            step_id="reconfigure",
+            data_schema=self.add_suggested_values_to_schema(
+                STEP_USER_SCHEMA, user_input or dict(entry.data)
+            ),
+            errors=errors,
+        )
+
+    async def async_step_reauth(self, entry_data: Mapping[str, Any]) -> ConfigFlowResult:
+        """The engine refused the API key (401)."""
+        return await self.async_step_reauth_confirm()
+
+    async def async_step_reauth_confirm(
+        self, user_input: dict[str, Any] | None = None
+    ) -> ConfigFlowResult:
+        """Ask for a new API key."""
+        entry = self._get_reauth_entry()
+        errors: dict[str, str] = {}
+        if user_input is not None:
+            api_key = (user_input.get(CONF_API_KEY) or "").strip() or None
+            error = await _async_validate(self.hass, entry.data[CONF_URL], api_key)
+            if error is None:
+                return self._async_update_engine(
+                    entry, data=_engine_data(entry.data[CONF_URL], api_key)
+                )
+            errors["base"] = error
+        return self.async_show_form(
+            step_id="reauth_confirm",
+            data_schema=STEP_REAUTH_SCHEMA,
+            description_placeholders={CONF_URL: entry.data[CONF_URL]},
+            errors=errors,
+        )
+
+    def _async_update_engine(self, entry: ConfigEntry, **changes: Any) -> ConfigFlowResult:
+        """Update the entry and abort; the entry reloads with the new settings.
+
+        A loaded entry reloads from its update listener; one that failed to set up
+        (e.g. a refused key) has no listener, so it is reloaded here.
+        """
+        loaded = bool(entry.update_listeners)
+        result = self.async_update_and_abort(entry, **changes)
+        if not loaded:
+            self.hass.config_entries.async_schedule_reload(entry.entry_id)
+        return result
+
+    async def _async_check_input(
+        self, user_input: Mapping[str, Any]
+    ) -> tuple[str, str | None, str | None]:
+        """(url, api key, error key or None) for a submitted user/reconfigure form."""
+        api_key = (user_input.get(CONF_API_KEY) or "").strip() or None
+        raw_url = str(user_input[CONF_URL]).strip()
+        try:
+            url = str(cv.url(raw_url)).rstrip("/")
+        except probatio.Invalid:
+            return raw_url, api_key, "invalid_url"
+        return url, api_key, await _async_validate(self.hass, url, api_key)
+
+    @classmethod
+    @callback
+    def async_get_supported_subentry_types(
+        cls, config_entry: ConfigEntry
+    ) -> dict[str, type[ConfigSubentryFlow]]:
+        """Conversation agents are subentries."""
+        return {SUBENTRY_CONVERSATION: ConversationFlowHandler}
+
+
+class ConversationFlowHandler(ConfigSubentryFlow):
+    """Add or reconfigure a conversation agent."""
+
+    @property
+    def _is_new(self) -> bool:
+        return self.source == "user"
+
+    async def async_step_set_options(
+        self, user_input: dict[str, Any] | None = None
+    ) -> SubentryFlowResult:
+        """Instructions, LLM APIs, history, sampling and re-pin debounce."""
+        if user_input is None:
+            options: Mapping[str, Any] = (
+                RECOMMENDED_CONVERSATION_OPTIONS
+                if self._is_new
+                else self._get_reconfigure_subentry().data
+            )
+            return self.async_show_form(
+                step_id="set_options",
+                data_schema=agent_options_schema(self.hass, options, is_new=self._is_new),
+            )
+        data = dict(user_input)
+        title = str(data.pop(CONF_NAME, DEFAULT_CONVERSATION_NAME))
+        for key, cast in _NUMBER_OPTIONS:
+            data[key] = cast(data.get(key, RECOMMENDED_CONVERSATION_OPTIONS[key]))
+        if self._is_new:
+            return self.async_create_entry(title=title, data=data)
+        return self.async_update_and_abort(
+            self._get_entry(), self._get_reconfigure_subentry(), data=data
+        )
+
+    async_step_user = async_step_set_options
+    async_step_reconfigure = async_step_set_options
+
+
+def agent_options_schema(
+    hass: HomeAssistant, options: Mapping[str, Any], *, is_new: bool
+) -> probatio.Schema:
+    """Form of an agent's options, pre-filled with ``options``."""
+    schema: dict[Any, Any] = {}
+    if is_new:
+        schema[probatio.Required(CONF_NAME, default=DEFAULT_CONVERSATION_NAME)] = str
+
+    def suggested(key: str) -> dict[str, Any]:
+        return {"suggested_value": options.get(key, RECOMMENDED_CONVERSATION_OPTIONS[key])}
+
+    schema.update(
+        {
+            probatio.Optional(CONF_PROMPT, description=suggested(CONF_PROMPT)): TemplateSelector(),
+            probatio.Optional(
+                CONF_LLM_HASS_API,
+                description={"suggested_value": llm_api_ids(hass, options)},
+            ): SelectSelector(
+                SelectSelectorConfig(
+                    options=[
+                        SelectOptionDict(label=api.name, value=api.id)
+                        for api in llm.async_get_apis(hass)
+                    ],
+                    multiple=True,
+                )
+            ),
+            probatio.Optional(CONF_MAX_HISTORY, description=suggested(CONF_MAX_HISTORY)): (
+                NumberSelector(
+                    NumberSelectorConfig(min=0, max=100, step=1, mode=NumberSelectorMode.BOX)
+                )
+            ),
+            probatio.Optional(CONF_TEMPERATURE, description=suggested(CONF_TEMPERATURE)): (
+                NumberSelector(
+                    NumberSelectorConfig(min=0, max=2, step=0.05, mode=NumberSelectorMode.SLIDER)
+                )
+            ),
+            probatio.Optional(CONF_MAX_TOKENS, description=suggested(CONF_MAX_TOKENS)): (
+                NumberSelector(
+                    NumberSelectorConfig(min=1, max=8192, step=1, mode=NumberSelectorMode.BOX)
+                )
+            ),
+            probatio.Optional(CONF_REPIN_DEBOUNCE, description=suggested(CONF_REPIN_DEBOUNCE)): (
+                NumberSelector(
+                    NumberSelectorConfig(
+                        min=0,
+                        max=300,
+                        step=0.1,
+                        unit_of_measurement="s",
+                        mode=NumberSelectorMode.BOX,
+                    )
+                )
+            ),
+        }
+    )
+    return probatio.Schema(schema)

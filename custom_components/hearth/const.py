@@ -1,0 +1,59 @@
+"""Constants for the Hearth integration."""
+
+import logging
+from datetime import timedelta
+from typing import Final
+
+from homeassistant.const import CONF_LLM_HASS_API, CONF_PROMPT
+from homeassistant.helpers import llm
+
+DOMAIN: Final = "hearth"
+LOGGER = logging.getLogger(__package__)
+
+DEFAULT_URL: Final = "http://127.0.0.1:8765"
+DEFAULT_NAME: Final = "Hearth"
+DEFAULT_CONVERSATION_NAME: Final = "Hearth"
+SUBENTRY_CONVERSATION: Final = "conversation"
+
+# Conversation agent (subentry) options.
+CONF_MAX_HISTORY: Final = "max_history"
+CONF_TEMPERATURE: Final = "temperature"
+CONF_MAX_TOKENS: Final = "max_tokens"
+CONF_REPIN_DEBOUNCE: Final = "repin_debounce"
+
+DEFAULT_MAX_HISTORY: Final = 10  # earlier turns re-sent with each request
+DEFAULT_TEMPERATURE: Final = 0.0  # greedy, the engine's default
+DEFAULT_MAX_TOKENS: Final = 256
+DEFAULT_REPIN_DEBOUNCE: Final = 2.0  # seconds of quiet before a re-pin
+
+RECOMMENDED_CONVERSATION_OPTIONS: Final = {
+    CONF_PROMPT: llm.DEFAULT_INSTRUCTIONS_PROMPT,
+    CONF_LLM_HASS_API: [llm.LLM_API_ASSIST],
+    CONF_MAX_HISTORY: DEFAULT_MAX_HISTORY,
+    CONF_TEMPERATURE: DEFAULT_TEMPERATURE,
+    CONF_MAX_TOKENS: DEFAULT_MAX_TOKENS,
+    CONF_REPIN_DEBOUNCE: DEFAULT_REPIN_DEBOUNCE,
+}
+
+# The chat loop: at most this many engine requests (tool rounds) per user turn.
+MAX_TOOL_ITERATIONS: Final = 10
+
+# Engine polling and timeouts.
+SCAN_INTERVAL: Final = timedelta(seconds=10)
+REQUEST_TIMEOUT: Final = 10.0  # seconds, for the small JSON routes
+PIN_TIMEOUT: Final = 600.0  # seconds: a cold multi-thousand-token prefill on a CPU
+CHAT_READ_TIMEOUT: Final = 300.0  # seconds between two stream chunks (covers prefill)
+
+# A burst of registry changes is merged into one re-pin, but a re-pin is never
+# postponed by more than this many debounce periods.
+REPIN_MAX_DELAY_FACTOR: Final = 10
+
+# Services.
+SERVICE_REFRESH_PREFIX: Final = "refresh_prefix"
+SERVICE_CLEAR_CACHE: Final = "clear_cache"
+ATTR_CONFIG_ENTRY_ID: Final = "config_entry_id"
+
+MIB: Final = 1024 * 1024
+
+# Dispatcher signal (format with the subentry id): an agent's options changed.
+SIGNAL_AGENT_OPTIONS_UPDATED: Final = f"{DOMAIN}_agent_options_updated_{{}}"

@@ -1,0 +1,71 @@
+"""Typed config entry and the runtime data of a Hearth engine entry."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from homeassistant.config_entries import ConfigEntry
+
+from .api import HearthClient, RequestUsage
+
+if TYPE_CHECKING:
+    from .coordinator import HearthCoordinator
+    from .prefix import PrefixManager
+
+type HearthConfigEntry = ConfigEntry[HearthData]
+
+
+@dataclass(frozen=True, slots=True)
+class TurnUsage:
+    """Engine usage of one conversation turn (one or more requests in the tool loop)."""
+
+    agent_id: str
+    requests: tuple[RequestUsage, ...]
+
+    @property
+    def prompt_tokens(self) -> int:
+        """Prompt tokens of all requests of the turn."""
+        return sum(r.prompt_tokens for r in self.requests)
+
+    @property
+    def cached_tokens(self) -> int:
+        """Prompt tokens the engine served from its cache."""
+        return sum(r.cached_tokens for r in self.requests)
+
+    @property
+    def completion_tokens(self) -> int:
+        """Generated tokens of all requests of the turn."""
+        return sum(r.completion_tokens for r in self.requests)
+
+    @property
+    def ttft_ms(self) -> float | None:
+        """Time to the first token of the turn (its first request): what the user waits."""
+        return self.requests[0].ttft_ms if self.requests else None
+
+    def as_dict(self) -> dict[str, Any]:
+        """Summary plus every request (for the conversation trace and diagnostics)."""
+        return {
+            "agent_id": self.agent_id,
+            "prompt_tokens": self.prompt_tokens,
+            "cached_tokens": self.cached_tokens,
+            "completion_tokens": self.completion_tokens,
+            "ttft_ms": self.ttft_ms,
+            "requests": [r.as_dict() for r in self.requests],
+        }
+
+
+@dataclass(slots=True)
+class HearthData:
+    """Everything a loaded engine entry holds (``entry.runtime_data``)."""
+
+    client: HearthClient
+    coordinator: HearthCoordinator
+    prefixes: PrefixManager
+    # What the entry was loaded with: a change to it needs a reload, while a change
+    # to an agent's options only needs that agent's prefix re-rendered.
+    loaded_data: Mapping[str, Any]
+    loaded_subentries: frozenset[tuple[str, str, str]]
+    subentry_options: dict[str, Mapping[str, Any]] = field(default_factory=dict)
+    last_turn: TurnUsage | None = None

@@ -1,0 +1,273 @@
+"""Base entities of the Hearth integration; the LLM entity holds the chat loop."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncGenerator, Mapping
+from contextlib import aclosing
+from dataclasses import dataclass, field
+from typing import Any
+
+from homeassistant.components import conversation
+from homeassistant.config_entries import ConfigSubentry
+from homeassistant.core import callback
+from homeassistant.helpers import device_registry as dr
+from homeassistant.helpers import llm
+from homeassistant.helpers.entity import Entity
+from homeassistant.helpers.update_coordinator import CoordinatorEntity
+from homeassistant.util.ulid import ulid_now
+
+from .api import RequestUsage
+from .const import (
+    CONF_MAX_HISTORY,
+    CONF_MAX_TOKENS,
+    CONF_TEMPERATURE,
+    DEFAULT_MAX_HISTORY,
+    DEFAULT_MAX_TOKENS,
+    DEFAULT_NAME,
+    DEFAULT_TEMPERATURE,
+    DOMAIN,
+    MAX_TOOL_ITERATIONS,
+)
+from .coordinator import HearthCoordinator
+from .data import HearthConfigEntry, TurnUsage
+from .prefix import HousePrefix, pin_name
+from .prompt import HearthNative, build_messages, volatile_context
+
+MANUFACTURER = "Hearth"
+
+
+def engine_device_info(entry: HearthConfigEntry, model: str | None) -> dr.DeviceInfo:
+    """The service device of an engine entry (named "Hearth")."""
+    return dr.DeviceInfo(
+        identifiers={(DOMAIN, entry.entry_id)},
+        name=DEFAULT_NAME,
+        manufacturer=MANUFACTURER,
+        model=model,
+        configuration_url=entry.runtime_data.client.url,
+        entry_type=dr.DeviceEntryType.SERVICE,
+    )
+
+
+class HearthCoordinatorEntity(CoordinatorEntity[HearthCoordinator]):
+    """An entity of the engine's service device, fed by the coordinator."""
+
+    _attr_has_entity_name = True
+
+    def __init__(self, entry: HearthConfigEntry, key: str) -> None:
+        """Attach to the engine device of ``entry``."""
+        coordinator = entry.runtime_data.coordinator
+        super().__init__(coordinator)
+        self.entry = entry
+        self._attr_unique_id = f"{entry.entry_id}_{key}"
+        model = coordinator.data.model if coordinator.data else None
+        self._attr_device_info = engine_device_info(entry, model)
+
+
+@dataclass
+class _Reply:
+    """What one streamed engine reply carried besides the deltas."""
+
+    started: float = field(default_factory=time.monotonic)
+    content: str = ""
+    tool_calls: dict[int, dict[str, Any]] = field(default_factory=dict)
+    usage: RequestUsage | None = None
+    finish_reason: str | None = None
+    client_ttft_ms: float | None = None
+
+    def first_output(self) -> None:
+        if self.client_ttft_ms is None:
+            self.client_ttft_ms = round((time.monotonic() - self.started) * 1000, 3)
+
+    def add_tool_call_delta(self, delta: Mapping[str, Any]) -> None:
+        """Merge a (possibly partial, OpenAI-style) tool call delta by index."""
+        index = int(delta.get("index", len(self.tool_calls)))
+        call = self.tool_calls.setdefault(
+            index, {"id": "", "type": "function", "function": {"name": "", "arguments": ""}}
+        )
+        if delta.get("id"):
+            call["id"] = str(delta["id"])
+        function = delta.get("function") or {}
+        if name := function.get("name"):
+            call["function"]["name"] += str(name)
+        if (arguments := function.get("arguments")) is not None:
+            call["function"]["arguments"] += (
+                arguments if isinstance(arguments, str) else json.dumps(arguments)
+            )
+
+    def raw_tool_calls(self) -> list[dict[str, Any]]:
+        calls = [self.tool_calls[i] for i in sorted(self.tool_calls)]
+        for call in calls:
+            call["id"] = call["id"] or f"call_{ulid_now()}"
+        return calls
+
+
+def resolve_tool_name(name: str, available: list[str]) -> str:
+    """The HA tool a model means.
+
+    HA namespaces tools (``intent__HassTurnOn``); small models often call the bare
+    intent name (``HassTurnOn``). An exact match wins, then a unique ``__`` suffix
+    match; otherwise the name is passed through (HA answers "tool not found").
+    """
+    if name in available:
+        return name
+    matches = [tool for tool in available if tool.endswith(f"__{name}")]
+    return matches[0] if len(matches) == 1 else name
+
+
+def parse_tool_args(arguments: str) -> dict[str, Any]:
+    """Tool arguments (a JSON string) as a dict, without empty values.
+
+    Small models add empty optional arguments that make intent matching fail.
+    """
+    try:
+        value = json.loads(arguments) if arguments.strip() else {}
+    except ValueError:
+        return {}
+    if not isinstance(value, dict):
+        return {}
+    return {k: v for k, v in value.items() if v is not None and v != ""}
+
+
+async def _transform_stream(
+    chunks: AsyncGenerator[dict[str, Any]],
+    reply: _Reply,
+    tool_names: list[str],
+    context: str | None,
+) -> AsyncGenerator[conversation.AssistantContentDeltaDict]:
+    """Engine chunks as chat log deltas; the raw message ends up in ``native``."""
+    yield {"role": "assistant"}
+    async with aclosing(chunks):
+        async for chunk in chunks:
+            if usage := chunk.get("usage"):
+                reply.usage = RequestUsage.from_usage(usage)
+            for choice in chunk.get("choices") or ():
+                delta = choice.get("delta") or {}
+                if text := delta.get("content"):
+                    reply.first_output()
+                    reply.content += text
+                    yield {"content": text}
+                for call in delta.get("tool_calls") or ():
+                    reply.first_output()
+                    reply.add_tool_call_delta(call)
+                if finish := choice.get("finish_reason"):
+                    reply.finish_reason = finish
+    raw_calls = reply.raw_tool_calls()
+    if raw_calls:
+        yield {
+            "tool_calls": [
+                llm.ToolInput(
+                    tool_name=resolve_tool_name(call["function"]["name"], tool_names),
+                    tool_args=parse_tool_args(call["function"]["arguments"]),
+                    id=call["id"],
+                )
+                for call in raw_calls
+            ]
+        }
+    message: dict[str, Any] = {"role": "assistant", "content": reply.content}
+    if raw_calls:
+        message["tool_calls"] = raw_calls
+    yield {"native": HearthNative(context=context, message=message)}
+
+
+class HearthLLMEntity(Entity):
+    """A Hearth conversation agent (one per ``conversation`` subentry)."""
+
+    _attr_has_entity_name = True
+    _attr_name = None
+
+    def __init__(self, entry: HearthConfigEntry, subentry: ConfigSubentry) -> None:
+        """Initialize the agent of ``subentry``."""
+        self.entry = entry
+        self.subentry_id = subentry.subentry_id
+        self._attr_unique_id = subentry.subentry_id
+        self._attr_device_info = dr.DeviceInfo(
+            identifiers={(DOMAIN, subentry.subentry_id)},
+            name=subentry.title,
+            manufacturer=MANUFACTURER,
+            model="Conversation agent",
+            entry_type=dr.DeviceEntryType.SERVICE,
+        )
+
+    @property
+    def options(self) -> Mapping[str, Any]:
+        """The agent's current options (read fresh: they change without a reload)."""
+        return self.entry.subentries[self.subentry_id].data
+
+    def _request_body(self, prefix: HousePrefix, messages: list[dict[str, Any]]) -> dict[str, Any]:
+        options = self.options
+        body: dict[str, Any] = {
+            "messages": messages,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "temperature": float(options.get(CONF_TEMPERATURE, DEFAULT_TEMPERATURE)),
+            "max_tokens": int(options.get(CONF_MAX_TOKENS, DEFAULT_MAX_TOKENS)),
+        }
+        if prefix.tools:
+            body["tools"] = list(prefix.tools)
+        return body
+
+    async def _async_handle_chat_log(self, chat_log: conversation.ChatLog) -> TurnUsage:
+        """Run the tool loop for the chat log's last user message.
+
+        Every request starts with the agent's house prefix (pinned in the engine),
+        then the history exactly as sent before, then this turn's context message
+        and user text. Tool calls run through HA's LLM API (chat log) and their
+        results go back to the engine, up to ``MAX_TOOL_ITERATIONS`` requests.
+        """
+        data = self.entry.runtime_data
+        prefix = await data.prefixes.async_prefix_for_request(self.subentry_id)
+        first = chat_log.content[0] if chat_log.content else None
+        system_prompt = first.content if isinstance(first, conversation.SystemContent) else ""
+        context = volatile_context(system_prompt, prefix.system)
+        max_history = int(self.options.get(CONF_MAX_HISTORY, DEFAULT_MAX_HISTORY))
+        tool_names = [tool.name for tool in chat_log.llm_api.tools] if chat_log.llm_api else []
+        requests: list[RequestUsage] = []
+        client_ttfts: list[float | None] = []
+        try:
+            for iteration in range(MAX_TOOL_ITERATIONS):
+                messages = build_messages(prefix, chat_log.content, context, max_history)
+                reply = _Reply()
+                stream = _transform_stream(
+                    data.client.async_chat_stream(self._request_body(prefix, messages)),
+                    reply,
+                    tool_names,
+                    context if iteration == 0 else None,
+                )
+                async for _content in chat_log.async_add_delta_content_stream(
+                    self.entity_id, stream
+                ):
+                    pass
+                client_ttfts.append(reply.client_ttft_ms)
+                if reply.usage is not None:
+                    requests.append(reply.usage)
+                if not chat_log.unresponded_tool_results:
+                    break
+        finally:
+            turn = TurnUsage(agent_id=self.entity_id, requests=tuple(requests))
+            if requests:
+                self._async_record_turn(turn)
+            chat_log.async_trace(
+                {
+                    "hearth": {
+                        "pin": pin_name(self.subentry_id),
+                        "prefix_digest": prefix.digest,
+                        "prefix_bytes": len(prefix.data),
+                        "context_lines": len(context.splitlines()),
+                        "client_ttft_ms": client_ttfts,
+                        **turn.as_dict(),
+                    }
+                }
+            )
+        return turn
+
+    @callback
+    def _async_record_turn(self, turn: TurnUsage) -> None:
+        """Push the turn's figures to the sensors; refresh the engine's counters soon."""
+        data = self.entry.runtime_data
+        data.last_turn = turn
+        data.coordinator.async_update_listeners()
+        self.entry.async_create_background_task(
+            self.hass, data.coordinator.async_request_refresh(), f"{DOMAIN} refresh after turn"
+        )

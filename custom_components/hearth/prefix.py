@@ -1,0 +1,544 @@
+"""The stable house prefix of each agent, its pin in the engine, and its invalidation.
+
+The *house prefix* is what every request of an agent starts with, byte for byte: one
+system message (the instructions plus the LLM API prompt, which carries the static
+context of the exposed entities) and the API's tools sorted by name. It is rendered
+with a canonical LLM context (no device, no user, no time), so it does not depend on
+who speaks, from where or when. Anything per-request goes into the volatile suffix
+(see ``prompt.py``).
+
+``PrefixManager`` pins each agent's prefix in the engine when the entry loads and
+re-pins it, after a debounce, when the house changes: the entity, device, area and
+floor registries, the exposed-entity settings, entities appearing, disappearing or
+being renamed, and the agent's options. It re-pins only when the rendered prefix
+really changed (a SHA-256 of its bytes), never on a plain state change. When the
+engine restarts (its ``instance_id`` changes) or the pin is missing, it pins again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import re
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from functools import cached_property, partial
+from typing import Any
+
+import probatio
+from homeassistant.components import conversation
+from homeassistant.components.homeassistant import exposed_entities
+from homeassistant.const import CONF_LLM_HASS_API, CONF_PROMPT, EVENT_STATE_CHANGED
+from homeassistant.core import (
+    CALLBACK_TYPE,
+    Event,
+    EventStateChangedData,
+    HassJob,
+    HomeAssistant,
+    callback,
+)
+from homeassistant.exceptions import HomeAssistantError, TemplateError
+from homeassistant.helpers import (
+    area_registry as ar,
+)
+from homeassistant.helpers import (
+    device_registry as dr,
+)
+from homeassistant.helpers import (
+    entity_registry as er,
+)
+from homeassistant.helpers import (
+    floor_registry as fr,
+)
+from homeassistant.helpers import (
+    llm,
+    template,
+)
+from homeassistant.helpers.event import async_call_later
+from homeassistant.helpers.start import async_at_started
+
+from .api import HearthClient, HearthError, HearthResponseError
+from .const import (
+    CONF_REPIN_DEBOUNCE,
+    DEFAULT_REPIN_DEBOUNCE,
+    DOMAIN,
+    LOGGER,
+    REPIN_MAX_DELAY_FACTOR,
+    SUBENTRY_CONVERSATION,
+)
+from .coordinator import EngineStatus, HearthCoordinator
+from .data import HearthConfigEntry
+
+# Template variables that differ per request (see ChatLog.async_provide_llm_data).
+_PER_REQUEST_VARIABLES = re.compile(r"\b(user_name|llm_context)\b")
+
+# Registry changes that can change the static context or the tools.
+_ENTITY_CHANGES = frozenset(
+    {
+        "aliases",
+        "area_id",
+        "device_id",
+        "disabled_by",
+        "entity_id",
+        "hidden_by",
+        "name",
+        "original_name",
+    }
+)
+_DEVICE_CHANGES = frozenset({"area_id", "disabled_by", "name", "name_by_user"})
+
+# Engine answers to a PUT that the same prefix would get again (invalid, too large).
+_REFUSED_FOR_GOOD = frozenset({400, 413, 422})
+
+
+def pin_name(subentry_id: str) -> str:
+    """Engine pin name of an agent: stable across HA restarts (from the subentry id)."""
+    return f"{DOMAIN}.{subentry_id}"
+
+
+@dataclass(frozen=True)
+class HousePrefix:
+    """The stable prefix of an agent's prompt (what gets pinned)."""
+
+    system: str
+    tools: tuple[dict[str, Any], ...]
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        """The prefix messages: a single system message."""
+        return [{"role": "system", "content": self.system}]
+
+    def pin_body(self) -> dict[str, Any]:
+        """Body of ``PUT /v1/prefixes/{name}``."""
+        body: dict[str, Any] = {"messages": self.messages}
+        if self.tools:
+            body["tools"] = list(self.tools)
+        return body
+
+    @cached_property
+    def data(self) -> bytes:
+        """The exact bytes of the prefix (compact JSON of the pin body)."""
+        return json.dumps(self.pin_body(), ensure_ascii=False, separators=(",", ":")).encode()
+
+    @cached_property
+    def digest(self) -> str:
+        """SHA-256 of ``data``: equal digests mean the engine sees the same tokens."""
+        return hashlib.sha256(self.data).hexdigest()
+
+
+def format_tool(tool: llm.Tool, custom_serializer: Callable[[Any], Any] | None) -> dict[str, Any]:
+    """An HA LLM tool as an OpenAI function tool."""
+    spec: dict[str, Any] = {
+        "name": tool.name,
+        "parameters": probatio.to_openapi(
+            tool.parameters, custom_serializer=custom_serializer, openapi_version="3.1.0"
+        ),
+    }
+    if tool.description:
+        spec["description"] = tool.description
+    return {"type": "function", "function": spec}
+
+
+def llm_api_ids(hass: HomeAssistant, options: Mapping[str, Any]) -> list[str]:
+    """The agent's selected LLM APIs that exist now."""
+    selected = options.get(CONF_LLM_HASS_API) or []
+    if isinstance(selected, str):
+        selected = [selected]
+    available = {api.id for api in llm.async_get_apis(hass)}
+    return [api_id for api_id in selected if api_id in available]
+
+
+def canonical_llm_context(hass: HomeAssistant) -> llm.LLMContext:
+    """The LLM context of the prefix: no device, no user, the house's language."""
+    return llm.LLMContext(
+        platform=DOMAIN,
+        context=None,
+        language=hass.config.language,
+        assistant=conversation.DOMAIN,
+        device_id=None,
+    )
+
+
+def _render_static_instructions(
+    hass: HomeAssistant, source: str, llm_context: llm.LLMContext
+) -> str | None:
+    """The instructions as HA renders them, or None if they vary per request.
+
+    Instructions that read the time, states, the user or the LLM context (device)
+    stay out of the prefix; the per-request system prompt still has them, so they
+    reach the model through the volatile suffix.
+    """
+    if _PER_REQUEST_VARIABLES.search(source):
+        return None
+    variables = {
+        "ha_name": hass.config.location_name,
+        "user_name": None,
+        "llm_context": llm_context,
+    }
+    tpl = template.Template(source, hass)
+    info = tpl.async_render_to_info(variables, parse_result=False)
+    if (
+        info.exception is not None
+        or info.has_time
+        or info.all_states
+        or info.all_states_lifecycle
+        or info.entities
+        or info.domains
+        or info.domains_lifecycle
+    ):
+        return None
+    try:
+        text: str = tpl.async_render(variables, parse_result=False)
+    except TemplateError:
+        return None
+    return text
+
+
+async def async_render_prefix(hass: HomeAssistant, options: Mapping[str, Any]) -> HousePrefix:
+    """Render an agent's house prefix from its options (same text HA would render)."""
+    llm_context = canonical_llm_context(hass)
+    parts: list[str] = []
+    source = options.get(CONF_PROMPT) or llm.DEFAULT_INSTRUCTIONS_PROMPT
+    if (instructions := _render_static_instructions(hass, source, llm_context)) is not None:
+        parts.append(instructions)
+    tools: tuple[dict[str, Any], ...] = ()
+    if api_ids := llm_api_ids(hass, options):
+        try:
+            api = await llm.async_get_api(hass, api_ids, llm_context)
+        except HomeAssistantError as err:
+            LOGGER.warning("Cannot prepare the LLM API %s: %s", api_ids, err)
+        else:
+            parts.append(api.api_prompt)
+            tools = tuple(
+                sorted(
+                    (format_tool(tool, api.custom_serializer) for tool in api.tools),
+                    key=lambda spec: str(spec["function"]["name"]),
+                )
+            )
+    return HousePrefix(system="\n".join(parts), tools=tools)
+
+
+class PinReason(StrEnum):
+    """Why a prefix is (re)pinned."""
+
+    INITIAL = "initial"  # first pin of the agent since the entry loaded
+    CHANGED = "changed"  # the rendered prefix changed (registry, exposure, options)
+    RESTARTED = "restarted"  # the engine restarted (new instance_id)
+    MISSING = "missing"  # the engine no longer has the pin
+    MANUAL = "manual"  # the refresh_prefix action
+
+
+@dataclass
+class AgentPin:
+    """Pin bookkeeping of one conversation agent (subentry)."""
+
+    subentry_id: str
+    debounce: float
+    digest: str | None = None  # digest pinned in the engine (None: not pinned yet)
+    tokens: int | None = None
+    error: str | None = None
+    blocked_digest: str | None = None  # refused by the engine for good (e.g. too large)
+    pinned_at: float | None = None  # time.monotonic() of the last successful PUT
+    pending_since: float | None = None
+    timer: CALLBACK_TYPE | None = None
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    @property
+    def name(self) -> str:
+        """Engine pin name."""
+        return pin_name(self.subentry_id)
+
+
+class PrefixManager:
+    """Pins each agent's house prefix and keeps it current."""
+
+    def __init__(
+        self,
+        hass: HomeAssistant,
+        entry: HearthConfigEntry,
+        client: HearthClient,
+        coordinator: HearthCoordinator,
+    ) -> None:
+        """Manage the pins of ``entry``'s conversation agents."""
+        self.hass = hass
+        self.entry = entry
+        self.client = client
+        self.coordinator = coordinator
+        self.repins = 0
+        self._agents: dict[str, AgentPin] = {}
+        self._instance_id: str | None = None
+        self._checked: EngineStatus | None = None
+        self._started = False
+        self._unsubs: list[CALLBACK_TYPE] = []
+
+    # ------------------------------------------------------------ lifecycle
+
+    @callback
+    def async_start(self) -> None:
+        """Listen for house changes; pin every agent once Home Assistant has started."""
+        for subentry in self.entry.subentries.values():
+            if subentry.subentry_type == SUBENTRY_CONVERSATION:
+                self._agents[subentry.subentry_id] = AgentPin(
+                    subentry.subentry_id, _debounce(subentry.data)
+                )
+        if self.coordinator.data is not None:
+            self._instance_id = self.coordinator.data.instance_id
+        bus = self.hass.bus
+        self._unsubs += [
+            bus.async_listen(
+                er.EVENT_ENTITY_REGISTRY_UPDATED,
+                self._async_house_changed,
+                event_filter=_entity_registry_filter,
+            ),
+            bus.async_listen(
+                dr.EVENT_DEVICE_REGISTRY_UPDATED,
+                self._async_house_changed,
+                event_filter=_device_registry_filter,
+            ),
+            bus.async_listen(ar.EVENT_AREA_REGISTRY_UPDATED, self._async_house_changed),
+            bus.async_listen(fr.EVENT_FLOOR_REGISTRY_UPDATED, self._async_house_changed),
+            bus.async_listen(
+                EVENT_STATE_CHANGED,
+                self._async_house_changed,
+                event_filter=_state_changed_filter,
+            ),
+            exposed_entities.async_listen_entity_updates(
+                self.hass, conversation.DOMAIN, self._async_house_changed
+            ),
+            self.coordinator.async_add_listener(self._async_engine_updated),
+            async_at_started(self.hass, self._async_hass_started),
+        ]
+
+    @callback
+    def async_stop(self) -> None:
+        """Stop listening and cancel pending re-pins."""
+        while self._unsubs:
+            self._unsubs.pop()()
+        for agent in self._agents.values():
+            _cancel_timer(agent)
+
+    @callback
+    def _async_hass_started(self, hass: HomeAssistant) -> None:
+        self._started = True
+        for agent in self._agents.values():
+            self._async_pin_in_background(agent, PinReason.INITIAL)
+
+    # -------------------------------------------------------------- public
+
+    def agent(self, subentry_id: str) -> AgentPin | None:
+        """Pin bookkeeping of an agent."""
+        return self._agents.get(subentry_id)
+
+    async def async_render(self, subentry_id: str) -> HousePrefix:
+        """Render an agent's prefix from its current options."""
+        return await async_render_prefix(self.hass, self.entry.subentries[subentry_id].data)
+
+    async def async_prefix_for_request(self, subentry_id: str) -> HousePrefix:
+        """The prefix to send now, freshly rendered (so it is never stale).
+
+        If it differs from the pinned one, the house changed without an event we
+        listen to (e.g. the location name): schedule a re-pin as a safety net.
+        """
+        prefix = await self.async_render(subentry_id)
+        agent = self._agents.get(subentry_id)
+        if agent is not None and agent.digest is not None and prefix.digest != agent.digest:
+            self._async_schedule(agent)
+        return prefix
+
+    @callback
+    def async_options_changed(self, subentry_id: str) -> None:
+        """An agent's options changed: re-pin after its (possibly new) debounce."""
+        if (agent := self._agents.get(subentry_id)) is None:
+            return
+        agent.debounce = _debounce(self.entry.subentries[subentry_id].data)
+        self._async_schedule(agent)
+
+    async def async_refresh_all(self) -> None:
+        """Re-render and re-PUT every agent's prefix now (the refresh_prefix action).
+
+        Raises ``HearthError`` if the engine refuses or cannot be reached.
+        """
+        await asyncio.gather(
+            *(self._async_pin(agent, PinReason.MANUAL) for agent in self._agents.values())
+        )
+
+    def as_diagnostics(self) -> dict[str, Any]:
+        """Pin state for diagnostics (no prompt text)."""
+        return {
+            "repins": self.repins,
+            "instance_id": self._instance_id,
+            "agents": {
+                agent.subentry_id: {
+                    "pin": agent.name,
+                    "digest": agent.digest,
+                    "tokens": agent.tokens,
+                    "error": agent.error,
+                    "debounce": agent.debounce,
+                }
+                for agent in self._agents.values()
+            },
+        }
+
+    # --------------------------------------------------------- invalidation
+
+    @callback
+    def _async_house_changed(self, event: Event[Any] | None = None) -> None:
+        for agent in self._agents.values():
+            self._async_schedule(agent)
+
+    @callback
+    def _async_schedule(self, agent: AgentPin) -> None:
+        """Trailing debounce: re-render once the house has been quiet for a while.
+
+        A steady stream of changes cannot postpone it forever: it runs at the latest
+        ``REPIN_MAX_DELAY_FACTOR`` debounce periods after the first change.
+        """
+        if not self._started:
+            return  # the first pin, at start, renders the latest house
+        now = self.hass.loop.time()
+        if agent.pending_since is None:
+            agent.pending_since = now
+        deadline = agent.pending_since + agent.debounce * REPIN_MAX_DELAY_FACTOR
+        _cancel_timer(agent)
+        agent.timer = async_call_later(
+            self.hass,
+            max(0.0, min(agent.debounce, deadline - now)),
+            HassJob(
+                partial(self._async_debounced, agent.subentry_id),
+                f"{DOMAIN} re-pin {agent.name}",
+                cancel_on_shutdown=True,
+            ),
+        )
+
+    @callback
+    def _async_debounced(self, subentry_id: str, _now: Any) -> None:
+        if (agent := self._agents.get(subentry_id)) is None:
+            return
+        agent.timer = None
+        agent.pending_since = None
+        self._async_pin_in_background(agent, PinReason.CHANGED)
+
+    @callback
+    def _async_engine_updated(self) -> None:
+        """After each poll: pin again what a restarted engine lost or no longer has.
+
+        Runs once per poll result (listeners are also called for pushed values), and
+        ignores agents pinned after the poll started: the poll cannot show them.
+        """
+        status = self.coordinator.data
+        if (
+            not self._started
+            or not self.coordinator.last_update_success
+            or status is None
+            or status is self._checked
+        ):
+            return
+        self._checked = status
+        restarted = self._instance_id is not None and status.instance_id != self._instance_id
+        for agent in self._agents.values():
+            if agent.lock.locked():
+                continue  # a pin is in flight; the next poll looks again
+            if agent.pinned_at is not None and agent.pinned_at >= status.fetched_at:
+                continue
+            pin = status.pins.get(agent.name)
+            if restarted:
+                self._async_pin_in_background(agent, PinReason.RESTARTED)
+            elif pin is None or pin.get("state") == "failed":
+                self._async_pin_in_background(agent, PinReason.MISSING)
+
+    # ------------------------------------------------------------- pinning
+
+    @callback
+    def _async_pin_in_background(self, agent: AgentPin, reason: PinReason) -> None:
+        self.entry.async_create_background_task(
+            self.hass, self._async_pin(agent, reason), f"{DOMAIN} pin {agent.name} ({reason})"
+        )
+
+    async def _async_pin(self, agent: AgentPin, reason: PinReason) -> bool:
+        """Render the prefix and PUT it if needed; returns True if it was PUT.
+
+        A change is PUT only if the digest differs from the pinned one. A restarted
+        engine, a missing pin and the refresh action PUT it regardless. ``repins``
+        counts the PUTs that replace a pin of this agent made earlier in this run
+        because the prefix changed or the engine lost it.
+        """
+        async with agent.lock:
+            prefix = await self.async_render(agent.subentry_id)
+            changed = prefix.digest != agent.digest
+            if reason is PinReason.CHANGED and not changed:
+                return False
+            if reason is not PinReason.MANUAL and prefix.digest == agent.blocked_digest:
+                return False
+            instance_id = self.coordinator.data.instance_id if self.coordinator.data else None
+            try:
+                info = await self.client.async_put_prefix(agent.name, prefix.pin_body())
+            except HearthError as err:
+                agent.error = str(err)
+                if isinstance(err, HearthResponseError) and err.status in _REFUSED_FOR_GOOD:
+                    agent.blocked_digest = prefix.digest  # e.g. larger than the KV budget
+                if reason is PinReason.MANUAL:
+                    raise
+                LOGGER.warning("Could not pin the prefix %s: %s", agent.name, err)
+                return False
+            counted = agent.digest is not None and (
+                changed or reason in (PinReason.RESTARTED, PinReason.MISSING)
+            )
+            agent.digest = prefix.digest
+            agent.pinned_at = time.monotonic()
+            agent.tokens = _int_or_none(info.get("tokens"))
+            agent.error = None
+            agent.blocked_digest = None
+            if instance_id:
+                self._instance_id = instance_id
+            if counted:
+                self.repins += 1
+            LOGGER.debug(
+                "Pinned %s (%s): %s tokens, digest %s",
+                agent.name,
+                reason,
+                agent.tokens,
+                prefix.digest[:12],
+            )
+        self.coordinator.async_update_listeners()
+        return True
+
+
+def _debounce(options: Mapping[str, Any]) -> float:
+    return float(options.get(CONF_REPIN_DEBOUNCE, DEFAULT_REPIN_DEBOUNCE))
+
+
+def _int_or_none(value: Any) -> int | None:
+    return int(value) if isinstance(value, int | float) else None
+
+
+@callback
+def _cancel_timer(agent: AgentPin) -> None:
+    if agent.timer is not None:
+        agent.timer()
+        agent.timer = None
+
+
+@callback
+def _entity_registry_filter(event_data: er.EventEntityRegistryUpdatedData) -> bool:
+    if event_data["action"] != "update":
+        return True  # created or removed
+    return not _ENTITY_CHANGES.isdisjoint(event_data["changes"])
+
+
+@callback
+def _device_registry_filter(event_data: dr.EventDeviceRegistryUpdatedData) -> bool:
+    if event_data["action"] == "remove":
+        return True
+    if event_data["action"] != "update":
+        return False  # a new device has no entities yet
+    return not _DEVICE_CHANGES.isdisjoint(event_data["changes"])
+
+
+@callback
+def _state_changed_filter(event_data: EventStateChangedData) -> bool:
+    """An entity appeared, disappeared or was renamed; never a plain state change."""
+    old, new = event_data["old_state"], event_data["new_state"]
+    return old is None or new is None or old.name != new.name

@@ -1,0 +1,64 @@
+"""Actions: ``hearth.refresh_prefix`` and ``hearth.clear_cache``."""
+
+from __future__ import annotations
+
+import probatio
+from homeassistant.core import (
+    HomeAssistant,
+    ServiceCall,
+    ServiceResponse,
+    SupportsResponse,
+    callback,
+)
+from homeassistant.helpers import config_validation as cv
+from homeassistant.helpers import service
+
+from .api import HearthError
+from .const import ATTR_CONFIG_ENTRY_ID, DOMAIN, SERVICE_CLEAR_CACHE, SERVICE_REFRESH_PREFIX
+from .data import HearthConfigEntry
+from .errors import as_ha_error
+
+SERVICE_SCHEMA = probatio.Schema({probatio.Optional(ATTR_CONFIG_ENTRY_ID): cv.string})
+
+
+@callback
+def _entry(call: ServiceCall) -> HearthConfigEntry:
+    """The (loaded) engine entry an action targets; the only one if none is given."""
+    entry: HearthConfigEntry = service.async_get_config_entry(
+        call.hass, DOMAIN, call.data.get(ATTR_CONFIG_ENTRY_ID)
+    )
+    return entry
+
+
+async def _async_refresh_prefix(call: ServiceCall) -> None:
+    """Re-render every agent's house prefix and pin it again."""
+    try:
+        await _entry(call).runtime_data.prefixes.async_refresh_all()
+    except HearthError as err:
+        raise as_ha_error(err) from err
+
+
+async def _async_clear_cache(call: ServiceCall) -> ServiceResponse:
+    """Drop every cached prefix that is neither pinned nor in use."""
+    data = _entry(call).runtime_data
+    try:
+        freed = await data.client.async_clear_cache()
+    except HearthError as err:
+        raise as_ha_error(err) from err
+    await data.coordinator.async_request_refresh()
+    return {"freed_bytes": freed}
+
+
+@callback
+def async_setup_services(hass: HomeAssistant) -> None:
+    """Register the actions (once, for all entries)."""
+    hass.services.async_register(
+        DOMAIN, SERVICE_REFRESH_PREFIX, _async_refresh_prefix, schema=SERVICE_SCHEMA
+    )
+    hass.services.async_register(
+        DOMAIN,
+        SERVICE_CLEAR_CACHE,
+        _async_clear_cache,
+        schema=SERVICE_SCHEMA,
+        supports_response=SupportsResponse.OPTIONAL,
+    )

@@ -1,0 +1,1 @@
+"""Tests for the Hearth Home Assistant integration."""

@@ -1,0 +1,238 @@
+"""Helpers for the Hearth integration tests: a real engine process, entries, traces.
+
+The tests talk to a real Hearth engine process (``hearth_engine serve --model
+tiny-tools`` from the engine venv) on a free loopback port: one shared engine for
+the session, one with an API key for the auth tests, and private engines for the
+tests that stop and restart one. ``tiny-tools`` answers deterministically (see
+tests below), so a real tool loop can run in Home Assistant. Nothing in the
+integration is mocked unless a test says so.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from unittest.mock import patch
+
+from homeassistant.components import conversation
+from homeassistant.components.conversation import trace as conversation_trace
+from homeassistant.config_entries import ConfigSubentryData
+from homeassistant.const import CONF_API_KEY, CONF_URL
+from homeassistant.core import Context, HomeAssistant
+from pytest_homeassistant_custom_component.common import MockConfigEntry
+
+from custom_components.hearth.api import HearthClient
+from custom_components.hearth.const import (
+    DOMAIN,
+    RECOMMENDED_CONVERSATION_OPTIONS,
+    SUBENTRY_CONVERSATION,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+ENGINE_PYTHON = Path(os.environ.get("HEARTH_ENGINE_PYTHON", ROOT / ".venv/engine/bin/python"))
+ENGINE_MODEL = "tiny-tools"
+ENGINE_KEY = "hk-hearth-test-3f9a1c"
+START_TIMEOUT_S = 240.0  # a cold start on a busy 2-core machine (first torch import)
+
+KITCHEN_LIGHT = "light.kitchen_light"
+KITCHEN_SWITCH = "input_boolean.kitchen_light_power"
+
+
+def free_port() -> int:
+    """A free TCP port on the loopback interface."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class EngineProcess:
+    """A ``hearth_engine serve`` subprocess on a fixed port (restartable)."""
+
+    port: int
+    log_path: Path
+    api_key: str | None = None
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        cmd = [
+            str(ENGINE_PYTHON),
+            "-m",
+            "hearth_engine",
+            "serve",
+            "--model",
+            ENGINE_MODEL,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--kv-cache-mb",
+            "256",
+            "--threads",
+            "1",
+        ]
+        if self.api_key:
+            cmd += ["--api-key", self.api_key]
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
+        with self.log_path.open("ab") as log:
+            self.proc = subprocess.Popen(
+                cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env
+            )
+        self.wait_ready()
+
+    def wait_ready(self) -> None:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                raise AssertionError(f"engine exited:\n{self.log()[-3000:]}")
+            try:
+                with urllib.request.urlopen(f"{self.url}/health", timeout=2) as response:
+                    if response.status == 200:
+                        return
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                raise AssertionError(f"engine not ready:\n{self.log()[-3000:]}")
+            time.sleep(0.2)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(30)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def request(self, method: str, path: str) -> Any:
+        """A blocking request to the engine (for assertions and clean-up)."""
+        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+        req = urllib.request.Request(f"{self.url}{path}", method=method, headers=headers)
+        with urllib.request.urlopen(req, timeout=30) as response:
+            return json.loads(response.read())
+
+    def pins(self) -> dict[str, dict[str, Any]]:
+        return {pin["name"]: pin for pin in self.request("GET", "/v1/prefixes")["data"]}
+
+    def delete_pins(self) -> None:
+        for name in self.pins():
+            with contextlib.suppress(urllib.error.HTTPError):
+                self.request("DELETE", f"/v1/prefixes/{name}")
+
+
+def agent_options(**overrides: Any) -> dict[str, Any]:
+    """Options of a conversation subentry (the recommended ones by default)."""
+    return {**RECOMMENDED_CONVERSATION_OPTIONS, **overrides}
+
+
+def make_entry(url: str, api_key: str | None = None, **options: Any) -> MockConfigEntry:
+    """A Hearth entry with the default conversation agent ("Hearth")."""
+    data = {CONF_URL: url}
+    if api_key:
+        data[CONF_API_KEY] = api_key
+    return MockConfigEntry(
+        domain=DOMAIN,
+        title=url,
+        data=data,
+        unique_id=url,
+        subentries_data=[
+            ConfigSubentryData(
+                data=agent_options(**options),
+                subentry_type=SUBENTRY_CONVERSATION,
+                title="Hearth",
+                unique_id=None,
+            )
+        ],
+    )
+
+
+async def async_setup_entry(hass: HomeAssistant, entry: MockConfigEntry) -> None:
+    """Add and set up ``entry``; wait until every agent's prefix is pinned."""
+    entry.add_to_hass(hass)
+    assert await hass.config_entries.async_setup(entry.entry_id)
+    await hass.async_block_till_done(wait_background_tasks=True)
+
+
+def hearth_traces() -> list[dict[str, Any]]:
+    """The ``hearth`` details of the recent conversation traces, oldest first."""
+    return [
+        event["data"]["hearth"]
+        for trace in conversation_trace.async_get_traces()
+        for event in trace.as_dict()["events"]
+        if event["event_type"] == conversation_trace.ConversationTraceEventType.AGENT_DETAIL
+        and "hearth" in (event["data"] or {})
+    ]
+
+
+async def converse(
+    hass: HomeAssistant,
+    text: str,
+    conversation_id: str | None = None,
+    *,
+    agent_id: str = "conversation.hearth",
+    device_id: str | None = None,
+    extra_system_prompt: str | None = None,
+) -> conversation.ConversationResult:
+    """One turn through Home Assistant's conversation API."""
+    return await conversation.async_converse(
+        hass,
+        text,
+        conversation_id,
+        Context(),
+        agent_id=agent_id,
+        device_id=device_id,
+        extra_system_prompt=extra_system_prompt,
+    )
+
+
+def speech(result: conversation.ConversationResult) -> str:
+    """The plain speech of a conversation result."""
+    return str(result.response.speech["plain"]["speech"])
+
+
+class ChatSpy:
+    """Records the bodies the integration sends to ``/v1/chat/completions``.
+
+    A pass-through wrapper, not a mock: every request still reaches the engine.
+    """
+
+    def __init__(self) -> None:
+        self.bodies: list[dict[str, Any]] = []
+        self.replies: list[str] = []  # the streamed text of each reply
+        self._original = HearthClient.async_chat_stream
+
+    def __enter__(self) -> ChatSpy:
+        spy = self
+
+        async def wrapper(client: HearthClient, body: Any) -> Any:
+            spy.bodies.append(json.loads(json.dumps(body)))
+            spy.replies.append("")
+            async for chunk in spy._original(client, body):
+                for choice in chunk.get("choices") or ():
+                    spy.replies[-1] += (choice.get("delta") or {}).get("content") or ""
+                yield chunk
+
+        self._patch = patch.object(HearthClient, "async_chat_stream", wrapper)
+        self._patch.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._patch.stop()

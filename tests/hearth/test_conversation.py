@@ -1,0 +1,224 @@
+"""Conversation turns through Home Assistant against a real engine (tiny-tools).
+
+``tiny-tools`` answers ``Hello from Hearth.`` to anything but ``turn on the kitchen
+light``, which it answers with a ``HassTurnOn`` tool call; after the tool result it
+says ``Done, the light is on.``. Nothing is mocked: ``ChatSpy`` only records the
+request bodies on their way to the engine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from freezegun.api import FrozenDateTimeFactory
+from homeassistant.components.conversation import trace as conversation_trace
+from homeassistant.core import HomeAssistant
+from homeassistant.helpers import area_registry as ar
+from homeassistant.helpers import device_registry as dr
+from homeassistant.helpers import intent, llm
+from homeassistant.setup import async_setup_component
+from pytest_homeassistant_custom_component.common import MockConfigEntry
+
+from custom_components.hearth.const import CONF_MAX_TOKENS
+from custom_components.hearth.prefix import HousePrefix, async_render_prefix, pin_name
+
+from .common import (
+    KITCHEN_LIGHT,
+    KITCHEN_SWITCH,
+    ChatSpy,
+    EngineProcess,
+    agent_options,
+    async_setup_entry,
+    converse,
+    hearth_traces,
+    make_entry,
+    speech,
+)
+
+REPLY = "Hello from Hearth."
+DONE = "Done, the light is on."
+TIME_PROMPT = (
+    "You are Hearth, the voice of {{ ha_name }}.\nThe time is {{ now().strftime('%H:%M:%S') }}.\n"
+)
+
+
+def _agent(entry: MockConfigEntry) -> str:
+    return next(iter(entry.subentries))
+
+
+async def test_turns_reuse_the_cache(hass: HomeAssistant, entry: MockConfigEntry) -> None:
+    """Turn 1 hits the pinned house prefix; turn 2 reuses all of turn 1 (>= 90 %)."""
+    name = pin_name(_agent(entry))
+    pinned_tokens = entry.runtime_data.prefixes.agent(_agent(entry)).tokens
+    assert pinned_tokens
+    assert pinned_tokens > 1000
+
+    first = await converse(hass, "hello")
+    assert speech(first) == REPLY
+    turn1 = hearth_traces()[-1]
+    assert turn1["requests"][0]["pin"] == name
+    assert turn1["cached_tokens"] >= pinned_tokens
+    assert turn1["ttft_ms"] > 0
+
+    second = await converse(hass, "what time is it", first.conversation_id)
+    assert speech(second) == REPLY
+    assert second.conversation_id == first.conversation_id
+    turn2 = hearth_traces()[-1]
+    assert turn2["cached_tokens"] >= 0.9 * turn2["prompt_tokens"]
+    # Not only the house prefix: all of turn 1 (prompt and reply) came from the cache.
+    assert turn2["cached_tokens"] >= turn1["prompt_tokens"]
+
+    state = hass.states.get("sensor.hearth_last_ttft")
+    assert state is not None
+    assert float(state.state) == round(turn2["ttft_ms"], 3)
+    assert state.attributes["prompt_tokens"] == turn2["prompt_tokens"]
+    assert state.attributes["cached_tokens"] == turn2["cached_tokens"]
+
+
+async def test_history_is_resent_verbatim(hass: HomeAssistant, entry: MockConfigEntry) -> None:
+    """Turn 2's request starts with turn 1's request and the reply as generated.
+
+    (With a context message before the user text, tiny-tools' reply is not reliably
+    its scripted one, so the reply text is taken from the stream, not assumed.)
+    """
+    with ChatSpy() as spy:
+        first = await converse(hass, "hello", extra_system_prompt="The user is Anne.")
+        await converse(hass, "hello again", first.conversation_id)
+    turn1, turn2 = spy.bodies
+    sent = turn1["messages"]
+    assert sent[1] == {"role": "system", "content": "The user is Anne."}
+    assert turn2["messages"][: len(sent)] == sent
+    assert turn2["messages"][len(sent)]["content"] == spy.replies[0] == speech(first)
+    assert turn2["messages"][-1] == {"role": "user", "content": "hello again"}
+    # HA keeps the extra prompt for the conversation: it is context, never prefix.
+    assert turn2["messages"][-2] == {"role": "system", "content": "The user is Anne."}
+    assert turn1["tools"] == turn2["tools"]
+
+
+async def test_tool_loop_turns_on_the_light(hass: HomeAssistant, entry: MockConfigEntry) -> None:
+    """The model calls HassTurnOn; HA runs the intent; the light really turns on."""
+    assert hass.states.get(KITCHEN_LIGHT).state == "off"
+    with ChatSpy() as spy:
+        result = await converse(hass, "turn on the kitchen light")
+
+    assert speech(result) == DONE
+    assert hass.states.get(KITCHEN_LIGHT).state == "on"
+    assert hass.states.get(KITCHEN_SWITCH).state == "on"
+    assert result.response.response_type is intent.IntentResponseType.ACTION_DONE
+    assert [target.id for target in result.response.success_results] == [KITCHEN_LIGHT]
+
+    # Two requests: the call, then the answer after the tool result.
+    assert len(spy.bodies) == 2
+    call_message, tool_message = spy.bodies[1]["messages"][-2:]
+    assert call_message["tool_calls"][0]["function"] == {
+        "name": "HassTurnOn",  # as the model wrote it (resolved to intent__HassTurnOn)
+        "arguments": '{"name": "Kitchen Light"}',
+    }
+    assert tool_message["role"] == "tool"
+    assert tool_message["tool_call_id"] == call_message["tool_calls"][0]["id"]
+    assert json.loads(tool_message["content"])["data"]["success"][0]["id"] == KITCHEN_LIGHT
+
+    events = conversation_trace.async_get_traces()[-1].as_dict()["events"]
+    calls = [e["data"] for e in events if e["event_type"] == "tool_call"]
+    assert calls == [{"tool_name": "intent__HassTurnOn", "tool_args": {"name": "Kitchen Light"}}]
+    turn = hearth_traces()[-1]
+    assert len(turn["requests"]) == 2
+    # The second request reuses the first one's prompt and generated tool call.
+    assert turn["requests"][1]["cached_tokens"] >= turn["requests"][0]["prompt_tokens"]
+
+
+async def test_prefix_is_identical_across_time_and_satellites(
+    hass: HomeAssistant, house: None, engine: EngineProcess
+) -> None:
+    """Time, satellite area and extra prompt go to the context message, never the prefix.
+
+    The instructions read the time, and the Assist API prompt names the speaking
+    satellite's area: HA puts both into its system prompt; the integration must
+    move them out of the pinned prefix.
+    """
+    config_entry = make_entry(engine.url, prompt=TIME_PROMPT)
+    await async_setup_entry(hass, config_entry)
+    devices = dr.async_get(hass)
+    areas = ar.async_get(hass)
+    satellites = MockConfigEntry(domain="test")
+    satellites.add_to_hass(hass)
+    kitchen = devices.async_get_or_create(
+        config_entry_id=satellites.entry_id, identifiers={("test", "kitchen")}
+    )
+    devices.async_update_device(kitchen.id, area_id=areas.async_get_area_by_name("Kitchen").id)
+    living = devices.async_get_or_create(
+        config_entry_id=satellites.entry_id, identifiers={("test", "living")}
+    )
+    devices.async_update_device(living.id, area_id=areas.async_get_area_by_name("Living Room").id)
+
+    with ChatSpy() as spy:
+        await converse(hass, "hello", device_id=kitchen.id, extra_system_prompt="The user is Anne.")
+        await asyncio.sleep(1.1)  # the time in the instructions changes
+        await converse(hass, "hello", device_id=living.id)
+    body_a, body_b = spy.bodies[0], spy.bodies[-1]
+    prefix_a = json.dumps([body_a["messages"][0], body_a["tools"]]).encode()
+    prefix_b = json.dumps([body_b["messages"][0], body_b["tools"]]).encode()
+    assert prefix_a == prefix_b
+    pinned = await entry_prefix(hass, config_entry)
+    assert prefix_a == json.dumps([pinned.messages[0], list(pinned.tools)]).encode()
+    for volatile in ("You are in area", "The time is", "Anne"):
+        assert volatile not in pinned.system
+
+    context_a, context_b = body_a["messages"][1]["content"], body_b["messages"][1]["content"]
+    assert "You are in area Kitchen" in context_a
+    assert "The user is Anne." in context_a
+    assert "You are in area Living Room" in context_b
+    assert "Anne" not in context_b
+    time_a = next(line for line in context_a.splitlines() if line.startswith("The time is"))
+    time_b = next(line for line in context_b.splitlines() if line.startswith("The time is"))
+    assert time_a != time_b
+    # Both requests hit the pin.
+    name = pin_name(_agent(config_entry))
+    assert [turn["requests"][0]["pin"] for turn in hearth_traces()[-2:]] == [name, name]
+
+
+async def entry_prefix(hass: HomeAssistant, config_entry: MockConfigEntry) -> HousePrefix:
+    """The prefix the entry's agent pins."""
+    return await config_entry.runtime_data.prefixes.async_render(_agent(config_entry))
+
+
+async def test_prefix_render_ignores_time(
+    hass: HomeAssistant, house: None, freezer: FrozenDateTimeFactory
+) -> None:
+    """Rendered twice at different times: identical bytes (time-reading instructions
+    are left out, the static instructions stay in)."""
+    assert await async_setup_component(hass, "conversation", {})
+    timed = agent_options(prompt=TIME_PROMPT)
+    static = agent_options()
+    freezer.move_to("2026-11-29 08:00:00")
+    timed_1, static_1 = (
+        await async_render_prefix(hass, timed),
+        await async_render_prefix(hass, static),
+    )
+    freezer.move_to("2026-11-29 21:17:43")
+    timed_2, static_2 = (
+        await async_render_prefix(hass, timed),
+        await async_render_prefix(hass, static),
+    )
+    assert timed_1.data == timed_2.data
+    assert static_1.data == static_2.data
+    assert "The time is" not in timed_1.system
+    assert static_1.system.startswith(llm.DEFAULT_INSTRUCTIONS_PROMPT)
+    names = [tool["function"]["name"] for tool in static_1.tools]
+    assert names == sorted(names)
+    assert "intent__HassTurnOn" in names
+
+
+async def test_engine_error_is_a_spoken_error(
+    hass: HomeAssistant, house: None, engine: EngineProcess
+) -> None:
+    """A request the engine refuses (context length) becomes a translated error."""
+    config_entry = make_entry(engine.url, **{CONF_MAX_TOKENS: 40000})  # > 32k context
+    await async_setup_entry(hass, config_entry)
+    result = await converse(hass, "hello")
+    assert result.response.response_type is intent.IntentResponseType.ERROR
+    assert speech(result) == (
+        "Sorry, this conversation is too long for the model. "
+        "Start a new one or lower the history setting."
+    )

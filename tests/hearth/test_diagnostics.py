@@ -1,0 +1,36 @@
+"""Diagnostics redact the API key and every prompt text."""
+
+from __future__ import annotations
+
+import json
+
+from homeassistant.core import HomeAssistant
+
+from custom_components.hearth.diagnostics import async_get_config_entry_diagnostics
+
+from .common import ENGINE_KEY, EngineProcess, async_setup_entry, converse, make_entry
+
+
+async def test_diagnostics_redact(hass: HomeAssistant, house: None, keyed: EngineProcess) -> None:
+    entry = make_entry(keyed.url, api_key=ENGINE_KEY, prompt="Secret house rules: be kind.")
+    await async_setup_entry(hass, entry)
+    await converse(hass, "hello")
+    prefix = await entry.runtime_data.prefixes.async_render(next(iter(entry.subentries)))
+
+    diagnostics = await async_get_config_entry_diagnostics(hass, entry)
+    text = json.dumps(diagnostics, default=str)
+
+    assert ENGINE_KEY not in text
+    assert "Secret house rules" not in text
+    assert "Kitchen Light" not in text  # the static context of the prefix
+    assert prefix.system.splitlines()[-1] not in text
+    assert diagnostics["entry"]["data"]["api_key"] == "**REDACTED**"
+    (subentry,) = diagnostics["entry"]["subentries"]
+    assert subentry["data"]["prompt"] == "**REDACTED**"
+    # What is useful stays.
+    agent = diagnostics["prefixes"]["agents"][next(iter(entry.subentries))]
+    assert agent["digest"] == prefix.digest
+    assert agent["tokens"] > 0
+    assert diagnostics["engine"]["connected"] is True
+    assert diagnostics["engine"]["stats"]["model"] == "tiny-tools"
+    assert diagnostics["last_turn"]["prompt_tokens"] > 0

@@ -1,0 +1,64 @@
+"""Entry lifecycle: setup, retry, unload, agents removed, entry removed."""
+
+from __future__ import annotations
+
+from homeassistant.config_entries import ConfigEntryState
+from homeassistant.core import HomeAssistant
+from pytest_homeassistant_custom_component.common import MockConfigEntry
+
+from custom_components.hearth.prefix import pin_name
+
+from .common import (
+    ENGINE_KEY,
+    EngineProcess,
+    async_setup_entry,
+    converse,
+    free_port,
+    make_entry,
+    speech,
+)
+
+
+async def test_setup_and_unload(
+    hass: HomeAssistant, entry: MockConfigEntry, engine: EngineProcess
+) -> None:
+    name = pin_name(next(iter(entry.subentries)))
+    assert entry.state is ConfigEntryState.LOADED
+    assert name in engine.pins()
+    assert speech(await converse(hass, "hello")) == "Hello from Hearth."
+
+    assert await hass.config_entries.async_unload(entry.entry_id)
+    await hass.async_block_till_done()
+    assert entry.state is ConfigEntryState.NOT_LOADED
+    # The pin stays: after an HA restart the same PUT finds it cached.
+    assert name in engine.pins()
+    assert hass.states.get("conversation.hearth").state == "unavailable"
+
+
+async def test_setup_retries_while_the_engine_is_down(
+    hass: HomeAssistant, house: None, socket_enabled: None
+) -> None:
+    entry = make_entry(f"http://127.0.0.1:{free_port()}")
+    entry.add_to_hass(hass)
+    assert not await hass.config_entries.async_setup(entry.entry_id)
+    assert entry.state is ConfigEntryState.SETUP_RETRY
+
+
+async def test_removed_agent_and_entry_drop_their_pins(
+    hass: HomeAssistant, entry: MockConfigEntry, engine: EngineProcess, keyed: EngineProcess
+) -> None:
+    subentry_id = next(iter(entry.subentries))
+    assert pin_name(subentry_id) in engine.pins()
+    hass.config_entries.async_remove_subentry(entry, subentry_id)
+    await hass.async_block_till_done(wait_background_tasks=True)
+    assert pin_name(subentry_id) not in engine.pins()
+    assert entry.state is ConfigEntryState.LOADED
+    assert hass.states.get("conversation.hearth") is None
+
+    second = make_entry(keyed.url, api_key=ENGINE_KEY)
+    await async_setup_entry(hass, second)
+    second_pin = pin_name(next(iter(second.subentries)))
+    assert second_pin in keyed.pins()
+    await hass.config_entries.async_remove(second.entry_id)
+    await hass.async_block_till_done()
+    assert second_pin not in keyed.pins()

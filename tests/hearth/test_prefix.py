@@ -1,0 +1,303 @@
+"""Pinning and invalidation of the house prefix, against a real engine.
+
+``PutSpy`` wraps ``HearthClient.async_put_prefix`` to count the PUTs; every call still
+reaches the engine (it is not a mock).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+from typing import Any
+from unittest.mock import patch
+
+import pytest
+from homeassistant.components.homeassistant.exposed_entities import async_expose_entity
+from homeassistant.core import HomeAssistant
+from homeassistant.helpers import area_registry as ar
+from homeassistant.helpers import device_registry as dr
+from homeassistant.helpers import entity_registry as er
+from homeassistant.helpers import floor_registry as fr
+from homeassistant.util import dt as dt_util
+from pytest_homeassistant_custom_component.common import (
+    MockConfigEntry,
+    async_fire_time_changed,
+)
+
+from custom_components.hearth.api import HearthClient
+from custom_components.hearth.const import CONF_REPIN_DEBOUNCE
+from custom_components.hearth.prefix import pin_name
+
+from .common import (
+    KITCHEN_LIGHT,
+    KITCHEN_SWITCH,
+    EngineProcess,
+    async_setup_entry,
+    converse,
+    hearth_traces,
+    make_entry,
+    speech,
+)
+
+REPINS = "sensor.hearth_prefix_re_pins"
+
+
+class PutSpy:
+    """Counts ``PUT /v1/prefixes/{name}`` calls (pass-through)."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+
+    def __enter__(self) -> PutSpy:
+        original = HearthClient.async_put_prefix
+        spy = self
+
+        async def wrapper(client: HearthClient, name: str, body: Any) -> dict[str, Any]:
+            spy.names.append(name)
+            return await original(client, name, body)
+
+        self._patch = patch.object(HearthClient, "async_put_prefix", wrapper)
+        self._patch.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._patch.stop()
+
+
+@pytest.fixture
+def puts() -> Iterator[PutSpy]:
+    with PutSpy() as spy:
+        yield spy
+
+
+def _agent(entry: MockConfigEntry) -> str:
+    return next(iter(entry.subentries))
+
+
+async def _advance(hass: HomeAssistant, seconds: float) -> None:
+    """Let ``seconds`` pass for timers; wait for the re-pins they start."""
+    async_fire_time_changed(hass, dt_util.utcnow() + timedelta(seconds=seconds))
+    await hass.async_block_till_done(wait_background_tasks=True)
+
+
+def _rename(hass: HomeAssistant) -> str:
+    er.async_get(hass).async_update_entity(KITCHEN_LIGHT, name="Pantry Lamp")
+    return "- names: Pantry Lamp"
+
+
+def _move(hass: HomeAssistant) -> str:
+    living = ar.async_get(hass).async_get_area_by_name("Living Room")
+    er.async_get(hass).async_update_entity(KITCHEN_LIGHT, area_id=living.id)
+    return "areas: Living Room"
+
+
+def _rename_area(hass: HomeAssistant) -> str:
+    areas = ar.async_get(hass)
+    areas.async_update(areas.async_get_area_by_name("Kitchen").id, name="Cookhouse")
+    return "areas: Cookhouse"
+
+
+def _unexpose(hass: HomeAssistant) -> str:
+    async_expose_entity(hass, "conversation", KITCHEN_LIGHT, False)
+    return "expose entities to their voice assistant"
+
+
+def _add_entity(hass: HomeAssistant) -> str:
+    hass.states.async_set("switch.garden_pump", "off", {"friendly_name": "Garden Pump"})
+    return "- names: Garden Pump"
+
+
+def _change_options(hass: HomeAssistant) -> str:
+    entry = hass.config_entries.async_entries("hearth")[0]
+    subentry = next(iter(entry.subentries.values()))
+    hass.config_entries.async_update_subentry(
+        entry, subentry, data={**subentry.data, "prompt": "You are Hearth. Be brief."}
+    )
+    return "You are Hearth. Be brief."
+
+
+@pytest.mark.parametrize(
+    "change",
+    [_rename, _move, _rename_area, _unexpose, _add_entity, _change_options],
+    ids=["rename", "move_area", "rename_area", "unexpose", "entity_appears", "agent_options"],
+)
+async def test_house_change_repins_once_after_debounce(
+    hass: HomeAssistant,
+    entry: MockConfigEntry,
+    engine: EngineProcess,
+    puts: PutSpy,
+    change: Callable[[HomeAssistant], str],
+) -> None:
+    """One real change: exactly one re-pin, only once the debounce (2 s) has passed."""
+    name = pin_name(_agent(entry))
+    before = engine.pins()[name]
+    assert hass.states.get(REPINS).state == "0"
+
+    expected_text = change(hass)
+    await hass.async_block_till_done()
+    await _advance(hass, 1.0)
+    assert puts.names == []  # still within the debounce
+
+    await _advance(hass, 2.5)
+    assert puts.names == [name]
+    assert entry.runtime_data.prefixes.repins == 1
+    assert hass.states.get(REPINS).state == "1"
+    after = engine.pins()[name]
+    assert after["hash"] != before["hash"]
+    prefix = await entry.runtime_data.prefixes.async_render(_agent(entry))
+    assert expected_text in prefix.system
+
+    await _advance(hass, 60)  # polls and quiet time: nothing more to do
+    assert puts.names == [name]
+    assert hass.states.get(REPINS).state == "1"
+
+
+async def test_burst_of_changes_is_one_repin(
+    hass: HomeAssistant, entry: MockConfigEntry, puts: PutSpy
+) -> None:
+    """Changes closer together than the debounce are merged into one re-pin."""
+    registry = er.async_get(hass)
+    for i in range(5):
+        registry.async_update_entity(KITCHEN_LIGHT, aliases={f"Lamp {i}"})
+        await _advance(hass, 1.0)
+    assert puts.names == []
+    await _advance(hass, 2.5)
+    assert len(puts.names) == 1
+    assert entry.runtime_data.prefixes.repins == 1
+
+
+async def test_state_changes_never_repin(
+    hass: HomeAssistant, entry: MockConfigEntry, puts: PutSpy
+) -> None:
+    """100 state changes (on/off, attributes): no re-render reaches the engine."""
+    for i in range(50):
+        await hass.services.async_call(
+            "input_boolean", "toggle", {"entity_id": KITCHEN_SWITCH}, blocking=True
+        )
+        hass.states.async_set(
+            KITCHEN_LIGHT,
+            "on" if i % 2 else "off",
+            {"friendly_name": "Kitchen Light", "brightness": i},
+        )
+    await hass.async_block_till_done()
+    await _advance(hass, 30)
+    assert puts.names == []
+    assert entry.runtime_data.prefixes.repins == 0
+    assert hass.states.get(REPINS).state == "0"
+
+
+async def test_device_area_change_repins_once(
+    hass: HomeAssistant, house: None, engine: EngineProcess, puts: PutSpy
+) -> None:
+    """An entity placed through its device (named after it): moving the device re-pins
+    once."""
+    areas = ar.async_get(hass)
+    devices = dr.async_get(hass)
+    owner = MockConfigEntry(domain="test")
+    owner.add_to_hass(hass)
+    device = devices.async_get_or_create(
+        config_entry_id=owner.entry_id, identifiers={("test", "pump")}, name="Pump"
+    )
+    devices.async_update_device(device.id, area_id=areas.async_get_area_by_name("Kitchen").id)
+    pump = er.async_get(hass).async_get_or_create(
+        "switch", "test", "pump", device_id=device.id, original_name="Garden Pump"
+    )
+    hass.states.async_set(pump.entity_id, "off", {"friendly_name": "Garden Pump"})
+    entry = make_entry(engine.url, **{CONF_REPIN_DEBOUNCE: 2.0})
+    await async_setup_entry(hass, entry)
+    prefixes = entry.runtime_data.prefixes
+    assert (
+        "- names: Pump Garden Pump\n  domain: switch\n  areas: Kitchen"
+        in (await prefixes.async_render(_agent(entry))).system
+    )
+    puts.names.clear()
+
+    devices.async_update_device(device.id, area_id=areas.async_get_area_by_name("Living Room").id)
+    await _advance(hass, 3)
+    assert len(puts.names) == 1
+    assert prefixes.repins == 1
+    assert (
+        "- names: Pump Garden Pump\n  domain: switch\n  areas: Living Room"
+        in (await prefixes.async_render(_agent(entry))).system
+    )
+
+
+async def test_unchanged_registry_update_does_not_repin(
+    hass: HomeAssistant, entry: MockConfigEntry, puts: PutSpy
+) -> None:
+    """A registry event that leaves the rendered prefix as it was: no PUT."""
+    registry = er.async_get(hass)
+    registry.async_update_entity(KITCHEN_LIGHT, aliases={"Cooker Light"})
+    await _advance(hass, 3)
+    assert len(puts.names) == 1
+    registry.async_update_entity(KITCHEN_LIGHT, aliases={"Cooker Light"})  # no-op
+    ar.async_get(hass).async_create("Attic")  # an empty area is not in the prefix
+    floor = fr.async_get(hass).async_create("Ground Floor")  # floors are not in it either
+    areas = ar.async_get(hass)
+    areas.async_update(areas.async_get_area_by_name("Kitchen").id, floor_id=floor.floor_id)
+    await _advance(hass, 3)
+    assert len(puts.names) == 1
+    assert entry.runtime_data.prefixes.repins == 1
+
+
+async def test_reload_reuses_the_pin(
+    hass: HomeAssistant, entry: MockConfigEntry, engine: EngineProcess, puts: PutSpy
+) -> None:
+    """After a reload (as after an HA restart) the same name and tokens are PUT again:
+    the engine finds them cached and computes nothing."""
+    name = pin_name(_agent(entry))
+    before = engine.pins()[name]
+    assert await hass.config_entries.async_reload(entry.entry_id)
+    await hass.async_block_till_done(wait_background_tasks=True)
+    assert puts.names == [name]
+    after = engine.pins()[name]
+    assert after["hash"] == before["hash"]
+    assert after["tokens"] == before["tokens"]
+    assert after["prefill_ms"] == 0
+    assert entry.runtime_data.prefixes.repins == 0
+
+
+async def test_missing_pin_is_pinned_again(
+    hass: HomeAssistant, entry: MockConfigEntry, engine: EngineProcess, puts: PutSpy
+) -> None:
+    """If the engine loses the pin (deleted here), the next poll pins it again."""
+    name = pin_name(_agent(entry))
+    engine.request("DELETE", f"/v1/prefixes/{name}")
+    await _advance(hass, 11)  # next poll
+    assert puts.names == [name]
+    assert name in engine.pins()
+    assert entry.runtime_data.prefixes.repins == 1
+
+
+async def test_engine_restart(
+    hass: HomeAssistant, house: None, private_engine_factory: Callable[..., EngineProcess]
+) -> None:
+    """Engine stops: sensors unavailable, connectivity off, a spoken error. Engine
+    restarts (new instance_id): sensors back, the prefix pinned again (one re-pin)."""
+    engine = private_engine_factory()
+    entry = make_entry(engine.url, **{CONF_REPIN_DEBOUNCE: 2.0})
+    await async_setup_entry(hass, entry)
+    name = pin_name(_agent(entry))
+    assert name in engine.pins()
+    assert hass.states.get("binary_sensor.hearth_engine_connected").state == "on"
+    assert hass.states.get("sensor.hearth_kv_cache_used").state != "unavailable"
+
+    engine.stop()
+    await _advance(hass, 11)
+    assert hass.states.get("binary_sensor.hearth_engine_connected").state == "off"
+    for sensor in ("kv_cache_used", "cache_hit_rate", "prefix_re_pins", "last_ttft"):
+        assert hass.states.get(f"sensor.hearth_{sensor}").state == "unavailable"
+    result = await converse(hass, "hello")
+    assert speech(result) == "Sorry, I cannot reach the Hearth engine. Check that it is running."
+
+    engine.start()  # same port, new process: new instance_id, no pins
+    assert engine.pins() == {}
+    await _advance(hass, 11)
+    assert hass.states.get("binary_sensor.hearth_engine_connected").state == "on"
+    assert hass.states.get("sensor.hearth_kv_cache_used").state != "unavailable"
+    assert name in engine.pins()
+    assert hass.states.get(REPINS).state == "1"
+
+    result = await converse(hass, "hello")
+    assert speech(result) == "Hello from Hearth."
+    assert hearth_traces()[-1]["requests"][0]["pin"] == name

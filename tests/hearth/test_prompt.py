@@ -1,0 +1,141 @@
+"""Pure functions: the volatile split, history, tool names, SSE parsing, error keys."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from homeassistant.components import conversation
+from homeassistant.helpers import llm
+
+from custom_components.hearth.api import (
+    HearthAuthError,
+    HearthConnectionError,
+    HearthResponseError,
+    _sse_payloads,
+)
+from custom_components.hearth.entity import parse_tool_args, resolve_tool_name
+from custom_components.hearth.errors import error_key
+from custom_components.hearth.prefix import HousePrefix
+from custom_components.hearth.prompt import HearthNative, build_messages, volatile_context
+
+PREFIX = HousePrefix(system="Be brief.\nStatic Context:\n- names: Lamp", tools=())
+
+
+def test_volatile_context_moves_what_the_prefix_lacks() -> None:
+    system_prompt = (
+        "Be brief.\n\nStatic Context:\n- names: Lamp\n"
+        "You are in area Kitchen.\nCurrent time is 10:00:00.\n\nThe user is Anne."
+    )
+    assert volatile_context(system_prompt, PREFIX.system) == (
+        "You are in area Kitchen.\nCurrent time is 10:00:00.\nThe user is Anne."
+    )
+    assert volatile_context(PREFIX.system, PREFIX.system) == ""
+
+
+def _native(context: str | None, content: str, **extra: Any) -> conversation.AssistantContent:
+    message = {"role": "assistant", "content": content, **extra}
+    return conversation.AssistantContent(
+        agent_id="conversation.hearth",
+        content=content,
+        native=HearthNative(context=context, message=message),
+    )
+
+
+def test_build_messages_keeps_each_turn_as_sent() -> None:
+    call = {
+        "id": "call_1",
+        "type": "function",
+        "function": {"name": "HassTurnOn", "arguments": '{"name": "Lamp"}'},
+    }
+    content: list[conversation.Content] = [
+        conversation.SystemContent(content="HA's own system prompt (replaced)"),
+        conversation.UserContent(content="turn on the lamp"),
+        _native("ctx 1", "", tool_calls=[call]),
+        conversation.ToolResultContent(
+            agent_id="conversation.hearth",
+            tool_call_id="call_1",
+            tool_name="intent__HassTurnOn",
+            result=llm.ToolResult(data={"success": True}),
+        ),
+        _native(None, "Done."),
+        conversation.UserContent(content="thanks"),
+        conversation.AssistantContent(agent_id="conversation.home_assistant", content="Sure."),
+        conversation.UserContent(content="hello"),
+    ]
+    assert build_messages(PREFIX, content, "ctx 3", max_history=10) == [
+        {"role": "system", "content": PREFIX.system},
+        {"role": "system", "content": "ctx 1"},
+        {"role": "user", "content": "turn on the lamp"},
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "call_1", "content": '{"success":true}'},
+        {"role": "assistant", "content": "Done."},
+        {"role": "user", "content": "thanks"},  # answered by another agent: no context
+        {"role": "assistant", "content": "Sure."},
+        {"role": "system", "content": "ctx 3"},
+        {"role": "user", "content": "hello"},
+    ]
+    # Whole turns are dropped, oldest first.
+    assert build_messages(PREFIX, content, "ctx 3", max_history=1)[1:] == [
+        {"role": "user", "content": "thanks"},
+        {"role": "assistant", "content": "Sure."},
+        {"role": "system", "content": "ctx 3"},
+        {"role": "user", "content": "hello"},
+    ]
+    assert build_messages(PREFIX, content, "", max_history=0)[1:] == [
+        {"role": "user", "content": "hello"}
+    ]
+
+
+def test_resolve_tool_name() -> None:
+    tools = ["intent__HassTurnOn", "intent__HassTurnOff", "a__Get", "b__Get"]
+    assert resolve_tool_name("intent__HassTurnOn", tools) == "intent__HassTurnOn"
+    assert resolve_tool_name("HassTurnOn", tools) == "intent__HassTurnOn"
+    assert resolve_tool_name("Get", tools) == "Get"  # ambiguous: HA reports it
+    assert resolve_tool_name("Nope", tools) == "Nope"
+
+
+def test_parse_tool_args() -> None:
+    assert parse_tool_args('{"name": "Lamp", "area": "", "floor": null}') == {"name": "Lamp"}
+    assert parse_tool_args("") == {}
+    assert parse_tool_args("not json") == {}
+    assert parse_tool_args("[1, 2]") == {}
+
+
+class _Content:
+    def __init__(self, blocks: list[bytes]) -> None:
+        self._blocks = blocks
+
+    async def iter_any(self) -> AsyncIterator[bytes]:
+        for block in self._blocks:
+            yield block
+
+
+class _Response:
+    """Only the stream of a response (chunk boundaries cannot be chosen with a real
+    engine)."""
+
+    def __init__(self, blocks: list[bytes]) -> None:
+        self.content = _Content(blocks)
+
+
+async def test_sse_payloads_across_chunk_boundaries() -> None:
+    stream = 'data: {"a": "é"}\n\n: comment\ndata: [DONE]\n\n'.encode()
+    blocks = [stream[:3], stream[3:9], stream[9:13], stream[13:]]
+    payloads = [p async for p in _sse_payloads(_Response(blocks))]  # type: ignore[arg-type]
+    assert payloads == ['{"a": "é"}', "[DONE]"]
+
+
+@pytest.mark.parametrize(
+    ("error", "key"),
+    [
+        (HearthConnectionError("down"), "cannot_connect"),
+        (HearthAuthError(401, "invalid_api_key", "no"), "invalid_auth"),
+        (HearthResponseError(422, "context_length_exceeded", "long"), "context_length_exceeded"),
+        (HearthResponseError(503, "overloaded", "busy"), "engine_busy"),
+        (HearthResponseError(500, "engine_error", "boom"), "engine_error"),
+    ],
+)
+def test_error_keys(error: Exception, key: str) -> None:
+    assert error_key(error) == key  # type: ignore[arg-type]
