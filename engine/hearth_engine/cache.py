@@ -446,6 +446,10 @@ class RadixCache(Generic[P]):
 
     def _release_pin(self, record: PinRecord) -> None:
         node = record.node
-        node.pins_here.discard(record.name)
+        current = self._pins.get(record.name)
+        # Re-pinning the same tokens under the same name puts the new record on the same
+        # node: the name stays attached there.
+        if current is None or current.node is not node:
+            node.pins_here.discard(record.name)
         for n in self._path(node):
             n.pin_ref -= 1

@@ -286,5 +286,7 @@ class ChatFormatter:
         if isinstance(tool_choice, dict):
             name = (tool_choice.get("function") or {}).get("name")
             if isinstance(name, str) and name:
-                return f'<tool_call>\n{{"name": {json.dumps(name)}, "arguments": '
+                # No space after the colon: BPE splits `": {"` as `":` + ` {"`, so a
+                # forced trailing space would be a token boundary the model never saw.
+                return f'<tool_call>\n{{"name": {json.dumps(name)}, "arguments":'
         return ""

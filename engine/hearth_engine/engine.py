@@ -153,6 +153,7 @@ class Engine:
         self._pin_lock = threading.RLock()  # guards the three pin dicts below
         self._pins: dict[str, PinStatus] = {}  # active (ready) pins, or a failed first try
         self._pending_pins: dict[str, PinStatus] = {}  # latest attempt still warming
+        self._restoring = False  # bringing pins back from the store at start-up
         self._pin_gen: dict[str, int] = {}
         self._pin_waiters: dict[tuple[str, int], list[Callable[[PinStatus], None]]] = {}
         self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hearth-store")
@@ -807,6 +808,10 @@ class Engine:
     def _save_manifest(self) -> None:
         if self.store is None or self.config.cache_mode is not CacheMode.RADIX:
             return
+        if self._restoring:
+            # Mid-restore the cache holds only the pins restored so far: writing now
+            # would prune the store files of the pins still to come.
+            return
         records = self.cache.pins()
         entries = [
             ManifestEntry(name, prefix_key(r.namespace, r.tokens), len(r.tokens))
@@ -823,27 +828,35 @@ class Engine:
     def _restore_manifest(self) -> None:
         """At start-up, bring back the pins of the previous run from the store."""
         assert self.store is not None
-        for entry in self.store.read_manifest(self.namespace):
-            t0 = time.monotonic()
-            loaded = self.store.load_by_key(self.namespace, entry.key)
-            if loaded is None:
-                continue
-            tokens, kv = loaded
-            try:
-                self.cache.check_fits(len(tokens) * self.info.bytes_per_token)
-            except CacheFullError as err:
-                _LOGGER.warning("Not restoring pin %s: %s", entry.name, err)
-                continue
-            if not self._insert_segment(self.namespace, tokens, kv):
-                continue
-            generation = self._pin_gen.get(entry.name, 0) + 1
-            self._pin_gen[entry.name] = generation
-            status = PinStatus(entry.name, len(tokens), entry.key[:16], generation=generation)
-            self._pending_pins[entry.name] = status
-            self.counters.pin_restores += 1
-            self._activate_pin(
-                entry.name, generation, tokens, (time.monotonic() - t0) * 1000, restored=True
-            )
-            _LOGGER.info(
-                "Restored pin %s (%d tokens) from the prefix store", entry.name, len(tokens)
-            )
+        self._restoring = True
+        try:
+            for entry in self.store.read_manifest(self.namespace):
+                self._restore_entry(entry)
+        finally:
+            self._restoring = False
+        self._save_manifest()
+
+    def _restore_entry(self, entry: ManifestEntry) -> None:
+        """Bring one pin back from the store (skipped with a warning if it cannot be)."""
+        assert self.store is not None
+        t0 = time.monotonic()
+        loaded = self.store.load_by_key(self.namespace, entry.key)
+        if loaded is None:
+            return
+        tokens, kv = loaded
+        try:
+            self.cache.check_fits(len(tokens) * self.info.bytes_per_token)
+        except CacheFullError as err:
+            _LOGGER.warning("Not restoring pin %s: %s", entry.name, err)
+            return
+        if not self._insert_segment(self.namespace, tokens, kv):
+            return
+        generation = self._pin_gen.get(entry.name, 0) + 1
+        self._pin_gen[entry.name] = generation
+        status = PinStatus(entry.name, len(tokens), entry.key[:16], generation=generation)
+        self._pending_pins[entry.name] = status
+        self.counters.pin_restores += 1
+        self._activate_pin(
+            entry.name, generation, tokens, (time.monotonic() - t0) * 1000, restored=True
+        )
+        _LOGGER.info("Restored pin %s (%d tokens) from the prefix store", entry.name, len(tokens))

@@ -323,3 +323,32 @@ async def client(server: ServerProcess) -> AsyncIterator[Client]:
     """A client for the module's ``server`` fixture."""
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=300)) as session:
         yield Client(server, session)
+
+
+def raw_http(server: ServerProcess, request: bytes, timeout: float = 30.0) -> bytes:
+    """Send ``request`` as is on a new connection; returns everything the server sent back
+    until it closed the connection (so send ``Connection: close``)."""
+    with socket.create_connection(("127.0.0.1", server.port), timeout=timeout) as sock:
+        sock.sendall(request)
+        chunks: list[bytes] = []
+        while True:
+            try:
+                data = sock.recv(65536)
+            except TimeoutError:
+                break
+            if not data:
+                break
+            chunks.append(data)
+    return b"".join(chunks)
+
+
+def split_http_response(raw: bytes) -> tuple[int, dict[str, str], bytes]:
+    """``(status, headers with lower-case names, body)`` of one raw HTTP/1.1 response."""
+    head, _, body = raw.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    status = int(lines[0].split()[1])
+    headers = {}
+    for line in lines[1:]:
+        name, _, value = line.partition(":")
+        headers[name.strip().lower()] = value.strip()
+    return status, headers, body

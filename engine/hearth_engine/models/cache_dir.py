@@ -56,6 +56,11 @@ def build_once(folder: Path, version: str, build: Callable[[Path], None]) -> Pat
     with _locked(folder.parent / f".{folder.name}.lock"):
         if is_built(folder, version):
             return folder
+        # Holding the lock, any temporary folder left here is from a build that was
+        # killed before it could clean up.
+        for stale in folder.parent.glob(f".{folder.name}.*"):
+            if stale.is_dir():
+                shutil.rmtree(stale, ignore_errors=True)
         tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", dir=folder.parent))
         try:
             build(tmp)

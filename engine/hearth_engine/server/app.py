@@ -55,12 +55,14 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
 def auth_middleware(
     api_key: str | None,
 ) -> Callable[[web.Request, Handler], Awaitable[web.StreamResponse]]:
-    expected = api_key.encode() if api_key else None
+    expected = api_key.encode("utf-8", "surrogateescape") if api_key else None
 
     @web.middleware
     async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
         if expected is not None and request.path not in PUBLIC_PATHS:
-            given = _bearer(request).encode()
+            # Header bytes that are not UTF-8 arrive as surrogate escapes: give the raw
+            # bytes back (a plain encode() would fail, a 500 instead of a 401).
+            given = _bearer(request).encode("utf-8", "surrogateescape")
             # Constant-time comparison: timing reveals nothing about the key.
             if not hmac.compare_digest(given, expected):
                 raise APIError(

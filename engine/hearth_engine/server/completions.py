@@ -6,6 +6,7 @@ import json
 import logging
 import time
 import uuid
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,9 +15,9 @@ from aiohttp import web
 from ..chat import ChatTemplateError, StreamSplitter, ToolCall
 from ..engine import ContextLengthError, EngineClosedError, QueueFullError
 from ..sampling import SamplingParams
-from ..sequence import ErrorEvent, FinishEvent, RequestStats, TokenEvent
+from ..sequence import ErrorEvent, Event, FinishEvent, RequestStats, TokenEvent
 from .errors import APIError, bad_request, overloaded
-from .schemas import CHAT_REQUEST, check_tool_references, parse_json, validate
+from .schemas import CHAT_REQUEST, check_tool_references, read_json, validate
 from .state import ServerState
 
 _LOGGER = logging.getLogger(__name__)
@@ -106,6 +107,32 @@ def _usage(stats: RequestStats) -> dict[str, Any]:
     }
 
 
+def _event_error(event: Event) -> APIError | None:
+    """The error an engine event stands for, if any.
+
+    A cancelled request only reaches a listener when the engine cancelled it at shutdown
+    (a client that went away hears nothing more): that is not a complete answer.
+    """
+    if isinstance(event, ErrorEvent):
+        return APIError(500, event.message, type_="server_error", code="engine_error")
+    if isinstance(event, FinishEvent) and event.reason == "cancelled":
+        return overloaded("the engine is shutting down; the request was cancelled", retry_after=5)
+    return None
+
+
+async def _next_event(events: AsyncIterator[Event]) -> Event:
+    try:
+        return await anext(events)
+    except StopAsyncIteration:
+        raise APIError(
+            500, "generation ended unexpectedly", type_="server_error", code="engine_error"
+        ) from None
+
+
+def _sse(data: dict[str, Any]) -> bytes:
+    return f"data: {json.dumps(data, ensure_ascii=False)}\n\n".encode()
+
+
 def _finish_reason(reason: str, calls: list[ToolCall]) -> str:
     if calls:
         return "tool_calls"
@@ -124,10 +151,15 @@ class ChatCompletion:
         self.model = state.engine.info.name
         self.splitter = StreamSplitter(state.formatter.tool_format, self.prep.forced)
 
-    def _events(self) -> Any:
-        engine = self.state.engine
+    async def _first_event(self, events: AsyncIterator[Event]) -> Event:
+        """Wait for the request's first event.
+
+        ``Engine.stream`` is an async generator: it submits the request (and may refuse
+        it) only when first iterated, so the refusals are mapped here, before any
+        response has started.
+        """
         try:
-            return engine.stream(self.prep.prompt, self.prep.params, salt=self.prep.salt)
+            return await _next_event(events)
         except QueueFullError as err:
             raise overloaded(f"the engine is busy ({err}); retry shortly") from None
         except EngineClosedError:
@@ -160,115 +192,140 @@ class ChatCompletion:
                 self.id[-8:],
                 self.state.formatter.tokenizer.decode(self.prep.prompt),
             )
-        events = self._events()
+        events = self.state.engine.stream(self.prep.prompt, self.prep.params, salt=self.prep.salt)
         try:
+            first = await self._first_event(events)
             if self.prep.stream:
-                return await self._stream(events)
-            return await self._complete(events)
+                return await self._stream(events, first)
+            return await self._complete(events, first)
         finally:
             # Client gone, write failed or done: cancel the request now (frees its locks).
             await events.aclose()
 
-    async def _complete(self, events: Any) -> web.Response:
+    async def _until_finish(
+        self, events: AsyncIterator[Event], event: Event
+    ) -> tuple[str, FinishEvent]:
+        """The content up to the finish event; raises the error an event stands for."""
         parts: list[str] = []
-        async for event in events:
+        while True:
+            error = _event_error(event)
+            if error is not None:
+                raise error
+            if isinstance(event, FinishEvent):
+                return "".join(parts), event
             if isinstance(event, TokenEvent):
                 parts.append(self._content(event.text))
-            elif isinstance(event, ErrorEvent):
-                raise APIError(500, event.message, type_="server_error", code="engine_error")
-            elif isinstance(event, FinishEvent):
-                parts.append(self._content(event.text))
-                tail, calls = self._finish_text()
-                parts.append(tail)
-                content = "".join(parts)
-                self._log(event.stats, event.reason)
-                message: dict[str, Any] = {"role": "assistant", "content": content or None}
-                if calls:
-                    message["tool_calls"] = [c.as_openai() for c in calls]
-                elif not content:
-                    message["content"] = ""
-                return web.json_response(
+            event = await _next_event(events)
+
+    async def _complete(self, events: AsyncIterator[Event], first: Event) -> web.Response:
+        content, event = await self._until_finish(events, first)
+        content += self._content(event.text)
+        tail, calls = self._finish_text()
+        content += tail
+        self._log(event.stats, event.reason)
+        message: dict[str, Any] = {"role": "assistant", "content": content or None}
+        if calls:
+            message["tool_calls"] = [c.as_openai() for c in calls]
+        elif not content:
+            message["content"] = ""
+        return web.json_response(
+            {
+                "id": self.id,
+                "object": "chat.completion",
+                "created": self.created,
+                "model": self.model,
+                "choices": [
                     {
-                        "id": self.id,
-                        "object": "chat.completion",
-                        "created": self.created,
-                        "model": self.model,
-                        "choices": [
-                            {
-                                "index": 0,
-                                "message": message,
-                                "logprobs": None,
-                                "finish_reason": _finish_reason(event.reason, calls),
-                            }
-                        ],
-                        "usage": _usage(event.stats),
+                        "index": 0,
+                        "message": message,
+                        "logprobs": None,
+                        "finish_reason": _finish_reason(event.reason, calls),
                     }
-                )
-        raise APIError(
-            500, "generation ended unexpectedly", type_="server_error", code="engine_error"
+                ],
+                "usage": _usage(event.stats),
+            }
         )
 
     def _chunk(self, delta: dict[str, Any], finish: str | None = None) -> bytes:
-        data = {
-            "id": self.id,
-            "object": "chat.completion.chunk",
-            "created": self.created,
-            "model": self.model,
-            "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
-        }
-        return f"data: {json.dumps(data, ensure_ascii=False)}\n\n".encode()
+        return _sse(
+            {
+                "id": self.id,
+                "object": "chat.completion.chunk",
+                "created": self.created,
+                "model": self.model,
+                "choices": [
+                    {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
+                ],
+            }
+        )
 
-    async def _stream(self, events: Any) -> web.StreamResponse:
-        # Wait for the first event before committing to a 200: errors before any output
+    async def _stream(self, events: AsyncIterator[Event], first: Event) -> web.StreamResponse:
+        # The first event came before committing to a 200: errors before any output
         # still get a proper status code.
-        iterator = events.__aiter__()
-        first = await iterator.__anext__()
-        if isinstance(first, ErrorEvent):
-            raise APIError(500, first.message, type_="server_error", code="engine_error")
+        error = _event_error(first)
+        if error is not None:
+            raise error
         response = web.StreamResponse(
             headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
         )
         await response.prepare(self.request)
+        try:
+            await self._stream_events(response, events, first)
+        except ConnectionResetError:
+            # The client went away: nothing more can be sent. ``run`` closes the event
+            # stream, which cancels the request and frees its cache locks.
+            _LOGGER.debug("chat %s: client disconnected mid-stream", self.id[-8:])
+        return response
+
+    async def _stream_events(
+        self, response: web.StreamResponse, events: AsyncIterator[Event], first: Event
+    ) -> None:
         await response.write(self._chunk({"role": "assistant", "content": ""}))
         event = first
         while True:
+            error = _event_error(event)
+            if error is not None:
+                await response.write(_sse(error.body()))
+                break
             if isinstance(event, TokenEvent):
                 text = self._content(event.text)
                 if text:
                     await response.write(self._chunk({"content": text}))
-            elif isinstance(event, ErrorEvent):
-                error = APIError(500, event.message, type_="server_error", code="engine_error")
-                await response.write(f"data: {json.dumps(error.body())}\n\n".encode())
-                break
             elif isinstance(event, FinishEvent):
-                text = self._content(event.text)
-                tail, calls = self._finish_text()
-                if text + tail:
-                    await response.write(self._chunk({"content": text + tail}))
-                if calls:
-                    await response.write(
-                        self._chunk({"tool_calls": [c.as_openai(i) for i, c in enumerate(calls)]})
-                    )
-                await response.write(self._chunk({}, _finish_reason(event.reason, calls)))
-                if self.prep.include_usage:
-                    usage = {
-                        "id": self.id,
-                        "object": "chat.completion.chunk",
-                        "created": self.created,
-                        "model": self.model,
-                        "choices": [],
-                        "usage": _usage(event.stats),
-                    }
-                    await response.write(f"data: {json.dumps(usage)}\n\n".encode())
-                self._log(event.stats, event.reason)
+                await self._stream_finish(response, event)
                 break
-            event = await iterator.__anext__()
+            try:
+                event = await _next_event(events)
+            except APIError as err:
+                await response.write(_sse(err.body()))
+                break
         await response.write(b"data: [DONE]\n\n")
         await response.write_eof()
-        return response
+
+    async def _stream_finish(self, response: web.StreamResponse, event: FinishEvent) -> None:
+        text = self._content(event.text)
+        tail, calls = self._finish_text()
+        if text + tail:
+            await response.write(self._chunk({"content": text + tail}))
+        if calls:
+            await response.write(
+                self._chunk({"tool_calls": [c.as_openai(i) for i, c in enumerate(calls)]})
+            )
+        await response.write(self._chunk({}, _finish_reason(event.reason, calls)))
+        if self.prep.include_usage:
+            usage = {
+                "id": self.id,
+                "object": "chat.completion.chunk",
+                "created": self.created,
+                "model": self.model,
+                "choices": [],
+                "usage": _usage(event.stats),
+            }
+            await response.write(_sse(usage))
+        self._log(event.stats, event.reason)
 
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
     state: ServerState = request.app[ServerState.KEY]
-    body = validate(CHAT_REQUEST, parse_json(await request.read()))
+    body = validate(CHAT_REQUEST, await read_json(request))
     return await ChatCompletion(state, request, body).run()

@@ -19,6 +19,7 @@ class APIError(Exception):
         param: str | None = None,
         code: str | None = None,
         headers: dict[str, str] | None = None,
+        close: bool = False,
     ) -> None:
         super().__init__(message)
         self.status = status
@@ -27,6 +28,7 @@ class APIError(Exception):
         self.param = param
         self.code = code
         self.headers = headers or {}
+        self.close = close  # close the connection after the response
 
     def body(self) -> dict[str, Any]:
         return {
@@ -39,7 +41,10 @@ class APIError(Exception):
         }
 
     def response(self) -> web.Response:
-        return web.json_response(self.body(), status=self.status, headers=self.headers)
+        response = web.json_response(self.body(), status=self.status, headers=self.headers)
+        if self.close:
+            response.force_close()
+        return response
 
 
 def bad_request(message: str, param: str | None = None, code: str = "invalid_value") -> APIError:
@@ -76,7 +81,7 @@ def from_http_exception(exc: web.HTTPException) -> APIError:
     message = {
         404: "unknown route",
         405: "method not allowed for this route",
-        413: "request body too large",
+        413: f"request body too large: {exc.text}" if exc.text else "request body too large",
     }.get(exc.status, exc.reason or "request failed")
     headers = {k: v for k, v in exc.headers.items() if k.lower() == "allow"}
     return APIError(exc.status, message, type_=type_, code=code, headers=headers)

@@ -42,9 +42,14 @@ def read_api_key(args: argparse.Namespace) -> str | None:
         if not key:
             raise StartupError(f"--api-key-file {args.api_key_file} is empty")
         return key
-    if args.api_key is not None and not args.api_key.strip():
+    if args.api_key is None:
+        return None
+    # Stripped like --api-key-file: HTTP drops a header's surrounding whitespace, so a
+    # padded key (say from a .env file) could never match and every request would be a 401.
+    key = args.api_key.strip()
+    if not key:
         raise StartupError("--api-key is empty")
-    return args.api_key
+    return key
 
 
 def check_bind(host: str, api_key: str | None, insecure: bool) -> None:
@@ -57,12 +62,22 @@ def check_bind(host: str, api_key: str | None, insecure: bool) -> None:
 
 
 async def _serve(args: argparse.Namespace, api_key: str | None) -> int:
+    # Signals are handled from the start: SIGTERM or Ctrl-C while the model loads is a
+    # clean stop (exit 0) too, not a death by signal.
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
     config = engine_config_from_args(args)
     _LOGGER.info(
         "Loading model %s (device %s, dtype %s)...", config.model, config.device, config.dtype
     )
     started = time.monotonic()
     engine = await asyncio.to_thread(Engine.load, config)
+    if stop.is_set():
+        engine.close()
+        _LOGGER.info("Stopped before serving (a stop signal came while the model loaded)")
+        return 0
     await asyncio.to_thread(engine.start)
     _LOGGER.info("Model ready in %.1f s", time.monotonic() - started)
     app = create_app(
@@ -93,10 +108,6 @@ async def _serve(args: argparse.Namespace, api_key: str | None) -> int:
         config.prefix_store or "off",
         "on" if api_key else "off",
     )
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
     await stop.wait()
     _LOGGER.info("Shutting down: no new requests; finishing running ones")
     await site.stop()

@@ -10,7 +10,7 @@ from ..cache import CacheFullError, PinTooLargeError
 from ..chat import ChatTemplateError
 from ..engine import ContextLengthError, EngineClosedError
 from .errors import APIError, bad_request, not_found, overloaded
-from .schemas import PIN_REQUEST, check_pin_name, parse_json, validate
+from .schemas import PIN_REQUEST, check_pin_name, read_json, validate
 from .state import ServerState
 
 _LOGGER = logging.getLogger(__name__)
@@ -31,7 +31,7 @@ async def put_prefix(request: web.Request) -> web.Response:
     state = _state(request)
     name = check_pin_name(request.match_info["name"])
     wait = _wait_flag(request)
-    body = validate(PIN_REQUEST, parse_json(await request.read()))
+    body = validate(PIN_REQUEST, await read_json(request))
     try:
         text = state.formatter.render(
             body["messages"], body.get("tools"), add_generation_prompt=False

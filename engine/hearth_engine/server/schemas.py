@@ -8,11 +8,13 @@ import re
 from typing import Any
 
 import voluptuous as vol
+from aiohttp import web
 
 from .errors import APIError, bad_request
 
-PIN_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
-TOOL_NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
+# \Z, not $: "$" also matches before a final newline, which would let "name\n" through.
+PIN_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}\Z")
+TOOL_NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,64}\Z")
 MAX_STOP = 4
 MAX_STOP_LEN = 256
 MAX_JSON_DEPTH = 64
@@ -173,6 +175,30 @@ def parse_json(raw: bytes) -> Any:
         raise bad_request(
             f"the request body is not valid JSON: {detail}", code="invalid_json"
         ) from None
+
+
+async def read_json(request: web.Request) -> Any:
+    """The request body as strict JSON; a body that cannot be read or parsed is a 400.
+
+    A body the HTTP layer cannot decode (a corrupt ``Content-Encoding``, a broken chunk)
+    is the client's error, not the server's (it was a 500 with a logged traceback). The
+    connection is closed afterwards: its framing cannot be trusted any more.
+    """
+    try:
+        raw = await request.read()
+    except web.RequestPayloadError as err:
+        # The rest of the body is unreadable too: mark it finished, or aiohttp tries to
+        # drain it after the response, meets the same error and logs it with a traceback.
+        request.content.feed_eof()
+        lines = str(err).strip().splitlines()
+        detail = f": {lines[-1].strip()}" if lines else ""
+        raise APIError(
+            400,
+            f"the request body cannot be read{detail}",
+            code="invalid_json",
+            close=True,
+        ) from None
+    return parse_json(raw)
 
 
 def validate(schema: vol.Schema, data: Any) -> dict[str, Any]:

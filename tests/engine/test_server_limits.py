@@ -1,0 +1,257 @@
+"""Limits and clean-up, on a small server of its own: ``tiny`` (random weights: it talks
+until ``max_tokens``), one running request, one waiting, a 16 KiB body limit and a 1 MiB
+KV budget (1024 tokens of ``tiny``), no API key and no ``--log-prompts``."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from typing import Any
+
+import aiohttp
+import pytest
+
+from .conftest import Client, ServerProcess
+
+CHAT = "/v1/chat/completions"
+LONG = 3000  # tokens: minutes of decoding for tiny on this machine, so it is cut short
+
+
+@pytest.fixture(scope="module")
+def server(server_factory: Any) -> ServerProcess:
+    return server_factory(  # type: ignore[no-any-return]
+        "--model",
+        "tiny",
+        "--max-running",
+        "1",
+        "--max-queue",
+        "1",
+        "--max-body-kb",
+        "16",
+        "--kv-cache-mb",
+        "1",
+    )
+
+
+@pytest.fixture
+async def idle(client: Client) -> Client:
+    """The client, once nothing from an earlier test still runs."""
+    stats = await client.settled()
+    assert (stats["requests_running"], stats["requests_waiting"]) == (0, 0)
+    return client
+
+
+def messages(text: str | None = None) -> list[dict[str, str]]:
+    """A short chat; the long requests use fixed stories, checked to run 500 tokens
+    without an end-of-text (tiny's greedy output depends only on the prompt)."""
+    return [
+        {"role": "system", "content": "You are the voice of a small house."},
+        {"role": "user", "content": text or f"tell me a story {uuid.uuid4().hex}"},
+    ]
+
+
+class OpenStream:
+    """A streamed completion that the test reads a little of, then drops."""
+
+    def __init__(self, client: Client, body: dict[str, Any]) -> None:
+        self.client = client
+        self.body = {**body, "stream": True}
+        self.response: aiohttp.ClientResponse | None = None
+
+    async def __aenter__(self) -> OpenStream:
+        self.response = await self.client.session.post(
+            self.client.url(CHAT), data=json.dumps(self.body), headers=self.client.server.auth
+        )
+        assert self.response.status == 200
+        for _ in range(3):  # role chunk and some content: it is decoding now
+            line = await self.response.content.readline()
+            while line == b"\n":
+                line = await self.response.content.readline()
+            assert line.startswith(b"data: {"), line
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.disconnect()
+
+    def disconnect(self) -> None:
+        if self.response is not None:
+            self.response.close()  # closes the connection, not just the response
+
+
+async def wait_for(client: Client, key: str, value: int, within_s: float = 60) -> dict[str, Any]:
+    deadline = time.monotonic() + within_s
+    while True:
+        stats = await client.stats()
+        if stats[key] == value or time.monotonic() > deadline:
+            return stats
+        await asyncio.sleep(0.05)
+
+
+def assert_released(stats: dict[str, Any]) -> None:
+    assert stats["kv_cache_locked_nodes"] == 0
+    assert stats["kv_cache_locked_bytes"] == 0
+    assert stats["kv_working_bytes"] == 0
+    assert stats["requests_running"] == 0
+    assert stats["requests_waiting"] == 0
+
+
+# ---------------------------------------------------------------- queue full
+
+
+async def test_full_queue_is_503_with_retry_after(idle: Client) -> None:
+    client = idle
+    async with OpenStream(
+        client, {"messages": messages("tell me a story about the kitchen"), "max_tokens": LONG}
+    ):
+        assert (await wait_for(client, "requests_running", 1))["requests_running"] == 1
+        short = {"messages": messages("tell me a story about the porch"), "max_tokens": 2}
+        waiting = asyncio.create_task(client.request("POST", CHAT, json_body=short))
+        assert (await wait_for(client, "requests_waiting", 1))["requests_waiting"] == 1
+        for stream in (False, True):
+            status, headers, body = await client.request(
+                "POST", CHAT, json_body={"messages": messages(), "stream": stream}
+            )
+            assert status in (429, 503), body
+            assert int(headers["Retry-After"]) >= 1
+            assert headers["Content-Type"].startswith("application/json")
+            assert body["error"]["code"] == "overloaded"
+            assert "busy" in body["error"]["message"]
+    # The running stream was dropped: the waiting request gets its turn.
+    status, _, body = await waiting
+    assert status == 200, body
+    assert body["usage"]["completion_tokens"] == 2
+    assert_released(await client.settled())
+
+
+# ---------------------------------------------------------------- disconnects
+
+
+async def test_disconnect_mid_stream_releases_everything(
+    idle: Client, server: ServerProcess
+) -> None:
+    client = idle
+    prompt = messages("tell me a story about the hall")
+    await client.chat(messages=prompt, max_tokens=1)  # cached: the stream will lock it
+    before = await client.stats()
+    log_start = len(server.stderr())
+    async with OpenStream(client, {"messages": prompt, "max_tokens": LONG}) as stream:
+        during = await client.stats()
+        assert during["requests_running"] == 1
+        assert during["kv_cache_locked_nodes"] >= 1
+        assert during["kv_working_bytes"] > 0
+        stream.disconnect()
+        after = await client.settled()
+    assert_released(after)
+    assert after["requests_cancelled"] == before["requests_cancelled"] + 1
+    # Regression: the disconnect logged a traceback.
+    log = server.stderr()[log_start:]
+    assert "Traceback" not in log
+    assert "Error handling request" not in log
+    # Still serving, and the cancelled request's prompt stayed cached.
+    reply = await client.chat(messages=prompt, max_tokens=2)
+    assert reply["usage"]["prompt_tokens_details"]["cached_tokens"] >= (
+        reply["usage"]["prompt_tokens"] - 1
+    )
+
+
+async def test_disconnect_during_a_non_streaming_request_releases_everything(
+    idle: Client, server: ServerProcess
+) -> None:
+    client = idle
+    prompt = messages("tell me a story about the garden")
+    await client.chat(messages=prompt, max_tokens=1)
+    before = await client.stats()
+    log_start = len(server.stderr())
+    request = asyncio.create_task(
+        client.request("POST", CHAT, json_body={"messages": prompt, "max_tokens": LONG})
+    )
+    during = await wait_for(client, "requests_running", 1)
+    assert during["kv_cache_locked_nodes"] >= 1
+    request.cancel()  # the client gives up: its connection closes
+    with pytest.raises(asyncio.CancelledError):
+        await request
+    after = await client.settled()
+    assert_released(after)
+    assert after["requests_cancelled"] == before["requests_cancelled"] + 1
+    assert "Traceback" not in server.stderr()[log_start:]
+
+
+async def test_disconnect_while_queued_frees_the_queue_slot(idle: Client) -> None:
+    client = idle
+    async with OpenStream(
+        client, {"messages": messages("tell me a story about the attic"), "max_tokens": LONG}
+    ):
+        queued = asyncio.create_task(
+            client.request("POST", CHAT, json_body={"messages": messages(), "max_tokens": 2})
+        )
+        assert (await wait_for(client, "requests_waiting", 1))["requests_waiting"] == 1
+        queued.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await queued
+        stats = await wait_for(client, "requests_waiting", 0)
+        assert stats["requests_waiting"] == 0
+        assert stats["requests_running"] == 1  # the stream goes on
+    assert_released(await client.settled())
+
+
+# ---------------------------------------------------------------- privacy
+
+
+async def test_prompts_are_not_logged_by_default(idle: Client, server: ServerProcess) -> None:
+    client = idle
+    marker = f"private-words-{uuid.uuid4().hex}"
+    reply = await client.chat(messages=messages(marker), max_tokens=2)
+    await client.stream(messages=messages(marker), max_tokens=2)
+    await client.put_pin(f"p-{marker[-8:]}", messages=messages(marker))
+    await client.error(
+        "POST", CHAT, 422, json_body={"messages": messages(marker), "max_tokens": 10**6}
+    )
+    await client.error(
+        "POST", CHAT, 400, json_body={"messages": messages(marker), "temperature": "hot"}
+    )
+    server.wait_for_log(f"chat {reply['id'][-8:]}: prompt=")  # requests are logged...
+    assert marker not in server.stderr()  # ...but not what was said
+    await client.request("DELETE", f"/v1/prefixes/p-{marker[-8:]}")
+
+
+# ---------------------------------------------------------------- body limit, KV budget
+
+
+async def test_body_limit_follows_max_body_kb(idle: Client) -> None:
+    client = idle
+    over = json.dumps({"messages": messages("x" * 16 * 1024), "max_tokens": 2})
+    assert len(over) > 16 * 1024
+    error = await client.error("POST", CHAT, 413, "request_too_large", data=over)
+    assert str(16 * 1024) in error["message"]
+    under = {"messages": messages("word " * 2800), "max_tokens": 1}
+    assert len(json.dumps(under)) < 16 * 1024
+    assert (await client.chat(**under))["usage"]["completion_tokens"] == 1
+
+
+async def test_pin_larger_than_the_kv_budget_is_422(idle: Client) -> None:
+    client = idle
+    name = "too-big"
+    body = {"messages": messages("x " * 2000)}
+    error = await client.error("PUT", f"/v1/prefixes/{name}", 422, "pin_too_large", json_body=body)
+    assert str(1024 * 1024) in error["message"]  # says the budget
+    await client.error("GET", f"/v1/prefixes/{name}", 404, "not_found")
+
+
+async def test_budget_held_by_pins_is_503(idle: Client) -> None:
+    client = idle
+    first = await client.put_pin("first", messages=messages("a " * 600))
+    try:
+        status, headers, body = await client.request(
+            "PUT", "/v1/prefixes/second", json_body={"messages": messages("b " * 600)}
+        )
+        assert status == 503, body
+        assert body["error"]["code"] == "overloaded"
+        assert int(headers["Retry-After"]) >= 1
+        shown = await client.get("/v1/prefixes/first")
+        assert (shown["state"], shown["hash"]) == ("ready", first["hash"])
+    finally:
+        await client.request("DELETE", "/v1/prefixes/first")
+    await client.put_pin("second", messages=messages("b " * 600))  # fits once it is free
+    await client.request("DELETE", "/v1/prefixes/second")
