@@ -129,12 +129,41 @@ class HousePrefix:
         return hashlib.sha256(self.data).hexdigest()
 
 
+# JSON Schema keywords whose list is a set: order carries no meaning.
+_SET_KEYWORDS = frozenset({"enum", "required"})
+
+
+def canonical_schema(value: Any) -> Any:
+    """``value`` with every set-like list (``enum``, ``required``) sorted.
+
+    HA builds some of these lists from Python sets (the volume step's ``up``/``down``,
+    say), whose order changes from one Home Assistant process to the next with string
+    hash randomization: unsorted, a mere restart would change the prefix and re-pin it.
+    """
+    if isinstance(value, dict):
+        return {
+            key: (
+                sorted(item, key=lambda x: (type(x).__name__, str(x)))
+                if key in _SET_KEYWORDS
+                and isinstance(item, list)
+                and all(isinstance(x, (str, int, float, bool)) or x is None for x in item)
+                else canonical_schema(item)
+            )
+            for key, item in value.items()
+        }
+    if isinstance(value, list):
+        return [canonical_schema(item) for item in value]
+    return value
+
+
 def format_tool(tool: llm.Tool, custom_serializer: Callable[[Any], Any] | None) -> dict[str, Any]:
-    """An HA LLM tool as an OpenAI function tool."""
+    """An HA LLM tool as an OpenAI function tool, in a canonical form (see above)."""
     spec: dict[str, Any] = {
         "name": tool.name,
-        "parameters": probatio.to_openapi(
-            tool.parameters, custom_serializer=custom_serializer, openapi_version="3.1.0"
+        "parameters": canonical_schema(
+            probatio.to_openapi(
+                tool.parameters, custom_serializer=custom_serializer, openapi_version="3.1.0"
+            )
         ),
     }
     if tool.description:

@@ -17,7 +17,7 @@ from custom_components.hearth.api import (
 )
 from custom_components.hearth.entity import parse_tool_args, resolve_tool_name
 from custom_components.hearth.errors import error_key
-from custom_components.hearth.prefix import HousePrefix
+from custom_components.hearth.prefix import HousePrefix, canonical_schema, format_tool
 from custom_components.hearth.prompt import HearthNative, build_messages, volatile_context
 
 PREFIX = HousePrefix(system="Be brief.\nStatic Context:\n- names: Lamp", tools=())
@@ -86,6 +86,38 @@ def test_build_messages_keeps_each_turn_as_sent() -> None:
     assert build_messages(PREFIX, content, "", max_history=0)[1:] == [
         {"role": "user", "content": "hello"}
     ]
+
+
+def test_tool_schemas_do_not_depend_on_set_order() -> None:
+    """Regression: HA builds some enums from sets, whose order changes per process
+    (string hash randomization), so an HA restart changed the prefix and re-pinned it."""
+    import probatio
+
+    def tool(steps: list[str]) -> llm.Tool:
+        class Volume(llm.Tool):
+            name = "HassSetVolumeRelative"
+            description = "Change the volume"
+            parameters = probatio.Schema(
+                {
+                    probatio.Required("volume_step"): probatio.In(steps),
+                    probatio.Optional("name"): str,
+                }
+            )
+
+            async def async_call(self, *args: Any) -> Any:
+                raise NotImplementedError
+
+        return Volume()
+
+    one = format_tool(tool(["up", "down"]), None)
+    other = format_tool(tool(["down", "up"]), None)
+    assert one == other
+    assert one["function"]["parameters"]["properties"]["volume_step"]["enum"] == ["down", "up"]
+    nested = {"anyOf": [{"enum": ["b", "a", 1]}, {"required": ["y", "x"]}], "items": ["z", "a"]}
+    assert canonical_schema(nested) == {
+        "anyOf": [{"enum": [1, "a", "b"]}, {"required": ["x", "y"]}],
+        "items": ["z", "a"],  # not a set: order kept
+    }
 
 
 def test_resolve_tool_name() -> None:
