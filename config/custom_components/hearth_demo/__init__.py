@@ -1,0 +1,59 @@
+"""The Hearth demo house: a furnished, exposed, logged-in Home Assistant with no clicking.
+
+On every start, from house.yaml:
+1. floors, areas and entity registry entries (area, aliases, Assist exposure) are made to
+   match the file (house.py);
+2. the demo entities are added on their platforms (in-memory state, obey services);
+3. the `demo` user, onboarding and a token file for scripts are ensured (access.py);
+4. once Home Assistant has started, Hearth is wired in when installed (wiring.py).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import probatio
+from homeassistant.core import HomeAssistant
+from homeassistant.helpers import discovery
+from homeassistant.helpers.start import async_at_started
+from homeassistant.helpers.typing import ConfigType
+
+from .access import async_ensure_access
+from .const import DATA_HOUSE, DOMAIN, PLATFORMS
+from .house import async_build_house
+from .prompt import async_register_services
+from .schema import CONFIG_SCHEMA, house_from_config
+from .wiring import async_wire_hearth
+
+__all__ = ["CONFIG_SCHEMA", "DOMAIN"]
+
+_LOGGER = logging.getLogger(__name__)
+
+
+async def async_setup(hass: HomeAssistant, config: ConfigType) -> bool:
+    """Build the demo house."""
+    try:
+        house = house_from_config(config[DOMAIN], Path(hass.config.config_dir))
+    except probatio.Invalid as err:
+        _LOGGER.error("Invalid demo house in house.yaml: %s", err)
+        return False
+    hass.data[DATA_HOUSE] = house
+
+    async_build_house(hass, house)
+    for platform in PLATFORMS:
+        hass.async_create_task(
+            discovery.async_load_platform(hass, platform, DOMAIN, {}, config),
+            f"{DOMAIN} {platform} platform",
+            eager_start=True,
+        )
+    await async_ensure_access(hass, house.access)
+    async_register_services(hass)
+
+    if house.hearth.enabled:
+
+        async def _wire(hass: HomeAssistant) -> None:
+            await async_wire_hearth(hass, house.hearth)
+
+        async_at_started(hass, _wire)
+    return True

@@ -1,0 +1,95 @@
+"""Demo thermostats (Celsius, one target temperature)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from homeassistant.components.climate import (
+    ATTR_HVAC_MODE,
+    ClimateEntity,
+    ClimateEntityFeature,
+    HVACAction,
+    HVACMode,
+)
+from homeassistant.const import ATTR_TEMPERATURE, Platform, UnitOfTemperature
+from homeassistant.core import HomeAssistant
+from homeassistant.helpers.entity_platform import AddEntitiesCallback
+from homeassistant.helpers.typing import ConfigType, DiscoveryInfoType
+
+from .entity import DemoEntity, add_demo_entities
+from .model import EntitySpec
+
+
+async def async_setup_platform(
+    hass: HomeAssistant,
+    config: ConfigType,
+    async_add_entities: AddEntitiesCallback,
+    discovery_info: DiscoveryInfoType | None = None,
+) -> None:
+    """Set up the demo thermostats."""
+    add_demo_entities(hass, Platform.CLIMATE, DemoThermostat, async_add_entities, discovery_info)
+
+
+class DemoThermostat(DemoEntity, ClimateEntity):
+    """A thermostat; the room temperature stays where house.yaml puts it."""
+
+    _attr_supported_features = (
+        ClimateEntityFeature.TARGET_TEMPERATURE
+        | ClimateEntityFeature.TURN_ON
+        | ClimateEntityFeature.TURN_OFF
+    )
+    _attr_temperature_unit = UnitOfTemperature.CELSIUS
+    _attr_target_temperature_step = 0.5
+    _attr_min_temp = 7.0
+    _attr_max_temp = 30.0
+
+    def __init__(self, spec: EntitySpec) -> None:
+        """Initial state from house.yaml."""
+        super().__init__(spec)
+        self._attr_hvac_modes = [HVACMode.OFF, HVACMode.HEAT, HVACMode.COOL, HVACMode.AUTO]
+        self._attr_target_temperature = spec.options["target"]
+        self._attr_current_temperature = spec.options["current"]
+        self._attr_hvac_mode = HVACMode(spec.options["mode"])
+        self._last_on_mode = (
+            self._attr_hvac_mode if self._attr_hvac_mode != HVACMode.OFF else HVACMode.HEAT
+        )
+
+    @property
+    def hvac_action(self) -> HVACAction:
+        """Heating or cooling while the room is off target."""
+        current, target = self.current_temperature, self.target_temperature
+        if self.hvac_mode == HVACMode.OFF:
+            return HVACAction.OFF
+        if current is None or target is None:
+            return HVACAction.IDLE
+        if self.hvac_mode in (HVACMode.HEAT, HVACMode.AUTO) and current < target:
+            return HVACAction.HEATING
+        if self.hvac_mode in (HVACMode.COOL, HVACMode.AUTO) and current > target:
+            return HVACAction.COOLING
+        return HVACAction.IDLE
+
+    async def async_set_temperature(self, **kwargs: Any) -> None:
+        """Set the target (and the mode, when given)."""
+        if (mode := kwargs.get(ATTR_HVAC_MODE)) is not None:
+            self._set_mode(HVACMode(mode))
+        if (temperature := kwargs.get(ATTR_TEMPERATURE)) is not None:
+            self._attr_target_temperature = float(temperature)
+        self.async_write_ha_state()
+
+    async def async_set_hvac_mode(self, hvac_mode: HVACMode) -> None:
+        """Set the mode."""
+        self._set_mode(hvac_mode)
+        self.async_write_ha_state()
+
+    async def async_turn_on(self) -> None:
+        """Back to the last mode that was not off."""
+        await self.async_set_hvac_mode(self._last_on_mode)
+
+    async def async_turn_off(self) -> None:
+        """Off."""
+        await self.async_set_hvac_mode(HVACMode.OFF)
+
+    def _set_mode(self, mode: HVACMode) -> None:
+        self._attr_hvac_mode = mode
+        if mode != HVACMode.OFF:
+            self._last_on_mode = mode

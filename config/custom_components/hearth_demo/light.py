@@ -1,0 +1,76 @@
+"""Demo lights: on/off, dimmable, or colour (hs + colour temperature)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from homeassistant.components.light import (
+    ATTR_BRIGHTNESS,
+    ATTR_COLOR_TEMP_KELVIN,
+    ATTR_HS_COLOR,
+    ColorMode,
+    LightEntity,
+)
+from homeassistant.const import Platform
+from homeassistant.core import HomeAssistant
+from homeassistant.helpers.entity_platform import AddEntitiesCallback
+from homeassistant.helpers.typing import ConfigType, DiscoveryInfoType
+
+from .entity import DemoEntity, add_demo_entities
+from .model import EntitySpec
+
+WARM_WHITE_K = 2700
+
+
+async def async_setup_platform(
+    hass: HomeAssistant,
+    config: ConfigType,
+    async_add_entities: AddEntitiesCallback,
+    discovery_info: DiscoveryInfoType | None = None,
+) -> None:
+    """Set up the demo lights."""
+    add_demo_entities(hass, Platform.LIGHT, DemoLight, async_add_entities, discovery_info)
+
+
+class DemoLight(DemoEntity, LightEntity):
+    """A light that does what it is told."""
+
+    _attr_min_color_temp_kelvin = 2000
+    _attr_max_color_temp_kelvin = 6500
+
+    def __init__(self, spec: EntitySpec) -> None:
+        """Initial state from house.yaml."""
+        super().__init__(spec)
+        options = spec.options
+        self._attr_is_on = options["is_on"]
+        if options["color"]:
+            self._attr_supported_color_modes = {ColorMode.COLOR_TEMP, ColorMode.HS}
+            self._attr_color_mode = ColorMode.COLOR_TEMP
+            self._attr_color_temp_kelvin = WARM_WHITE_K
+            self._attr_hs_color = (30.0, 60.0)
+        elif options["dimmable"]:
+            self._attr_supported_color_modes = {ColorMode.BRIGHTNESS}
+            self._attr_color_mode = ColorMode.BRIGHTNESS
+        else:
+            self._attr_supported_color_modes = {ColorMode.ONOFF}
+            self._attr_color_mode = ColorMode.ONOFF
+        if self._attr_color_mode != ColorMode.ONOFF:
+            self._attr_brightness = round(options["brightness"] * 255 / 100)
+
+    async def async_turn_on(self, **kwargs: Any) -> None:
+        """Turn on, with brightness or colour when given."""
+        self._attr_is_on = True
+        if ATTR_BRIGHTNESS in kwargs and self._attr_color_mode != ColorMode.ONOFF:
+            self._attr_brightness = kwargs[ATTR_BRIGHTNESS]
+        if ATTR_HS_COLOR in kwargs and ColorMode.HS in self.supported_color_modes:
+            self._attr_hs_color = kwargs[ATTR_HS_COLOR]
+            self._attr_color_mode = ColorMode.HS
+        if ATTR_COLOR_TEMP_KELVIN in kwargs and ColorMode.COLOR_TEMP in self.supported_color_modes:
+            self._attr_color_temp_kelvin = kwargs[ATTR_COLOR_TEMP_KELVIN]
+            self._attr_color_mode = ColorMode.COLOR_TEMP
+        self.async_write_ha_state()
+
+    async def async_turn_off(self, **kwargs: Any) -> None:
+        """Turn off."""
+        self._attr_is_on = False
+        self.async_write_ha_state()

@@ -1,0 +1,75 @@
+"""The demo house as plain data: floors, areas and entity specs (no Home Assistant state)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from homeassistant.const import Platform
+
+
+@dataclass(frozen=True, slots=True)
+class EntitySpec:
+    """One demo entity: its platform, name, aliases and initial state options."""
+
+    platform: Platform
+    unique_id: str
+    name: str
+    area: str
+    aliases: tuple[str, ...] = ()
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class AreaSpec:
+    """An area on a floor."""
+
+    name: str
+    floor: str
+    aliases: tuple[str, ...] = ()
+    icon: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FloorSpec:
+    """A floor of the house."""
+
+    name: str
+    level: int
+    aliases: tuple[str, ...] = ()
+    icon: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AccessSpec:
+    """The demo user and where its password and token are written (paths in config/)."""
+
+    username: str
+    display_name: str
+    password_file: Path
+    token_file: Path
+
+
+@dataclass(frozen=True, slots=True)
+class HearthSpec:
+    """How to wire the Hearth integration in."""
+
+    enabled: bool
+    engine_url: str
+    set_pipeline: bool
+
+
+@dataclass(frozen=True, slots=True)
+class House:
+    """Everything the demo integration builds."""
+
+    floors: tuple[FloorSpec, ...]
+    areas: tuple[AreaSpec, ...]
+    entities: tuple[EntitySpec, ...]
+    access: AccessSpec
+    hearth: HearthSpec
+
+    def entities_of(self, platform: Platform) -> list[EntitySpec]:
+        """Return the entity specs of one platform, in file order."""
+        return [spec for spec in self.entities if spec.platform == platform]

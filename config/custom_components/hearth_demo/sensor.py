@@ -1,0 +1,79 @@
+"""Demo sensors with fixed readings (temperature, humidity, power, air quality...)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from homeassistant.components.sensor import SensorDeviceClass, SensorEntity, SensorStateClass
+from homeassistant.const import (
+    LIGHT_LUX,
+    PERCENTAGE,
+    Platform,
+    UnitOfDensity,
+    UnitOfEnergy,
+    UnitOfPower,
+    UnitOfRatio,
+    UnitOfSoundPressure,
+    UnitOfTemperature,
+    UnitOfVolume,
+    UnitOfVolumetricFlux,
+)
+from homeassistant.core import HomeAssistant
+from homeassistant.helpers.entity_platform import AddEntitiesCallback
+from homeassistant.helpers.typing import ConfigType, DiscoveryInfoType
+
+from .entity import DemoEntity, add_demo_entities
+from .model import EntitySpec
+
+
+@dataclass(frozen=True, slots=True)
+class SensorKind:
+    """How a kind of reading is described to Home Assistant."""
+
+    device_class: SensorDeviceClass
+    unit: str
+    state_class: SensorStateClass = SensorStateClass.MEASUREMENT
+    precision: int = 1
+
+
+MEASURE = SensorStateClass.MEASUREMENT
+TOTAL = SensorStateClass.TOTAL_INCREASING
+KINDS: dict[str, SensorKind] = {
+    "temperature": SensorKind(SensorDeviceClass.TEMPERATURE, UnitOfTemperature.CELSIUS),
+    "humidity": SensorKind(SensorDeviceClass.HUMIDITY, PERCENTAGE, precision=0),
+    "power": SensorKind(SensorDeviceClass.POWER, UnitOfPower.WATT, precision=0),
+    "energy": SensorKind(SensorDeviceClass.ENERGY, UnitOfEnergy.KILO_WATT_HOUR, TOTAL, 2),
+    "co2": SensorKind(SensorDeviceClass.CO2, UnitOfRatio.PARTS_PER_MILLION, precision=0),
+    "illuminance": SensorKind(SensorDeviceClass.ILLUMINANCE, LIGHT_LUX, precision=0),
+    "pm25": SensorKind(SensorDeviceClass.PM25, UnitOfDensity.MICROGRAMS_PER_CUBIC_METER),
+    "battery": SensorKind(SensorDeviceClass.BATTERY, PERCENTAGE, precision=0),
+    "precipitation": SensorKind(
+        SensorDeviceClass.PRECIPITATION_INTENSITY, UnitOfVolumetricFlux.MILLIMETERS_PER_HOUR
+    ),
+    "water": SensorKind(SensorDeviceClass.WATER, UnitOfVolume.LITERS, TOTAL, 0),
+    "sound": SensorKind(SensorDeviceClass.SOUND_PRESSURE, UnitOfSoundPressure.DECIBEL),
+}
+
+
+async def async_setup_platform(
+    hass: HomeAssistant,
+    config: ConfigType,
+    async_add_entities: AddEntitiesCallback,
+    discovery_info: DiscoveryInfoType | None = None,
+) -> None:
+    """Set up the demo sensors."""
+    add_demo_entities(hass, Platform.SENSOR, DemoSensor, async_add_entities, discovery_info)
+
+
+class DemoSensor(DemoEntity, SensorEntity):
+    """A sensor that reads what house.yaml says."""
+
+    def __init__(self, spec: EntitySpec) -> None:
+        """Describe the reading from its kind."""
+        super().__init__(spec)
+        kind = KINDS[spec.options["kind"]]
+        self._attr_device_class = kind.device_class
+        self._attr_native_unit_of_measurement = kind.unit
+        self._attr_state_class = kind.state_class
+        self._attr_suggested_display_precision = kind.precision
+        self._attr_native_value = spec.options["value"]
