@@ -270,6 +270,7 @@ class AgentPin:
     tokens: int | None = None
     error: str | None = None
     blocked_digest: str | None = None  # refused by the engine for good (e.g. too large)
+    blocked_instance: str | None = None  # ... by this engine instance (a restart retries)
     pinned_at: float | None = None  # time.monotonic() of the last successful PUT
     pending_since: float | None = None
     timer: CALLBACK_TYPE | None = None
@@ -499,15 +500,23 @@ class PrefixManager:
             changed = prefix.digest != agent.digest
             if reason is PinReason.CHANGED and not changed:
                 return False
-            if reason is not PinReason.MANUAL and prefix.digest == agent.blocked_digest:
-                return False
             instance_id = self.coordinator.data.instance_id if self.coordinator.data else None
+            # Refused for good by this engine: retried only by the refresh action, or by a
+            # restarted engine (perhaps given a bigger KV budget).
+            blocked = (
+                prefix.digest == agent.blocked_digest and instance_id == agent.blocked_instance
+            )
+            if reason is not PinReason.MANUAL and blocked:
+                return False
             try:
                 info = await self.client.async_put_prefix(agent.name, prefix.pin_body())
             except HearthError as err:
                 agent.error = str(err)
                 if isinstance(err, HearthResponseError) and err.status in _REFUSED_FOR_GOOD:
                     agent.blocked_digest = prefix.digest  # e.g. larger than the KV budget
+                    agent.blocked_instance = instance_id
+                    if instance_id:
+                        self._instance_id = instance_id  # not a restart at every poll
                 if reason is PinReason.MANUAL:
                     raise
                 LOGGER.warning("Could not pin the prefix %s: %s", agent.name, err)

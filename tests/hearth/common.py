@@ -62,6 +62,7 @@ class EngineProcess:
     port: int
     log_path: Path
     api_key: str | None = None
+    kv_cache_mb: int = 256
     proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -81,7 +82,7 @@ class EngineProcess:
             "--port",
             str(self.port),
             "--kv-cache-mb",
-            "256",
+            str(self.kv_cache_mb),
             "--threads",
             "1",
         ]

@@ -52,12 +52,17 @@ def sockets_allowed() -> Iterator[None]:
         socket.socket = saved  # type: ignore[misc]
 
 
-def _launch(tmp_path_factory: pytest.TempPathFactory, api_key: str | None) -> EngineProcess:
+def _launch(
+    tmp_path_factory: pytest.TempPathFactory, api_key: str | None, kv_cache_mb: int = 256
+) -> EngineProcess:
     if not ENGINE_PYTHON.exists():
         pytest.fail(f"engine venv not found at {ENGINE_PYTHON} (run scripts/setup)")
     with sockets_allowed():
         engine = EngineProcess(
-            free_port(), tmp_path_factory.mktemp("engine") / "engine.log", api_key=api_key
+            free_port(),
+            tmp_path_factory.mktemp("engine") / "engine.log",
+            api_key=api_key,
+            kv_cache_mb=kv_cache_mb,
         )
         engine.start()
     return engine
@@ -101,8 +106,8 @@ def private_engine_factory(
     """Engines of a single test (stopped at the end), for stop/restart tests."""
     started: list[EngineProcess] = []
 
-    def factory(api_key: str | None = None) -> EngineProcess:
-        engine = _launch(tmp_path_factory, api_key)
+    def factory(api_key: str | None = None, kv_cache_mb: int = 256) -> EngineProcess:
+        engine = _launch(tmp_path_factory, api_key, kv_cache_mb)
         started.append(engine)
         return engine
 

@@ -301,3 +301,25 @@ async def test_engine_restart(
     result = await converse(hass, "hello")
     assert speech(result) == "Hello from Hearth."
     assert hearth_traces()[-1]["requests"][0]["pin"] == name
+
+
+async def test_pin_refused_for_good_is_retried_on_a_new_engine(
+    hass: HomeAssistant, house: None, private_engine_factory: Callable[..., EngineProcess]
+) -> None:
+    """A prefix larger than the KV budget is refused (422) and not retried against the
+    same engine; restarted with a bigger budget (new instance_id), it is pinned."""
+    engine = private_engine_factory(kv_cache_mb=1)  # 512 tiny-tools tokens
+    entry = make_entry(engine.url, **{CONF_REPIN_DEBOUNCE: 2.0})
+    await async_setup_entry(hass, entry)
+    name = pin_name(_agent(entry))
+    assert name not in engine.pins()
+    with PutSpy() as puts:
+        await _advance(hass, 11)
+        assert puts.names == []  # refused for good: no retry against this engine
+
+        engine.stop()
+        engine.kv_cache_mb = 256
+        engine.start()
+        await _advance(hass, 11)
+        assert puts.names == [name]
+    assert engine.pins()[name]["state"] == "ready"
