@@ -47,6 +47,9 @@ CHAT_READ_TIMEOUT: Final = 300.0  # seconds between two stream chunks (covers pr
 # A burst of registry changes is merged into one re-pin, but a re-pin is never
 # postponed by more than this many debounce periods.
 REPIN_MAX_DELAY_FACTOR: Final = 10
+# While a changed house is being re-pinned, requests keep the pinned (cached) prefix for
+# at most this long; the changed lines travel in the context message meanwhile.
+STALE_PREFIX_MAX_S: Final = 180.0
 
 # Services.
 SERVICE_REFRESH_PREFIX: Final = "refresh_prefix"

@@ -67,6 +67,7 @@ from .const import (
     DOMAIN,
     LOGGER,
     REPIN_MAX_DELAY_FACTOR,
+    STALE_PREFIX_MAX_S,
     SUBENTRY_CONVERSATION,
 )
 from .coordinator import EngineStatus, HearthCoordinator
@@ -271,6 +272,8 @@ class AgentPin:
     error: str | None = None
     blocked_digest: str | None = None  # refused by the engine for good (e.g. too large)
     blocked_instance: str | None = None  # ... by this engine instance (a restart retries)
+    pinned: HousePrefix | None = None  # the prefix the engine holds for this agent
+    stale_since: float | None = None  # time.monotonic() a request first saw a newer house
     pinned_at: float | None = None  # time.monotonic() of the last successful PUT
     pending_since: float | None = None
     timer: CALLBACK_TYPE | None = None
@@ -367,15 +370,30 @@ class PrefixManager:
         return await async_render_prefix(self.hass, self.entry.subentries[subentry_id].data)
 
     async def async_prefix_for_request(self, subentry_id: str) -> HousePrefix:
-        """The prefix to send now, freshly rendered (so it is never stale).
+        """The prefix to send now.
 
-        If it differs from the pinned one, the house changed without an event we
-        listen to (e.g. the location name): schedule a re-pin as a safety net.
+        Normally the freshly rendered prefix, which is the pinned one. When the house
+        changed and its re-pin is still pending (debounce) or warming, the pinned prefix
+        is sent instead, for at most ``STALE_PREFIX_MAX_S``: a cold prefill of the whole
+        house per request would stall every turn (tens of seconds on a CPU), and the
+        changed lines are not lost, since the caller moves every line of HA's prompt
+        that the prefix lacks into the context message. A difference no event announced
+        (e.g. the location name) schedules a re-pin as a safety net.
         """
         prefix = await self.async_render(subentry_id)
         agent = self._agents.get(subentry_id)
-        if agent is not None and agent.digest is not None and prefix.digest != agent.digest:
+        if agent is None or agent.pinned is None or prefix.digest == agent.pinned.digest:
+            if agent is not None:
+                agent.stale_since = None
+            return prefix
+        now = time.monotonic()
+        if agent.stale_since is None:
+            agent.stale_since = now
+        if agent.timer is None and not agent.lock.locked():
             self._async_schedule(agent)
+        usable = prefix.digest != agent.blocked_digest
+        if usable and now - agent.stale_since <= STALE_PREFIX_MAX_S:
+            return agent.pinned
         return prefix
 
     @callback
@@ -525,6 +543,8 @@ class PrefixManager:
                 changed or reason in (PinReason.RESTARTED, PinReason.MISSING)
             )
             agent.digest = prefix.digest
+            agent.pinned = prefix
+            agent.stale_since = None
             agent.pinned_at = time.monotonic()
             agent.tokens = _int_or_none(info.get("tokens"))
             agent.error = None

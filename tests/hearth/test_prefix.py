@@ -323,3 +323,31 @@ async def test_pin_refused_for_good_is_retried_on_a_new_engine(
         await _advance(hass, 11)
         assert puts.names == [name]
     assert engine.pins()[name]["state"] == "ready"
+
+
+async def test_requests_keep_the_pinned_prefix_while_a_re_pin_is_pending(
+    hass: HomeAssistant, entry: MockConfigEntry, engine: EngineProcess, puts: PutSpy
+) -> None:
+    """Between a house change and its re-pin, turns reuse the pinned prefix (no cold
+    prefill of the whole house per turn); the changed line rides in the context."""
+    name = pin_name(_agent(entry))
+    pinned = engine.pins()[name]
+    await converse(hass, "hello")
+    before = hearth_traces()[-1]
+
+    _rename(hass)
+    await hass.async_block_till_done()
+    await converse(hass, "hello")
+    during = hearth_traces()[-1]
+    assert puts.names == []  # the re-pin is still in its debounce
+    assert during["prefix_digest"] == before["prefix_digest"]
+    assert during["requests"][0]["cached_tokens"] >= pinned["tokens"]
+    assert during["context_lines"] > before["context_lines"]  # "Pantry Lamp" is sent
+
+    await _advance(hass, 2.5)
+    assert puts.names == [name]
+    await converse(hass, "hello")
+    after = hearth_traces()[-1]
+    assert after["prefix_digest"] != before["prefix_digest"]
+    assert after["context_lines"] == before["context_lines"]
+    assert after["requests"][0]["cached_tokens"] >= engine.pins()[name]["tokens"]
