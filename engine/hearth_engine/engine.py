@@ -140,7 +140,8 @@ class Engine:
         self.cache: RadixCache[torch.Tensor] = RadixCache(budget, TensorOps())
         self.namespace = f"{self.info.namespace}:{config.cache_salt}"
         self.scheduler = Scheduler(config.max_running, config.chunk_tokens, config.max_queue)
-        self.pool = BufferPool(runner.layout)
+        # Recycled working buffers: at most a quarter of the KV budget (1 GiB at most).
+        self.pool = BufferPool(runner.layout, max_free_bytes=min(budget // 4, 1 << 30))
         self.batch = DecodeBatch(runner, self.pool)
         self.store = PrefixStore(config.prefix_store) if config.prefix_store else None
         self.counters = Counters()
@@ -401,6 +402,7 @@ class Engine:
             "kv_cache_evictions_total": cache.evictions,
             "kv_cache_evicted_bytes_total": cache.evicted_bytes,
             "kv_working_bytes": self._working_bytes(),
+            "kv_pool_free_bytes": self.pool.free_bytes,
             "kv_bytes_per_token": self.info.bytes_per_token,
             "pinned_prefix_tokens": cache.pinned_tokens,
             "pins": cache.pins,

@@ -157,13 +157,16 @@ class BufferPool:
 
     Fresh multi-megabyte tensors page-fault on first touch, which on a VM costs more than
     the copy itself (measured here: copying a 2k-token prefix into a new buffer took
-    140 ms, into reused memory 12 ms). Up to ``max_free`` freed buffers are kept and
-    the smallest one that is big enough is reused.
+    140 ms, into reused memory 12 ms). Up to ``max_free`` freed buffers, together at
+    most ``max_free_bytes``, are kept (the largest go first: a batch of long prompts
+    makes multi-GB decode buffers, which kept four at a time grew the engine to 11 GB
+    under load), and the smallest one that is big enough is reused.
     """
 
-    def __init__(self, layout: KVLayout, max_free: int = 4) -> None:
+    def __init__(self, layout: KVLayout, max_free: int = 4, max_free_bytes: int = 1 << 30) -> None:
         self.layout = layout
         self.max_free = max_free
+        self.max_free_bytes = max_free_bytes
         self._free: list[torch.Tensor] = []
         self._lock = threading.Lock()
 
@@ -190,11 +193,16 @@ class BufferPool:
             self._free.sort(key=lambda t: t.numel())
             while len(self._free) > self.max_free:
                 self._free.pop(0)
+            while self._free and self._free_bytes() > self.max_free_bytes:
+                self._free.pop()
+
+    def _free_bytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in self._free)
 
     @property
     def free_bytes(self) -> int:
         with self._lock:
-            return sum(t.numel() * t.element_size() for t in self._free)
+            return self._free_bytes()
 
     def clear(self) -> None:
         with self._lock:

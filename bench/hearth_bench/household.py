@@ -1,0 +1,718 @@
+"""``scripts/bench household``: a simulated household replayed against three engines.
+
+The prompts come from ``bench/fixtures/household.json``: what the Hearth plugin really
+sent for the demo house (``--capture`` records it again through a live Home Assistant).
+A trace fixed by ``--seed`` mixes two voice satellites in different areas, a chat user
+whose history grows turn by turn (the engine's own replies are re-sent, as the plugin
+does), automations calling the second agent, bursts of 2-4 simultaneous requests, two
+entity renames (each re-pins both agents, ``--repin-delay`` after the change, like the
+plugin's debounce; as the plugin does, requests keep the pinned prefix until the renamed
+one is pinned) and state changes, which send nothing. (The plugin also moves the changed
+lines into the context message meanwhile; the replay leaves them out: a few tokens.)
+
+The same trace runs against a fresh engine process per configuration:
+
+* ``hearth``: ``--cache-mode radix``, each agent's prefix pinned at start and on renames;
+* ``no_cache``: ``--cache-mode none``, no pins;
+* ``last_prompt``: ``--cache-mode last_prompt`` (one slot, like llama.cpp), no pins;
+* ``hearth_fresh_prefix`` (only with ``--configs``): as ``hearth``, but requests switch to
+  the renamed prefix at once (the plugin before it kept the pinned prefix during re-pins:
+  every request then cold-prefilled most of the house).
+
+On this 2-core CPU the default model's house prompt is ~5,400 tokens: a cold request
+costs ~30 s, so the default 12 requests take about 20 minutes for the three configs.
+
+TTFT is measured by the client (streaming: request sent -> first content or tool-call
+chunk). The re-pin stall ratio is the p95 TTFT of requests issued while a re-pin is in
+flight over that of the other requests; configurations without pins use the requests
+the ``hearth`` run found in those windows (same trace positions).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import random
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from .capture import FIXTURE, Fixture, FixtureMissingError, Sample, load_fixture
+from .common import percentile, print_table, write_json
+from .server import EngineProcess
+
+ROLES = ("satellite_a", "satellite_b", "chat", "automation")
+ROLE_WEIGHTS = (0.3, 0.3, 0.25, 0.15)
+# name -> (cache mode, pins, requests switch to a renamed prefix only once it is pinned)
+CONFIGS = {
+    "hearth": ("radix", True, True),
+    "no_cache": ("none", False, False),
+    "last_prompt": ("last_prompt", False, False),
+    "hearth_fresh_prefix": ("radix", True, False),
+}
+DEFAULT_CONFIGS = ["hearth", "no_cache", "last_prompt"]
+GOAL_HIT_RATE = 0.97
+GOAL_VS_NO_CACHE = 0.2
+GOAL_VS_LAST_PROMPT = 0.5
+GOAL_STALL = 2.0
+
+
+# ------------------------------------------------------------------------ trace
+
+
+@dataclass(frozen=True)
+class Call:
+    """One request of the trace: a role and a sample of it (for chat: the turn, 1-based)."""
+
+    role: str
+    sample: int
+
+
+@dataclass(frozen=True)
+class Step:
+    kind: str  # request | burst | rename | states
+    calls: tuple[Call, ...] = ()
+    rename: int = 0  # 1-based rename number (the prefix version to switch to)
+    state_changes: int = 0
+
+
+def make_trace(
+    seed: int, requests: int, pools: dict[str, int], chat_turns: int, renames: int
+) -> list[Step]:
+    """Steps run one after another; a burst's requests go out together."""
+    rng = random.Random(seed)
+    rename_at = [round(requests * (k + 1) / (renames + 1)) for k in range(renames)]
+    steps: list[Step] = []
+    sent = 0
+    chat_turn = 0
+    while sent < requests:
+        if len(rename_at) > 0 and sent >= rename_at[0]:
+            rename_at.pop(0)
+            steps.append(Step("rename", rename=renames - len(rename_at)))
+            continue
+        if rng.random() < 0.5:
+            steps.append(Step("states", state_changes=rng.randint(1, 8)))
+        size = min(rng.randint(2, 4) if rng.random() < 0.3 else 1, requests - sent)
+        roles = rng.sample(ROLES, size) if size > 1 else rng.choices(ROLES, ROLE_WEIGHTS)
+        calls = []
+        for role in roles:
+            if role == "chat":
+                chat_turn = chat_turn % chat_turns + 1
+                calls.append(Call(role, chat_turn))
+            else:
+                calls.append(Call(role, rng.randrange(pools[role])))
+        steps.append(Step("burst" if size > 1 else "request", tuple(calls)))
+        sent += size
+    return steps
+
+
+def trace_summary(trace: Sequence[Step]) -> dict[str, Any]:
+    calls = [c for s in trace for c in s.calls]
+    return {
+        "requests": len(calls),
+        "by_role": {r: sum(c.role == r for c in calls) for r in ROLES},
+        "bursts": sum(s.kind == "burst" for s in trace),
+        "renames": sum(s.kind == "rename" for s in trace),
+        "state_changes": sum(s.state_changes for s in trace),
+    }
+
+
+# ------------------------------------------------------------------------ client
+
+
+@dataclass
+class Reply:
+    ttft_ms: float = 0.0
+    total_ms: float = 0.0
+    text: str = ""
+    usage: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
+
+    @property
+    def prompt_tokens(self) -> int:
+        return int(self.usage.get("prompt_tokens", 0))
+
+    @property
+    def cached_tokens(self) -> int:
+        return int((self.usage.get("prompt_tokens_details") or {}).get("cached_tokens", 0))
+
+    @property
+    def engine(self) -> dict[str, Any]:
+        return dict(self.usage.get("hearth") or {})
+
+
+async def stream_chat(session: aiohttp.ClientSession, url: str, body: dict[str, Any]) -> Reply:
+    """POST a streaming chat request; TTFT = first content or tool-call chunk."""
+    reply = Reply()
+    started = time.perf_counter()
+    body = {**body, "stream": True, "stream_options": {"include_usage": True}}
+    try:
+        async with session.post(f"{url}/v1/chat/completions", json=body) as resp:
+            if resp.status != 200:
+                reply.error = f"{resp.status}: {(await resp.text())[:200]}"
+                return reply
+            async for raw in resp.content:
+                line = raw.strip()
+                if not line.startswith(b"data:") or line == b"data: [DONE]":
+                    continue
+                chunk = json.loads(line[5:])
+                reply.usage = chunk.get("usage") or reply.usage
+                for choice in chunk.get("choices") or ():
+                    delta = choice.get("delta") or {}
+                    if (delta.get("content") or delta.get("tool_calls")) and not reply.ttft_ms:
+                        reply.ttft_ms = (time.perf_counter() - started) * 1000
+                    reply.text += delta.get("content") or ""
+    except (aiohttp.ClientError, TimeoutError, ValueError) as err:
+        reply.error = f"{type(err).__name__}: {err}"
+    reply.total_ms = (time.perf_counter() - started) * 1000
+    reply.ttft_ms = reply.ttft_ms or reply.total_ms  # nothing streamed: the end is the first
+    return reply
+
+
+async def put_pin(
+    session: aiohttp.ClientSession, url: str, name: str, body: dict[str, Any]
+) -> dict[str, Any]:
+    async with session.put(f"{url}/v1/prefixes/{name}", json=body) as resp:
+        data = await resp.json()
+        if resp.status != 200:
+            raise RuntimeError(f"pin {name} refused: {resp.status} {data}")
+        return dict(data)
+
+
+async def get_json(session: aiohttp.ClientSession, url: str) -> dict[str, Any]:
+    async with session.get(url) as resp:
+        resp.raise_for_status()
+        return dict(await resp.json())
+
+
+class StatsPoller:
+    """Polls ``/v1/stats``; keeps the peaks of the KV counters."""
+
+    KEYS = ("kv_cache_used_bytes", "kv_working_bytes", "kv_cache_locked_bytes")
+
+    def __init__(self, session: aiohttp.ClientSession, url: str, interval: float = 0.5) -> None:
+        self.session = session
+        self.url = url
+        self.interval = interval
+        self.peaks: dict[str, int] = dict.fromkeys((*self.KEYS, "kv_total_bytes"), 0)
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> StatsPoller:
+        self._task = asyncio.create_task(self._run())
+        return self
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        await self.sample()
+
+    async def sample(self) -> dict[str, Any]:
+        stats = await get_json(self.session, f"{self.url}/v1/stats")
+        for key in self.KEYS:
+            self.peaks[key] = max(self.peaks[key], int(stats.get(key, 0)))
+        total = int(stats.get("kv_cache_used_bytes", 0)) + int(stats.get("kv_working_bytes", 0))
+        self.peaks["kv_total_bytes"] = max(self.peaks["kv_total_bytes"], total)
+        return stats
+
+    async def _run(self) -> None:
+        while True:
+            with contextlib.suppress(aiohttp.ClientError, TimeoutError):
+                await self.sample()
+            await asyncio.sleep(self.interval)
+
+
+# ------------------------------------------------------------------------ replay
+
+
+@dataclass
+class Record:
+    """One trace request as run against one configuration."""
+
+    step: int
+    index: int
+    role: str
+    agent: str
+    prefix: int
+    issued_s: float
+    in_repin: bool
+    in_debounce: bool
+    ttft_ms: float
+    total_ms: float
+    prompt_tokens: int
+    cached_tokens: int
+    engine_ttft_ms: float | None
+    prefill_ms: float | None
+    queue_ms: float | None
+    error: str | None
+
+    @property
+    def key(self) -> tuple[int, int]:
+        return (self.step, self.index)
+
+
+@dataclass(frozen=True)
+class Settings:
+    model: str
+    max_tokens: int
+    repin_delay: float
+    kv_cache_mb: int | None
+    workdir: Path
+
+
+class Household:
+    """The fixture's requests, as the trace asks for them."""
+
+    def __init__(self, fixture: Fixture) -> None:
+        self.fixture = fixture
+        self.pools = {
+            role: [s for s in fixture.of_role(role) if s.prefix == 0]
+            for role in ROLES
+            if role != "chat"
+        }
+        self.chat_turns = chat_turns(fixture)
+
+    def pool_sizes(self) -> dict[str, int]:
+        return {role: len(pool) for role, pool in self.pools.items()}
+
+    def versions(self) -> int:
+        return min(len(a.prefixes) for a in self.fixture.agents.values())
+
+    def sample(self, call: Call) -> Sample:
+        return self.pools[call.role][call.sample]
+
+
+def chat_turns(fixture: Fixture) -> list[tuple[str | None, str]]:
+    """(context message or None, user text) of each turn of the longest captured chat."""
+    chats = [s for s in fixture.of_role("chat") if s.prefix == 0 and s.iteration == 0]
+    if not chats:
+        raise FixtureMissingError("the fixture has no chat requests: capture it again")
+    longest = max(chats, key=lambda s: s.turn)
+    turns: list[tuple[str | None, str]] = []
+    context = None
+    for message in longest.suffix:
+        if message["role"] == "system":
+            context = message["content"]
+        elif message["role"] == "user":
+            turns.append((context, message["content"]))
+            context = None
+    return turns
+
+
+class Replay:
+    """The trace against one fresh engine process of one configuration."""
+
+    def __init__(self, household: Household, name: str, settings: Settings) -> None:
+        self.household = household
+        self.name = name
+        self.settings = settings
+        self.cache_mode, self.pins, self.switch_after_pin = CONFIGS[name]
+        self.version = 0  # the house as it is now (renames so far)
+        self.pinned = dict.fromkeys(household.fixture.agents, 0)  # version pinned per agent
+        self.locks = {key: asyncio.Lock() for key in household.fixture.agents}
+        self.repins_running = 0
+        self.debounce_running = 0
+        self.repin_windows: list[tuple[float, float]] = []
+        self.pin_ms: list[float] = []
+        self.history: list[dict[str, Any]] = []
+        self.records: list[Record] = []
+        self.state_changes = 0
+        self.t0 = 0.0
+
+    def engine_args(self) -> list[str]:
+        args = ["--model", self.settings.model, "--cache-mode", self.cache_mode]
+        args += ["--max-queue", "256"]
+        if self.settings.kv_cache_mb:
+            args += ["--kv-cache-mb", str(self.settings.kv_cache_mb)]
+        return args
+
+    async def run(self, trace: Sequence[Step]) -> dict[str, Any]:
+        log = self.settings.workdir / f"engine-{self.name}.log"
+        engine = EngineProcess(self.engine_args(), log)
+        await asyncio.to_thread(engine.start)
+        started = time.monotonic()
+        timeout = aiohttp.ClientTimeout(total=3600)
+        try:
+            async with aiohttp.ClientSession(timeout=timeout) as session:
+                poller = await self._prepare(session, engine.url)
+                try:
+                    repins = await self._run_steps(session, engine.url, trace)
+                    await asyncio.gather(*repins)
+                finally:
+                    await poller.stop()
+                stats = await get_json(session, f"{engine.url}/v1/stats")
+        finally:
+            await asyncio.to_thread(engine.stop)
+        return {
+            "wall_s": round(time.monotonic() - started, 1),
+            "stats": stats,
+            "peaks": poller.peaks,
+            "pin_ms": self.pin_ms,
+            "repin_windows_s": [(round(a, 2), round(b, 2)) for a, b in self.repin_windows],
+            "state_changes": self.state_changes,
+        }
+
+    async def _prepare(self, session: aiohttp.ClientSession, url: str) -> StatsPoller:
+        """Warm torch up on an unrelated prompt, pin like the plugin, start polling."""
+        await stream_chat(
+            session, url, {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
+        )
+        if self.pins:
+            await self._pin_all(session, url, initial=True)
+        self.t0 = time.perf_counter()
+        return StatsPoller(session, url).start()
+
+    async def _pin_all(
+        self, session: aiohttp.ClientSession, url: str, *, initial: bool = False
+    ) -> None:
+        agents = self.household.fixture.agents
+        await asyncio.gather(*(self._pin(session, url, k, initial) for k in agents))
+
+    async def _pin(self, session: aiohttp.ClientSession, url: str, key: str, initial: bool) -> None:
+        """PUT the agent's prefix of the house as it is now; one PUT per agent at a time.
+
+        Like the plugin (a lock per agent, then a fresh render): a re-pin that finds the
+        prefix already pinned sends nothing.
+        """
+        async with self.locks[key]:
+            version = self.version
+            if not initial and self.pinned[key] == version:
+                return
+            agent = self.household.fixture.agents[key]
+            started = time.perf_counter()
+            await put_pin(session, url, agent.pin, agent.prefixes[version].body())
+            self.pin_ms.append(round((time.perf_counter() - started) * 1000, 1))
+            self.pinned[key] = version
+
+    def _serving(self, agent: str) -> int:
+        """The prefix version a request of ``agent`` is sent with now.
+
+        The plugin keeps the pinned prefix until the re-pin is ready (``hearth``);
+        ``hearth_fresh_prefix`` switches at once, as the plugin once did.
+        """
+        return self.pinned[agent] if self.switch_after_pin else self.version
+
+    async def _run_steps(
+        self, session: aiohttp.ClientSession, url: str, trace: Sequence[Step]
+    ) -> list[asyncio.Task[None]]:
+        repins: list[asyncio.Task[None]] = []
+        for number, step in enumerate(trace):
+            if step.kind == "states":
+                self.state_changes += step.state_changes
+            elif step.kind == "rename":
+                self.version = min(step.rename, self.household.versions() - 1)
+                repins.append(asyncio.create_task(self._repin(session, url)))
+            else:
+                await asyncio.gather(
+                    *(self._call(session, url, number, i, c) for i, c in enumerate(step.calls))
+                )
+        return repins
+
+    async def _repin(self, session: aiohttp.ClientSession, url: str) -> None:
+        """The plugin's re-pin: after the debounce, PUT every agent's renamed prefix."""
+        self.debounce_running += 1
+        await asyncio.sleep(self.settings.repin_delay)
+        self.debounce_running -= 1
+        if not self.pins:
+            return
+        self.repins_running += 1
+        start = time.perf_counter() - self.t0
+        try:
+            await self._pin_all(session, url)
+        finally:
+            self.repins_running -= 1
+            self.repin_windows.append((start, time.perf_counter() - self.t0))
+
+    async def _call(
+        self, session: aiohttp.ClientSession, url: str, step: int, index: int, call: Call
+    ) -> None:
+        agent, version, body, chat_entry = self._body(call)
+        issued = time.perf_counter() - self.t0
+        in_repin, in_debounce = self.repins_running > 0, self.debounce_running > 0
+        reply = await stream_chat(session, url, {**body, "max_tokens": self.settings.max_tokens})
+        if chat_entry is not None and reply.error is None:
+            self.history += [*chat_entry, {"role": "assistant", "content": reply.text}]
+        engine = reply.engine
+        self.records.append(
+            Record(
+                step, index, call.role, agent, version, round(issued, 3), in_repin,
+                in_debounce, round(reply.ttft_ms, 2), round(reply.total_ms, 2),
+                reply.prompt_tokens, reply.cached_tokens, engine.get("ttft_ms"),
+                engine.get("prefill_ms"), engine.get("queue_ms"), reply.error,
+            )
+        )  # fmt: skip
+
+    def _body(self, call: Call) -> tuple[str, int, dict[str, Any], list[dict[str, Any]] | None]:
+        """(agent key, prefix version, request body, the chat turn's new messages or None)."""
+        fixture = self.household.fixture
+        if call.role != "chat":
+            sample = self.household.sample(call)
+            version = self._serving(sample.agent)
+            return sample.agent, version, fixture.body(sample, version=version), None
+        if call.sample == 1:
+            self.history = []  # a new conversation
+        context, text = self.household.chat_turns[call.sample - 1]
+        entry = [{"role": "system", "content": context}] if context else []
+        entry.append({"role": "user", "content": text})
+        version = self._serving("hearth")
+        prefix = fixture.agents["hearth"].prefixes[version]
+        options = fixture.of_role("chat")[0].options
+        body = {
+            **options,
+            "messages": [*prefix.messages, *self.history, *entry],
+            "tools": prefix.tools,
+        }
+        return "hearth", version, body, entry
+
+
+# ------------------------------------------------------------------------ report
+
+
+def summarize(
+    name: str, run: dict[str, Any], records: list[Record], window: set[tuple[int, int]]
+) -> dict[str, Any]:
+    ok = [r for r in records if r.error is None]
+    prompt = sum(r.prompt_tokens for r in ok)
+    cached = sum(r.cached_tokens for r in ok)
+    ttft = [r.ttft_ms for r in ok]
+    engine_ttft = [r.engine_ttft_ms for r in ok if r.engine_ttft_ms is not None]
+    in_window = [r.ttft_ms for r in ok if r.key in window]
+    idle = [r.ttft_ms for r in ok if r.key not in window]
+    debounce = [r.ttft_ms for r in ok if r.in_debounce and r.key not in window]
+    stats = run["stats"]
+    stall = (
+        round(percentile(in_window, 0.95) / percentile(idle, 0.95), 3)
+        if in_window and idle
+        else None
+    )
+    return {
+        "config": name,
+        "cache_mode": CONFIGS[name][0],
+        "pins": CONFIGS[name][1],
+        "switch_after_pin": CONFIGS[name][2],
+        "requests": len(records),
+        "errors": len(records) - len(ok),
+        "hit_rate": round(cached / prompt, 4) if prompt else 0.0,
+        "prompt_tokens": prompt,
+        "reused_tokens": cached,
+        "ttft_p50_ms": round(percentile(ttft, 0.5), 1),
+        "ttft_p95_ms": round(percentile(ttft, 0.95), 1),
+        "ttft_max_ms": round(max(ttft, default=0.0), 1),
+        "engine_ttft_p50_ms": round(percentile(engine_ttft, 0.5), 1),
+        "engine_ttft_p95_ms": round(percentile(engine_ttft, 0.95), 1),
+        "total_p50_ms": round(percentile([r.total_ms for r in ok], 0.5), 1),
+        "prefill_tok_s": float(stats.get("prefill_tokens_per_s", 0.0)),
+        "prefill_tokens": int(stats.get("prefill_tokens_total", 0)),
+        "kv_peak_bytes": run["peaks"]["kv_total_bytes"],
+        "kv_cache_peak_bytes": run["peaks"]["kv_cache_used_bytes"],
+        "kv_working_peak_bytes": run["peaks"]["kv_working_bytes"],
+        "evictions": int(stats.get("kv_cache_evictions_total", 0)),
+        "repin_stall_ratio": stall,
+        "repin_window_requests": len(in_window),
+        "repin_window_ttft_p95_ms": round(percentile(in_window, 0.95), 1),
+        "idle_ttft_p95_ms": round(percentile(idle, 0.95), 1),
+        "debounce_requests": len(debounce),
+        "debounce_ttft_p95_ms": round(percentile(debounce, 0.95), 1),
+        "pin_ms": run["pin_ms"],
+        "repin_windows_s": run["repin_windows_s"],
+        "state_changes": run["state_changes"],
+        "wall_s": run["wall_s"],
+    }
+
+
+def fallback_window(trace: Sequence[Step]) -> set[tuple[int, int]]:
+    """Without a hearth run: the requests of the two request steps after each rename."""
+    window: set[tuple[int, int]] = set()
+    for number, step in enumerate(trace):
+        if step.kind != "rename":
+            continue
+        following = [
+            (n, s) for n, s in enumerate(trace) if n > number and s.kind in ("request", "burst")
+        ]
+        for n, s in following[:2]:
+            window |= {(n, i) for i in range(len(s.calls))}
+    return window
+
+
+def goal_lines(configs: dict[str, dict[str, Any]]) -> list[tuple[bool, str]]:
+    hearth = configs.get("hearth")
+    if hearth is None:
+        return []
+    lines = [
+        (
+            hearth["hit_rate"] >= GOAL_HIT_RATE,
+            f"hearth hit rate {hearth['hit_rate']:.2%} >= {GOAL_HIT_RATE:.0%}",
+        )
+    ]
+    for other, factor in (("no_cache", GOAL_VS_NO_CACHE), ("last_prompt", GOAL_VS_LAST_PROMPT)):
+        if other in configs:
+            bound = factor * configs[other]["ttft_p95_ms"]
+            lines.append(
+                (
+                    hearth["ttft_p95_ms"] <= bound,
+                    f"hearth p95 TTFT {hearth['ttft_p95_ms']:.0f} ms <= {factor} x {other}"
+                    f" p95 ({configs[other]['ttft_p95_ms']:.0f} ms) = {bound:.0f} ms",
+                )
+            )
+    stall = hearth["repin_stall_ratio"]
+    lines.append(
+        (
+            stall is not None and stall <= GOAL_STALL,
+            f"hearth re-pin stall ratio {stall if stall is not None else 'n/a'} <= {GOAL_STALL}"
+            f" ({hearth['repin_window_requests']} requests during re-pins)",
+        )
+    )
+    return lines
+
+
+TABLE = [
+    ("config", "config"), ("hit rate", "hit_rate"), ("reused tok", "reused_tokens"),
+    ("TTFT p50 ms", "ttft_p50_ms"), ("TTFT p95 ms", "ttft_p95_ms"),
+    ("engine p95 ms", "engine_ttft_p95_ms"), ("prefill tok/s", "prefill_tok_s"),
+    ("KV peak MiB", "kv_peak_mib"), ("evictions", "evictions"),
+    ("stall ratio", "repin_stall_ratio"), ("errors", "errors"), ("wall s", "wall_s"),
+]  # fmt: skip
+
+
+def print_report(configs: dict[str, dict[str, Any]]) -> None:
+    rows = []
+    for result in configs.values():
+        view = {**result, "kv_peak_mib": result["kv_peak_bytes"] / 2**20}
+        rows.append(["n/a" if view[key] is None else view[key] for _, key in TABLE])
+    print_table([h for h, _ in TABLE], rows)
+
+
+def plot(path: Path, runs: dict[str, list[Record]], title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for name, records in runs.items():
+        values = sorted(r.ttft_ms for r in records if r.error is None)
+        if values:
+            ys = [(i + 1) / len(values) for i in range(len(values))]
+            ax.step(values, ys, where="post", label=f"{name} (n={len(values)})")
+    ax.set_xscale("log")
+    ax.set_xlabel("client TTFT (ms, log scale)")
+    ax.set_ylabel("fraction of requests")
+    ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    print(f"wrote {path}")
+
+
+# ------------------------------------------------------------------------ main
+
+
+async def run_all(
+    household: Household, trace: list[Step], names: list[str], settings: Settings
+) -> tuple[dict[str, dict[str, Any]], dict[str, list[Record]]]:
+    results: dict[str, dict[str, Any]] = {}
+    runs: dict[str, list[Record]] = {}
+    window = fallback_window(trace)
+    for name in sorted(names, key=list(CONFIGS).index):  # hearth first: it finds the windows
+        print(f"# {name}: {settings.model}, {len(trace)} steps", flush=True)
+        replay = Replay(household, name, settings)
+        run = await replay.run(trace)
+        own = {r.key for r in replay.records if r.in_repin}
+        if name == "hearth":
+            window = own
+        runs[name] = replay.records
+        results[name] = summarize(name, run, replay.records, own if replay.pins else window)
+        print(
+            f"  {results[name]['requests']} requests in {run['wall_s']} s, hit rate"
+            f" {results[name]['hit_rate']:.2%}, p95 TTFT {results[name]['ttft_p95_ms']:.0f} ms",
+            flush=True,
+        )
+    return results, runs
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="scripts/bench household", description=__doc__)
+    parser.add_argument("--capture", action="store_true", help="re-capture the fixture and exit")
+    parser.add_argument("--fixture", type=Path, default=FIXTURE)
+    parser.add_argument("--model", default="default", help="default, tiny-tools, a folder")
+    parser.add_argument("--requests", type=int, default=20, help="requests per configuration")
+    parser.add_argument("--seed", type=int, default=2026)
+    parser.add_argument("--max-tokens", type=int, default=8)
+    parser.add_argument("--repin-delay", type=float, default=2.0, help="the plugin's debounce")
+    parser.add_argument("--kv-cache-mb", type=int, default=None)
+    parser.add_argument(
+        "--configs",
+        nargs="+",
+        choices=list(CONFIGS),
+        default=DEFAULT_CONFIGS,
+        metavar="CONFIG",
+        help=f"of {', '.join(CONFIGS)} (default: %(default)s)",
+    )
+    parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--plot", type=Path, default=None)
+    parser.add_argument("--records", type=Path, default=None, help="every request, as JSON")
+    parser.add_argument("--workdir", type=Path, default=None, help="keep engine logs here")
+    parser.add_argument("--check", action="store_true", help="exit 1 if a goal is missed")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str]) -> int:
+    args = parse_args(argv)
+    if args.capture:
+        from .capture import main as capture_main
+
+        return capture_main(["--fixture", str(args.fixture)])
+    try:
+        household = Household(load_fixture(args.fixture))
+    except FixtureMissingError as err:
+        print(err)
+        return 2
+    trace = make_trace(
+        args.seed, args.requests, household.pool_sizes(), len(household.chat_turns),
+        household.versions() - 1,
+    )  # fmt: skip
+    summary = trace_summary(trace)
+    print(f"trace (seed {args.seed}): {summary}", flush=True)
+    with tempfile.TemporaryDirectory(prefix="hearth-household-") as tmp:
+        workdir = args.workdir or Path(tmp)
+        workdir.mkdir(parents=True, exist_ok=True)
+        settings = Settings(
+            args.model, args.max_tokens, args.repin_delay, args.kv_cache_mb, workdir
+        )
+        started = time.monotonic()
+        configs, runs = asyncio.run(run_all(household, trace, args.configs, settings))
+    print()
+    print_report(configs)
+    print()
+    goals = goal_lines(configs)
+    for ok, text in goals:
+        print(f"{'PASS' if ok else 'MISS'}  {text}")
+    errors = sum(c["errors"] for c in configs.values())
+    output = {
+        "configs": configs,
+        "goals": [{"pass": ok, "check": text} for ok, text in goals],
+        "trace": {"seed": args.seed, **summary},
+        "model": args.model,
+        "max_tokens": args.max_tokens,
+        "repin_delay_s": args.repin_delay,
+        "fixture": household.fixture.meta,
+        "wall_s": round(time.monotonic() - started, 1),
+    }
+    write_json(args.json, output)
+    write_json(args.records, {n: [asdict(r) for r in rs] for n, rs in runs.items()})
+    if args.plot is not None:
+        plot(args.plot, runs, f"Household TTFT ({args.model}, {summary['requests']} requests)")
+    if errors:
+        print(f"{errors} requests failed")
+        return 1
+    return 1 if args.check and not all(ok for ok, _ in goals) else 0

@@ -1,0 +1,84 @@
+"""The committed household fixture is what the plugin sends today.
+
+Re-captures it through a live stack (tiny-tools engine, recording proxy, the demo house in
+a real Home Assistant) and compares it with ``bench/fixtures/household.json``: the pinned
+prefixes must be identical byte for byte (nothing in them is volatile by design), and
+the requests the same: for the first request of each captured turn, its role, agent,
+prefix version and the context and user messages it carries (times and dates
+normalized). Assistant and tool messages come from the model and HA's tool results, and
+whether a turn takes a tool round depends on the model, so those are left out.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+
+from hearth_bench.capture import (
+    CAPTURE_COMMAND,
+    FIXTURE,
+    Fixture,
+    Sample,
+    capture_fixture,
+    load_fixture,
+)
+from hearth_bench.stack import ROOT
+
+pytestmark = pytest.mark.asyncio(loop_scope="module")
+
+STALE = f"the household fixture is stale: run `{CAPTURE_COMMAND}` and commit {FIXTURE.name}"
+_TIME = re.compile(r"\b\d{1,2}:\d{2}(:\d{2})?\b")
+_DATE = re.compile(r"\b\d{4}-\d{2}-\d{2}\b")
+
+
+@pytest.fixture(scope="module")
+def committed() -> Fixture:
+    return load_fixture(FIXTURE)
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def fresh(tmp_path_factory: pytest.TempPathFactory) -> Fixture:
+    workdir: Path = tmp_path_factory.mktemp("capture")
+    return await capture_fixture(workdir)
+
+
+def normalize(text: str) -> str:
+    return _DATE.sub("<date>", _TIME.sub("<time>", text))
+
+
+def sample_shape(sample: Sample) -> tuple[Any, ...]:
+    said = tuple(
+        (m["role"], normalize(str(m.get("content") or "")))
+        for m in sample.suffix
+        if m["role"] in ("system", "user")
+    )
+    return (sample.role, sample.agent, sample.prefix, sample.turn, said)
+
+
+def shapes(fixture: Fixture) -> list[tuple[Any, ...]]:
+    return [sample_shape(s) for s in fixture.samples if s.iteration == 0]
+
+
+async def test_metadata_matches_the_house(committed: Fixture) -> None:
+    house = hashlib.sha256((ROOT / "config" / "house.yaml").read_bytes()).hexdigest()
+    assert committed.meta["house_yaml_sha256"] == house, STALE
+
+
+async def test_prefixes_are_identical(fresh: Fixture, committed: Fixture) -> None:
+    assert fresh.meta["ha_version"] == committed.meta["ha_version"], STALE
+    assert sorted(fresh.agents) == sorted(committed.agents), STALE
+    for key, agent in committed.agents.items():
+        now = fresh.agents[key]
+        assert [p.label for p in now.prefixes] == [p.label for p in agent.prefixes], STALE
+        for old, new in zip(agent.prefixes, now.prefixes, strict=True):
+            assert new.messages == old.messages, f"{key} {old.label}: {STALE}"
+            assert new.tools == old.tools, f"{key} {old.label} (tools): {STALE}"
+
+
+async def test_requests_have_the_same_shape(fresh: Fixture, committed: Fixture) -> None:
+    assert shapes(fresh) == shapes(committed), STALE

@@ -1,0 +1,102 @@
+"""The household benchmark's pure parts: the trace, the fixture, the report (no engine)."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import pytest
+
+from hearth_bench.capture import CAPTURE_COMMAND, FIXTURE, FixtureMissingError, load_fixture
+from hearth_bench.household import (
+    ROLES,
+    Household,
+    Record,
+    chat_turns,
+    fallback_window,
+    goal_lines,
+    make_trace,
+    summarize,
+    trace_summary,
+)
+
+POOLS = {"satellite_a": 5, "satellite_b": 4, "automation": 3}
+
+
+def test_the_trace_is_fixed_by_the_seed() -> None:
+    assert make_trace(2026, 40, POOLS, 4, 2) == make_trace(2026, 40, POOLS, 4, 2)
+    assert make_trace(2026, 40, POOLS, 4, 2) != make_trace(7, 40, POOLS, 4, 2)
+
+
+def test_the_trace_is_a_household() -> None:
+    trace = make_trace(2026, 40, POOLS, 4, 2)
+    summary = trace_summary(trace)
+    assert summary["requests"] == 40
+    assert summary["renames"] == 2
+    assert summary["bursts"] >= 1
+    assert summary["state_changes"] > 0
+    assert all(summary["by_role"][role] > 0 for role in ROLES)
+    for step in trace:
+        if step.kind == "burst":
+            assert 2 <= len(step.calls) <= 4
+            assert len({c.role for c in step.calls}) == len(step.calls)
+    turns = [c.sample for s in trace for c in s.calls if c.role == "chat"]
+    assert turns[0] == 1
+    assert all(b == a % 4 + 1 for a, b in itertools.pairwise(turns))
+    renames = [s.rename for s in trace if s.kind == "rename"]
+    assert renames == [1, 2]
+
+
+def test_the_committed_fixture_is_consistent() -> None:
+    assert FIXTURE.stat().st_size < 1 << 20
+    fixture = load_fixture()
+    assert sorted(fixture.agents) == ["automation", "hearth"]
+    for agent in fixture.agents.values():
+        assert len(agent.prefixes) == 3
+        assert len({p.messages[0]["content"] for p in agent.prefixes}) == 3
+    roles = {s.role for s in fixture.samples}
+    assert roles == set(ROLES)
+    contexts = {
+        s.role: s.suffix[0]["content"] for s in fixture.samples if s.role.startswith("satellite")
+    }
+    assert "Kitchen" in contexts["satellite_a"]
+    assert "Bedroom" in contexts["satellite_b"]
+    assert len(chat_turns(fixture)) >= 3
+    household = Household(fixture)
+    assert all(size > 0 for size in household.pool_sizes().values())
+
+
+def test_a_missing_fixture_says_how_to_capture_it(tmp_path: Path) -> None:
+    with pytest.raises(FixtureMissingError, match=CAPTURE_COMMAND.replace(" ", ".")):
+        load_fixture(tmp_path / "household.json")
+
+
+def _record(step: int, ttft: float, in_repin: bool = False) -> Record:
+    return Record(
+        step, 0, "satellite_a", "hearth", 0, 0.0, in_repin, False, ttft, ttft + 10,
+        1000, 990, ttft, ttft, 0.0, None,
+    )  # fmt: skip
+
+
+def test_the_stall_ratio_compares_repin_windows_with_the_rest() -> None:
+    records = [_record(n, 100.0) for n in range(10)] + [_record(10, 300.0, True)]
+    run = {
+        "stats": {"prefill_tokens_per_s": 50.0, "kv_cache_evictions_total": 0},
+        "peaks": {"kv_total_bytes": 1, "kv_cache_used_bytes": 1, "kv_working_bytes": 0},
+        "pin_ms": [],
+        "repin_windows_s": [],
+        "state_changes": 3,
+        "wall_s": 1.0,
+    }
+    result = summarize("hearth", run, records, {(10, 0)})
+    assert result["hit_rate"] == 0.99
+    assert result["repin_stall_ratio"] == 3.0
+    lines = goal_lines({"hearth": result})
+    assert [ok for ok, _ in lines] == [True, False]
+
+
+def test_without_a_hearth_run_the_window_follows_the_renames() -> None:
+    trace = make_trace(1, 12, POOLS, 4, 2)
+    window = fallback_window(trace)
+    assert window
+    assert all(trace[step].kind in ("request", "burst") for step, _ in window)
