@@ -575,9 +575,11 @@ class Engine:
         self.counters.requests += 1
         self.counters.prompt_tokens += len(seq.prompt)
         tail = seq.stream.finish() if seq.stream is not None else ""
-        seq.emit(FinishEvent(reason, tail, seq.stats))
+        # Listeners (the stats window) first: a client that reads /v1/stats right after
+        # its response must find its request there (it raced under load).
         for listener in self.finished_listeners:
             listener(seq.stats)
+        seq.emit(FinishEvent(reason, tail, seq.stats))
 
     def _store_kv(self, seq: Sequence) -> None:
         """Insert the sequence's prompt (and generated) KV into the prefix cache."""
