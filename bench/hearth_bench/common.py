@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
 import statistics
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hearth_engine.config import EngineConfig
 from hearth_engine.engine import Engine
 from hearth_engine.sampling import SamplingParams
 from hearth_engine.sequence import TokenEvent
+
+if TYPE_CHECKING:
+    from typing import Self
 
 
 def resolve_spec(model: str | None, shape: str | None) -> str:
@@ -85,3 +89,27 @@ def write_json(path: Path | None, data: Any) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(data, indent=2))
         print(f"wrote {path}")
+
+
+class Periodic:
+    """Runs ``tick`` every ``interval`` seconds in a background task until ``stop``."""
+
+    interval: float = 0.5
+
+    async def tick(self) -> None:
+        raise NotImplementedError
+
+    def start(self) -> Self:
+        self._task = asyncio.create_task(self._run())
+        return self
+
+    async def stop(self) -> None:
+        task = getattr(self, "_task", None)
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    async def _run(self) -> None:
+        while True:
+            await self.tick()
+            await asyncio.sleep(self.interval)

@@ -45,7 +45,7 @@ from typing import Any
 import aiohttp
 
 from .capture import FIXTURE, Fixture, FixtureMissingError, Sample, load_fixture
-from .common import percentile, print_table, write_json
+from .common import Periodic, percentile, print_table, write_json
 from .server import EngineProcess
 
 ROLES = ("satellite_a", "satellite_b", "chat", "automation")
@@ -192,7 +192,7 @@ async def get_json(session: aiohttp.ClientSession, url: str) -> dict[str, Any]:
         return dict(await resp.json())
 
 
-class StatsPoller:
+class StatsPoller(Periodic):
     """Polls ``/v1/stats``; keeps the peaks of the KV counters."""
 
     KEYS = ("kv_cache_used_bytes", "kv_working_bytes", "kv_cache_locked_bytes")
@@ -202,16 +202,9 @@ class StatsPoller:
         self.url = url
         self.interval = interval
         self.peaks: dict[str, int] = dict.fromkeys((*self.KEYS, "kv_total_bytes"), 0)
-        self._task: asyncio.Task[None] | None = None
-
-    def start(self) -> StatsPoller:
-        self._task = asyncio.create_task(self._run())
-        return self
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+        await super().stop()
         await self.sample()
 
     async def sample(self) -> dict[str, Any]:
@@ -222,11 +215,9 @@ class StatsPoller:
         self.peaks["kv_total_bytes"] = max(self.peaks["kv_total_bytes"], total)
         return stats
 
-    async def _run(self) -> None:
-        while True:
-            with contextlib.suppress(aiohttp.ClientError, TimeoutError):
-                await self.sample()
-            await asyncio.sleep(self.interval)
+    async def tick(self) -> None:
+        with contextlib.suppress(aiohttp.ClientError, TimeoutError):
+            await self.sample()
 
 
 # ------------------------------------------------------------------------ replay

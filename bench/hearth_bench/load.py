@@ -21,14 +21,14 @@ import random
 import struct
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 
 from .capture import FIXTURE, Fixture, FixtureMissingError, load_fixture
-from .common import percentile, print_table, write_json
+from .common import Periodic, percentile, print_table, write_json
 from .household import StatsPoller, get_json, put_pin, stream_chat
 from .server import EngineProcess
 
@@ -47,14 +47,13 @@ class Sample:
 
 
 @dataclass
-class RssSampler:
+class RssSampler(Periodic):
     """Peak VmRSS of a process, sampled from ``/proc/<pid>/status``."""
 
     pid: int
     interval: float = 0.2
     peak: int = 0
     samples: int = 0
-    _task: asyncio.Task[None] | None = field(default=None, repr=False)
 
     def read(self) -> int:
         for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
@@ -62,20 +61,9 @@ class RssSampler:
                 return int(line.split()[1]) * 1024
         return 0
 
-    def start(self) -> RssSampler:
-        self._task = asyncio.create_task(self._run())
-        return self
-
-    async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-
-    async def _run(self) -> None:
-        while True:
-            self.peak = max(self.peak, self.read())
-            self.samples += 1
-            await asyncio.sleep(self.interval)
+    async def tick(self) -> None:
+        self.peak = max(self.peak, self.read())
+        self.samples += 1
 
 
 def model_bytes(spec: str, dtype: str) -> int:
