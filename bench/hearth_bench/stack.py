@@ -181,6 +181,15 @@ class Stack:
             resp.raise_for_status()
             return dict(await resp.json())
 
+    async def find_state(self, entity_id: str) -> dict[str, Any] | None:
+        """The entity's state, or None while it does not exist (404)."""
+        try:
+            return await self.state(entity_id)
+        except aiohttp.ClientResponseError as err:
+            if err.status == 404:
+                return None
+            raise
+
     async def service(self, domain: str, service: str, **data: Any) -> None:
         session = await self._session()
         url = f"{self.ha.url}/api/services/{domain}/{service}"

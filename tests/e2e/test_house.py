@@ -50,7 +50,8 @@ async def ready(stack: Stack) -> AsyncIterator[Stack]:
         pins = (await stack.engine_get("/v1/prefixes"))["data"]
         return bool(pins) and all(p["state"] == "ready" for p in pins)
 
-    await stack.wait_for(lambda: stack.state(AGENT), timeout=120)
+    # Home Assistant reports RUNNING before the demo wires Hearth in (at "started").
+    await stack.wait_for(lambda: stack.find_state(AGENT), timeout=120)
     await stack.wait_for(pinned, timeout=300)
     yield stack
     await stack.close()
@@ -163,7 +164,7 @@ async def test_home_assistant_restart_reuses_the_pin(ready: Stack) -> None:
     stats = await ready.engine_get("/v1/stats")
     ready.ha.stop()
     ready.ha.start()
-    await ready.wait_for(lambda: ready.state(AGENT), timeout=120)
+    await ready.wait_for(lambda: ready.find_state(AGENT), timeout=120)
     await asyncio.sleep(3)
     after = await ready.engine_get("/v1/stats")
     assert after["pin_rebuilds_total"] == stats["pin_rebuilds_total"]
