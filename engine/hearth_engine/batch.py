@@ -4,12 +4,17 @@ Rows hold sequences of different lengths. Every row ends at the same column ``E`
 (``buffer.length``), so a decode step writes one new column for all rows; shorter rows
 are left-padded with zeros and masked out. The buffer is rebuilt (rows copied to their
 new places) only when the set of rows changes or it runs out of room.
+
+The buffer holds only each row's *own* KV: the cached prefixes the rows start with are
+read in place (``PrefixPart``), one part per distinct segment with the rows that read
+it, so the house prompt that every request shares sits in memory once.
 """
 
 from __future__ import annotations
 
 import torch
 
+from .attention import PrefixPart
 from .kv import BufferPool, KVBuffer
 from .runner import ModelRunner
 from .sequence import Sequence
@@ -24,6 +29,7 @@ class DecodeBatch:
         self.rows: list[Sequence] = []
         self.buffer: KVBuffer | None = None
         self._mask: torch.Tensor | None = None  # [B, cap] bool, or None when unpadded
+        self.parts: list[PrefixPart] = []
 
     @property
     def nbytes(self) -> int:
@@ -40,14 +46,30 @@ class DecodeBatch:
         else:
             self._rebuild(rows)
             return
+        self.parts = self._parts(self.rows)
         if old is not None and old is not self.buffer:
             self.pool.release(old)
 
+    @staticmethod
+    def _parts(rows: list[Sequence]) -> list[PrefixPart]:
+        """One part per distinct shared segment, with the batch rows that read it."""
+        groups: dict[tuple[int, tuple[int, ...]], tuple[torch.Tensor, list[int]]] = {}
+        for row, seq in enumerate(rows):
+            for segment in seq.shared:
+                key = (segment.data_ptr(), tuple(segment.shape))
+                groups.setdefault(key, (segment, []))[1].append(row)
+        parts = []
+        for segment, members in groups.values():
+            every = len(members) == len(rows)
+            index = None if every else torch.tensor(members, device=segment.device)
+            parts.append(PrefixPart(segment, index))
+        return parts
+
     def _has_room(self, seq: Sequence, buffer: KVBuffer) -> bool:
-        return buffer.capacity - seq.kv_len >= min(seq.remaining_decode, GROWTH_TOKENS)
+        return buffer.capacity - seq.own_len >= min(seq.remaining_decode, GROWTH_TOKENS)
 
     def _rebuild(self, rows: list[Sequence]) -> None:
-        end = max(seq.kv_len for seq in rows)
+        end = max(seq.own_len for seq in rows)
         room = min(max(seq.remaining_decode for seq in rows), GROWTH_TOKENS)
         buffer = self.pool.buffer(rows=len(rows), capacity=end + room + 1, length=end)
         sources = {id(seq.kv): seq.kv for seq in rows}
@@ -55,13 +77,13 @@ class DecodeBatch:
             sources[id(self.buffer)] = self.buffer
         padded = False
         for row, seq in enumerate(rows):
-            start = end - seq.kv_len
+            start = end - seq.own_len
             if start:
                 padded = True
                 buffer.zero_columns(row, 0, start)
             src: KVBuffer = seq.kv
             buffer.data[:, :, row, :, start:end] = src.data[
-                :, :, seq.kv_row, :, seq.kv_offset : seq.kv_offset + seq.kv_len
+                :, :, seq.kv_row, :, seq.kv_offset : seq.kv_offset + seq.own_len
             ]
             seq.kv, seq.kv_row, seq.kv_offset = buffer, row, start
         for src in sources.values():
@@ -72,6 +94,7 @@ class DecodeBatch:
             starts = torch.tensor([s.kv_offset for s in rows], device=buffer.data.device)[:, None]
             self._mask = cols >= starts  # [B, cap]
         self.rows, self.buffer = list(rows), buffer
+        self.parts = self._parts(self.rows)
 
     def step(self, token_ids: list[int]) -> torch.Tensor:
         """Feed one token per row (in ``rows`` order); returns logits [B, V]."""
@@ -81,7 +104,7 @@ class DecodeBatch:
         buffer = self.buffer
         positions = [seq.kv_len for seq in self.rows]
         mask = None if self._mask is None else self._mask[:, : buffer.length + 1]
-        logits = self.runner.decode(buffer, token_ids, positions, mask)
+        logits = self.runner.decode(buffer, token_ids, positions, mask, self.parts)
         for seq in self.rows:
             seq.kv_len += 1
         return logits

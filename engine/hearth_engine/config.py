@@ -37,6 +37,8 @@ class EngineConfig:
     prefix_store: Path | None = None
     cache_mode: CacheMode = CacheMode.RADIX
     cache_salt: str = ""
+    # Read cached prefixes in place (False: copy them into each request's buffer).
+    share_prefix: bool = True
     threads: int | None = None
     default_max_tokens: int = 512
     extra_stop_tokens: tuple[str, ...] = field(

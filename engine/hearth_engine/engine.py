@@ -2,9 +2,10 @@
 
 * The event loop never runs model code. ``stream()`` hands a ``Sequence`` to the worker
   and receives its events through an ``asyncio.Queue``.
-* The worker loops: admit (prefix-cache lookup, lock, copy KV), one batched decode step,
-  one prefill chunk (see ``scheduler``). After a request, its prompt and generated
-  tokens go into the prefix cache, so the next turn of a chat hits.
+* The worker loops: admit (prefix-cache lookup, lock; the cached KV is read in place,
+  see ``attention``), one batched decode step, one prefill chunk (see ``scheduler``).
+  After a request, its prompt and generated tokens go into the prefix cache, so the
+  next turn of a chat hits.
 * Pins are prefill-only sequences at low priority, or restores from the disk store.
   Re-pinning a name swaps atomically inside ``RadixCache.pin``.
 * Cancelling (client gone, task cancelled) releases the request's cache locks at once
@@ -31,7 +32,7 @@ from .batch import DecodeBatch
 from .cache import CacheFullError, Match, PinTooLargeError, RadixCache
 from .config import CacheMode, EngineConfig, default_kv_budget
 from .detok import TextStream
-from .kv import BufferPool, segment_nbytes, split_segment
+from .kv import BufferPool, kv_range, segment_nbytes, segment_tokens, split_segment
 from .runner import ModelRunner
 from .sampling import Sampler, SamplingParams
 from .scheduler import QueueFullError, Scheduler
@@ -48,6 +49,11 @@ from .sequence import (
 from .store import ManifestEntry, PrefixStore, prefix_key
 
 _LOGGER = logging.getLogger(__name__)
+
+# A cache hit reads at most this many segments (radix-tree nodes) in place; the KV of
+# any further ones is copied into the working buffer (each part costs a few small
+# operations per layer and step).
+MAX_SHARED_SEGMENTS = 8
 
 __all__ = [
     "CacheFullError",
@@ -143,6 +149,11 @@ class Engine:
         # Recycled working buffers: at most a quarter of the KV budget (1 GiB at most).
         self.pool = BufferPool(runner.layout, max_free_bytes=min(budget // 4, 1 << 30))
         self.batch = DecodeBatch(runner, self.pool)
+        # Cache hits read their prefix in place instead of copying it (see attention.py)
+        # when the model passed the self-test.
+        self.share_prefix = (
+            config.share_prefix and config.cache_mode is not CacheMode.NONE and runner.shares_prefix
+        )
         self.store = PrefixStore(config.prefix_store) if config.prefix_store else None
         self.counters = Counters()
         self.stop_token_ids = self._stop_token_ids()
@@ -497,13 +508,19 @@ class Engine:
                     seq.stats.pin = match.pin
                     self.cache.record_pin_hit(match.pin, len(pinned.tokens))
         reserve = 0 if seq.kind is Kind.PIN else min(seq.params.max_tokens, 256)
-        buffer = self.pool.buffer(rows=1, capacity=len(seq.prompt) + reserve + 1)
+        segments = [payload[:, :, :, :used] for payload, used in match.segments]
+        shared = segments[:MAX_SHARED_SEGMENTS] if self.share_prefix else []
+        shared_len = sum(segment_tokens(s) for s in shared)
+        capacity = len(seq.prompt) - shared_len + reserve + 1
+        self._make_working_room(capacity * self.info.bytes_per_token)
+        buffer = self.pool.buffer(rows=1, capacity=capacity)
         column = 0
-        for payload, used in match.segments:
-            buffer.write_segment(0, column, payload[:, :, :, :used])
-            column += used
+        for segment in segments[len(shared) :]:
+            buffer.write_segment(0, column, segment)
+            column += segment_tokens(segment)
         buffer.set_length(column)
-        seq.kv, seq.kv_row, seq.kv_offset, seq.kv_len = buffer, 0, 0, column
+        seq.shared, seq.shared_len = tuple(shared), shared_len
+        seq.kv, seq.kv_row, seq.kv_offset, seq.kv_len = buffer, 0, 0, shared_len + column
         self.scheduler.started(seq)
         if seq.remaining_prefill == 0:  # a pin that is fully cached already
             self._complete_pin(seq)
@@ -513,7 +530,7 @@ class Engine:
     def _prefill_chunk(self, seq: Sequence, n: int) -> None:
         start = seq.kv_len
         t0 = time.monotonic()
-        logits = self.runner.prefill(seq.kv, seq.prompt[start : start + n])
+        logits = self.runner.prefill(seq.kv, seq.prompt[start : start + n], seq.shared)
         seq.kv_len += n
         self.counters.prefill_tokens += n
         self.counters.prefill_seconds += time.monotonic() - t0
@@ -589,12 +606,12 @@ class Engine:
         if mode is CacheMode.LAST_PROMPT:
             self.cache.clear()
         tokens = seq.tokens_with_kv()
-        buffer, row, offset = seq.kv, seq.kv_row, seq.kv_offset
+        shared, buffer, row, offset = seq.shared, seq.kv, seq.kv_row, seq.kv_offset
         bpt = self.info.bytes_per_token
         self.cache.insert(
             seq.namespace,
             tokens,
-            lambda a, b: buffer.read_segment(row, offset + a, offset + b),
+            lambda a, b: kv_range(shared, buffer, row, offset, a, b),
             lambda a, b: (b - a) * bpt,
         )
 
@@ -612,7 +629,7 @@ class Engine:
         self.scheduler.remove(seq)
         if seq.kv is not None and seq.kv is not self.batch.buffer:
             self.pool.release(seq.kv)
-        seq.kv = None
+        seq.kv, seq.shared = None, ()
 
     def _drop(self, seq: Sequence, reason: str) -> None:
         """Worker side of a cancellation."""
@@ -649,6 +666,23 @@ class Engine:
             seq.emit(ErrorEvent(message))
         self.batch.set_rows([])
         self.pool.clear()
+
+    def _make_working_room(self, nbytes: int) -> None:
+        """Keep cache + working buffers + pooled buffers within the KV budget.
+
+        Pooled buffers go first, then least recently used unpinned cache entries. What
+        is pinned or in use cannot go: then the budget is exceeded by the working
+        buffers of the running requests (``kv_working_bytes`` shows it).
+        """
+
+        def over() -> int:
+            used = self.cache.used_bytes + self._working_bytes() + self.pool.free_bytes
+            return used + nbytes - self.cache.capacity_bytes
+
+        if over() > 0 and self.pool.free_bytes:
+            self.pool.clear()
+        if (excess := over()) > 0:
+            self.cache.evict(excess)
 
     def _working_bytes(self) -> int:
         return self.batch.nbytes + sum(
@@ -722,7 +756,7 @@ class Engine:
         prefill_ms = (time.monotonic() - seq.prefill_started) * 1000 if computed else 0.0
         full_kv = None
         if self.store is not None and self.config.cache_mode is CacheMode.RADIX:
-            full_kv = seq.kv.read_segment(seq.kv_row, seq.kv_offset, seq.kv_offset + seq.kv_len)
+            full_kv = kv_range(seq.shared, seq.kv, seq.kv_row, seq.kv_offset, 0, seq.kv_len)
         self._store_kv(seq)
         self._release(seq)
         if self.config.cache_mode is CacheMode.LAST_PROMPT:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -150,6 +151,35 @@ def split_segment(segment: torch.Tensor, at: int) -> tuple[torch.Tensor, torch.T
 
 def segment_tokens(segment: torch.Tensor) -> int:
     return int(segment.shape[3])
+
+
+def kv_range(  # noqa: PLR0917
+    shared: Sequence[torch.Tensor],
+    buffer: KVBuffer,
+    row: int,
+    offset: int,
+    start: int,
+    end: int,
+) -> torch.Tensor:
+    """A new ``[L, 2, H, end-start, D]`` tensor of a sequence's tokens ``[start, end)``.
+
+    The sequence's KV is the ``shared`` segments (read in place) followed by columns
+    from ``offset`` of ``row`` of its working ``buffer``.
+    """
+    pieces = []
+    pos = 0
+    for segment in shared:
+        count = segment_tokens(segment)
+        lo, hi = max(start, pos), min(end, pos + count)
+        if lo < hi:
+            pieces.append(segment[:, :, :, lo - pos : hi - pos])
+        pos += count
+    lo = max(start, pos)
+    if lo < end:
+        pieces.append(buffer.data[:, :, row, :, offset + lo - pos : offset + end - pos])
+    if not pieces:
+        raise ValueError(f"empty KV range [{start}, {end})")
+    return torch.cat(pieces, dim=3) if len(pieces) > 1 else pieces[0].clone()
 
 
 class BufferPool:

@@ -101,7 +101,11 @@ class Sequence:
     # Prefix cache
     lock_node: Any = None
     cached: int = 0
-    # KV: where this sequence's tokens live (buffer, row, column offset)
+    # KV: ``kv_len`` tokens in all. The first ``shared_len`` are cached segments read in
+    # place (``shared``, views of cache payloads, locked); the rest live in a working
+    # buffer (``kv``, at row ``kv_row`` from column ``kv_offset``).
+    shared: tuple[Any, ...] = ()
+    shared_len: int = 0
     kv: Any = None
     kv_row: int = 0
     kv_offset: int = 0
@@ -117,6 +121,11 @@ class Sequence:
     @property
     def total_len(self) -> int:
         return len(self.prompt) + len(self.generated)
+
+    @property
+    def own_len(self) -> int:
+        """Tokens whose KV is in the working buffer."""
+        return self.kv_len - self.shared_len
 
     @property
     def remaining_prefill(self) -> int:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import random
 
+import pytest
 import torch
 
 from hearth_engine.config import CacheMode
@@ -25,9 +26,13 @@ def _random_tokens(rng: random.Random, n: int, vocab: int) -> list[int]:
     return [rng.randrange(3, vocab) for _ in range(n)]
 
 
-async def test_greedy_with_cache_hits_equals_cold_runs(make_engine, tiny_runner64) -> None:
+@pytest.mark.parametrize("share_prefix", [True, False], ids=["read-in-place", "copied"])
+async def test_greedy_with_cache_hits_equals_cold_runs(
+    make_engine, tiny_runner64, share_prefix: bool
+) -> None:
     vocab = tiny_runner64.info.vocab_size
-    warm = make_engine(runner=tiny_runner64, chunk_tokens=64)
+    warm = make_engine(runner=tiny_runner64, chunk_tokens=64, share_prefix=share_prefix)
+    assert warm.share_prefix is share_prefix
     cold = make_engine(runner=tiny_runner64, chunk_tokens=64, cache_mode=CacheMode.NONE)
     rng = random.Random(1234)
     hits = 0
@@ -62,6 +67,40 @@ async def test_batched_decode_equals_one_at_a_time(make_engine, tiny_runner64) -
     alone = [(await engine.generate(p, params))[1] for p in prompts]
     together = await asyncio.gather(*(engine.generate(p, params) for p in prompts))
     assert [ids for _, ids, _ in together] == alone
+
+
+async def test_batched_decode_over_different_shared_prefixes(make_engine, tiny_runner64) -> None:
+    """Rows reading two different pins (and one reading none) in one decode batch."""
+    vocab = tiny_runner64.info.vocab_size
+    engine = make_engine(runner=tiny_runner64, chunk_tokens=64)
+    cold = make_engine(runner=tiny_runner64, cache_mode=CacheMode.NONE)
+    rng = random.Random(7)
+    houses = [_random_tokens(rng, n, vocab) for n in (200, 130)]
+    for n, house in enumerate(houses):
+        await engine.pin(f"house{n}", house)
+    prompts = [houses[i % 2] + _random_tokens(rng, rng.randint(1, 30), vocab) for i in range(5)]
+    prompts.append(_random_tokens(rng, 50, vocab))
+    params = SamplingParams(max_tokens=20)
+    together = await asyncio.gather(*(engine.generate(p, params) for p in prompts))
+    alone = [(await cold.generate(p, params))[1] for p in prompts]
+    assert [fin.stats.cached_tokens for _, _, fin in together][:5] == [
+        len(houses[i % 2]) for i in range(5)
+    ]
+    assert [ids for _, ids, _ in together] == alone
+
+
+def test_float32_shared_prefix_matches_full_prefill(tiny_runner) -> None:
+    """Production dtype: a prefix read in place gives the logits of a full prefill."""
+    rng = random.Random(6)
+    tokens = _random_tokens(rng, 700, tiny_runner.info.vocab_size)
+    full = tiny_runner.new_buffer(1, 800)
+    expected = tiny_runner.prefill(full, tokens)
+    own = tiny_runner.new_buffer(1, 100)
+    segments = [full.read_segment(0, 0, 400), full.read_segment(0, 400, 650)]
+    got = tiny_runner.prefill(own, tokens[650:], segments)
+    assert own.length == 50
+    assert torch.allclose(got, expected, atol=1e-4, rtol=0)
+    assert int(got.argmax()) == int(expected.argmax())
 
 
 def test_float32_cached_suffix_matches_full_prefill(tiny_runner) -> None:
