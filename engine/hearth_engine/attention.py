@@ -106,25 +106,48 @@ def shared_prefix(parts: Sequence[PrefixPart]) -> Iterator[None]:
         _ACTIVE.parts = previous
 
 
-def _own_scores(
-    q: torch.Tensor, key: torch.Tensor, mask: torch.Tensor | None, scale: float, groups: int
-) -> torch.Tensor:
-    """Scores of ``q`` ``[B, Hkv, g*Q, D]`` against the working KV, masked: ``[B, Hkv, gQ, S]``."""
-    b, hkv, gq, _ = q.shape
-    s_len = key.shape[2]
-    q_len = gq // groups
-    scores = torch.matmul(q, key.transpose(-1, -2)).mul_(scale)
-    view = scores.view(b, hkv, groups, q_len, s_len)
+# The CPU flash kernel behind SDPA, which also returns the log-sum-exp that merging needs.
+_FLASH_CPU = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
+
+
+def _attend(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, scale: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Softmax attention with equal head counts: ``q`` ``[B, H, N, D]``, ``k``/``v``
+    ``[B, H, T, D]``, ``mask`` additive ``[B|1, 1, N, T]`` or ``None``.
+
+    Returns the output ``[B, H, N, D]`` and the log-sum-exp of the scores ``[B, H, N, 1]``.
+    """
+    if q.device.type == "cpu" and _FLASH_CPU is not None:
+        out, lse = _FLASH_CPU(q, k, v, 0.0, False, attn_mask=mask, scale=scale)
+        return out, lse.unsqueeze(-1)
+    work = torch.float64 if q.dtype == torch.float64 else torch.float32
+    scores = torch.matmul(q.to(work), k.to(work).transpose(-1, -2)).mul_(scale)
+    if mask is not None:
+        scores = scores + mask.to(work)
+    lse = torch.logsumexp(scores, -1, keepdim=True)
+    return torch.matmul(torch.exp(scores - lse), v.to(work)).to(q.dtype), lse
+
+
+def _own_mask(
+    mask: torch.Tensor | None, q_len: int, s_len: int, groups: int, dtype: torch.dtype
+) -> torch.Tensor | None:
+    """The working-KV mask as an additive ``[B|1, 1, g*Q, S]`` tensor (GQA folded)."""
     if mask is None:
-        if q_len > 1:  # causal, aligned bottom-right (the queries are the last Q keys)
-            rows = torch.arange(q_len, device=q.device)[:, None]
-            cols = torch.arange(s_len, device=q.device)[None, :]
-            view.masked_fill_(cols > rows + (s_len - q_len), float("-inf"))
-    elif mask.dtype == torch.bool:
-        view.masked_fill_(~mask[:, :, None, :, -s_len:], float("-inf"))
-    else:
-        view.add_(mask[:, :, None, :, -s_len:].to(scores.dtype))
-    return scores
+        if q_len == 1:
+            return None
+        # Causal, aligned bottom-right: the queries are the last Q of the S keys.
+        rows = torch.arange(q_len)[:, None]
+        cols = torch.arange(s_len)[None, :]
+        mask = (cols <= rows + (s_len - q_len))[None, None]
+    mask = mask[..., -s_len:]
+    if mask.dtype == torch.bool:
+        mask = torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(
+            ~mask, float("-inf")
+        )
+    b = mask.shape[0]
+    folded = mask.to(dtype)[:, :, None].expand(b, 1, groups, q_len, s_len)
+    return folded.reshape(b, 1, groups * q_len, s_len)
 
 
 def merged_attention(  # noqa: PLR0917 - the attention call's own arguments
@@ -136,48 +159,42 @@ def merged_attention(  # noqa: PLR0917 - the attention call's own arguments
     parts: Sequence[PrefixPart],
     layer: int,
 ) -> torch.Tensor:
-    """Attention over shared prefix parts plus the working KV; returns ``[B, Q, Hq, D]``."""
+    """Attention over shared prefix parts plus the working KV; returns ``[B, Q, Hq, D]``.
+
+    Grouped-query heads are folded into the query axis (``[B, Hkv, g*Q, D]``), and a
+    part read by ``n`` rows folds those rows in too, so its KV is read once for all.
+    """
     b, hq, q_len, d = query.shape
     hkv = key.shape[1]
     groups = hq // hkv
+    n_q = groups * q_len
     scale = scaling if scaling is not None else d**-0.5
-    exact = query.dtype in {torch.float32, torch.float64}
-    work = query.dtype if exact else torch.float32
-    q = query.to(work).reshape(b, hkv, groups * q_len, d)
-    scores = _own_scores(q, key.to(work), attention_mask, scale, groups)
-    top = scores.amax(-1, keepdim=True)  # [B, Hkv, gQ, 1]
-    probs = torch.exp(scores - top)
-    total = probs.sum(-1, keepdim=True)
-    acc = torch.matmul(probs, value.to(work))  # [B, Hkv, gQ, D]
+    q = query.reshape(b, hkv, n_q, d)
+    mask = _own_mask(attention_mask, q_len, key.shape[2], groups, query.dtype)
+    if mask is not None:
+        mask = mask.to(query.device)
+    acc, lse = _attend(q, key, value, mask, scale)
+    acc = acc.to(lse.dtype)
     for part in parts:
-        k = part.segment[layer, 0].to(work)  # [Hkv, T, D]
-        v = part.segment[layer, 1].to(work)
         idx = part.rows
         qs = q if idx is None else q.index_select(0, idx)
         n = qs.shape[0]
-        qp = qs.permute(1, 0, 2, 3).reshape(hkv, n * groups * q_len, d)
-        s = torch.bmm(qp, k.transpose(1, 2)).mul_(scale)  # [Hkv, n*gQ, T]
-        m = s.amax(-1, keepdim=True)
-        p = torch.exp(s - m)
-        ps = p.sum(-1, keepdim=True)
-        pa = torch.bmm(p, v)
-
-        def back(t: torch.Tensor, n: int = n) -> torch.Tensor:
-            return t.reshape(hkv, n, groups * q_len, -1).permute(1, 0, 2, 3)
-
-        m, ps, pa = back(m), back(ps), back(pa)
-        old_top = top if idx is None else top.index_select(0, idx)
-        new_top = torch.maximum(old_top, m)
-        keep, add = torch.exp(old_top - new_top), torch.exp(m - new_top)
+        folded = qs.permute(1, 0, 2, 3).reshape(1, hkv, n * n_q, d)
+        k = part.segment[layer, 0][None]  # [1, Hkv, T, D]
+        v = part.segment[layer, 1][None]
+        out, part_lse = _attend(folded, k, v, None, scale)
+        out = out.reshape(hkv, n, n_q, d).permute(1, 0, 2, 3).to(lse.dtype)
+        part_lse = part_lse.reshape(hkv, n, n_q, 1).permute(1, 0, 2, 3)
+        old_lse = lse if idx is None else lse.index_select(0, idx)
+        old_acc = acc if idx is None else acc.index_select(0, idx)
+        new_lse = torch.logaddexp(old_lse, part_lse)
+        merged = old_acc * torch.exp(old_lse - new_lse) + out * torch.exp(part_lse - new_lse)
         if idx is None:
-            acc = acc * keep + pa * add
-            total = total * keep + ps * add
-            top = new_top
+            acc, lse = merged, new_lse
         else:
-            acc.index_copy_(0, idx, acc.index_select(0, idx) * keep + pa * add)
-            total.index_copy_(0, idx, total.index_select(0, idx) * keep + ps * add)
-            top.index_copy_(0, idx, new_top)
-    out = (acc / total).to(query.dtype).view(b, hq, q_len, d)
+            acc = acc.index_copy(0, idx, merged)
+            lse = lse.index_copy(0, idx, new_lse)
+    out = acc.to(query.dtype).view(b, hq, q_len, d)
     return out.transpose(1, 2).contiguous()
 
 

@@ -104,3 +104,48 @@ def test_a_model_failing_the_self_test_copies_prefixes(monkeypatch, make_engine)
 def test_share_prefix_is_off_without_a_cache(make_engine) -> None:
     assert make_engine(cache_mode=CacheMode.NONE).share_prefix is False
     assert make_engine().share_prefix is True
+
+
+@pytest.mark.parametrize("flash", [True, False], ids=["cpu-flash-kernel", "generic"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_merged_attention_equals_attention_over_the_concatenated_kv(
+    monkeypatch, flash: bool, dtype: torch.dtype
+) -> None:
+    """Rows reading different prefix parts, GQA, left padding, several queries."""
+    if not flash:
+        monkeypatch.setattr(attention, "_FLASH_CPU", None)  # the path CUDA takes
+    gen = torch.Generator().manual_seed(3)
+
+    def rand(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=gen).to(dtype)
+
+    rows, hq, hkv, q_len, own, dim = 3, 4, 2, 2, 5, 8
+    query = rand(rows, hq, q_len, dim)
+    key, value = rand(rows, hkv, own, dim), rand(rows, hkv, own, dim)
+    # Row 1 is left-padded by two columns; the queries are the last two own tokens.
+    visible = torch.ones(rows, 1, q_len, own, dtype=torch.bool)
+    visible[1, :, :, :2] = False
+    visible[:, :, 0, -1] = False  # causal: the first query does not see the last key
+    house = rand(2, 2, hkv, 6, dim)  # [L, 2, H, T, D]: layer 1 is the one under test
+    history = rand(2, 2, hkv, 3, dim)
+    parts = [
+        attention.PrefixPart(house),
+        attention.PrefixPart(history, torch.tensor([0, 2])),
+    ]
+    got = attention.merged_attention(query, key, value, visible, None, parts, layer=1)
+
+    for row in range(rows):
+        segments = [house] + ([history] if row in (0, 2) else [])
+        k = torch.cat([s[1, 0] for s in segments] + [key[row]], dim=1)
+        v = torch.cat([s[1, 1] for s in segments] + [value[row]], dim=1)
+        prefix = sum(s.shape[3] for s in segments)
+        mask = torch.cat([torch.ones(q_len, prefix, dtype=torch.bool), visible[row, 0]], dim=1)
+        expected = torch.nn.functional.scaled_dot_product_attention(
+            query[row : row + 1].float(),
+            k[None].float(),
+            v[None].float(),
+            attn_mask=mask[None, None],
+            enable_gqa=True,
+        )  # [1, Hq, Q, D]
+        tol = 2e-2 if dtype == torch.bfloat16 else 1e-5
+        assert torch.allclose(got[row].float(), expected[0].transpose(0, 1), atol=tol, rtol=tol)
