@@ -89,29 +89,22 @@ async def test_batched_decode_over_different_shared_prefixes(make_engine, tiny_r
     assert [ids for _, ids, _ in together] == alone
 
 
-def test_float32_shared_prefix_matches_full_prefill(tiny_runner) -> None:
-    """Production dtype: a prefix read in place gives the logits of a full prefill."""
-    rng = random.Random(6)
-    tokens = _random_tokens(rng, 700, tiny_runner.info.vocab_size)
-    full = tiny_runner.new_buffer(1, 800)
-    expected = tiny_runner.prefill(full, tokens)
-    own = tiny_runner.new_buffer(1, 100)
-    segments = [full.read_segment(0, 0, 400), full.read_segment(0, 400, 650)]
-    got = tiny_runner.prefill(own, tokens[650:], segments)
-    assert own.length == 50
-    assert torch.allclose(got, expected, atol=1e-4, rtol=0)
-    assert int(got.argmax()) == int(expected.argmax())
-
-
-def test_float32_cached_suffix_matches_full_prefill(tiny_runner) -> None:
+@pytest.mark.parametrize("read_in_place", [True, False], ids=["read-in-place", "copied"])
+def test_float32_cached_prefix_matches_full_prefill(tiny_runner, read_in_place: bool) -> None:
     """Production dtype: reused KV gives the same logits up to float32 rounding."""
     rng = random.Random(5)
     tokens = _random_tokens(rng, 700, tiny_runner.info.vocab_size)
     full = tiny_runner.new_buffer(1, 800)
     expected = tiny_runner.prefill(full, tokens)
-    cached = tiny_runner.new_buffer(1, 800)
-    cached.write_segment(0, 0, full.read_segment(0, 0, 650))
-    cached.set_length(650)
-    got = tiny_runner.prefill(cached, tokens[650:])
+    if read_in_place:  # two cache segments, read where they are
+        own = tiny_runner.new_buffer(1, 100)
+        segments = [full.read_segment(0, 0, 400), full.read_segment(0, 400, 650)]
+        got = tiny_runner.prefill(own, tokens[650:], segments)
+        assert own.length == 50
+    else:
+        cached = tiny_runner.new_buffer(1, 800)
+        cached.write_segment(0, 0, full.read_segment(0, 0, 650))
+        cached.set_length(650)
+        got = tiny_runner.prefill(cached, tokens[650:])
     assert torch.allclose(got, expected, atol=1e-4, rtol=0)
     assert int(got.argmax()) == int(expected.argmax())
