@@ -134,7 +134,8 @@ class _Counters:
     tick: itertools.count[int] = field(default_factory=itertools.count)
 
 
-def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """How many leading tokens ``a`` and ``b`` share."""
     n = min(len(a), len(b))
     i = 0
     while i < n and a[i] == b[i]:
@@ -175,7 +176,7 @@ class RadixCache(Generic[P]):
                 child = node.children.get(tokens[length])
                 if child is None:
                     break
-                used = _common_prefix(child.key, tokens[length:limit])
+                used = common_prefix(child.key, tokens[length:limit])
                 if used == 0:
                     break
                 assert child.payload is not None
@@ -373,7 +374,7 @@ class RadixCache(Generic[P]):
             child = node.children.get(tokens[length])
             if child is None:
                 break
-            used = _common_prefix(child.key, tokens[length:])
+            used = common_prefix(child.key, tokens[length:])
             if used < len(child.key):
                 child = self._split(child, used)
             node, length = child, length + used

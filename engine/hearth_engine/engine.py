@@ -6,6 +6,8 @@
   see ``attention``), one batched decode step, one prefill chunk (see ``scheduler``).
   After a request, its prompt and generated tokens go into the prefix cache, so the
   next turn of a chat hits.
+* A request whose uncached prompt another running prefill is already computing waits
+  for it (``_leader_for``) and then reads that KV from the cache.
 * Pins are prefill-only sequences at low priority, or restores from the disk store.
   Re-pinning a name swaps atomically inside ``RadixCache.pin``.
 * Cancelling (client gone, task cancelled) releases the request's cache locks at once
@@ -29,7 +31,7 @@ from typing import Any
 import torch
 
 from .batch import DecodeBatch
-from .cache import CacheFullError, Match, PinTooLargeError, RadixCache
+from .cache import CacheFullError, Match, PinTooLargeError, RadixCache, common_prefix
 from .config import CacheMode, EngineConfig, default_kv_budget
 from .detok import TextStream
 from .kv import BufferPool, kv_range, segment_nbytes, segment_tokens, split_segment
@@ -458,8 +460,8 @@ class Engine:
                 self._wake.clear()
                 continue
             try:
-                for seq in plan.admit:
-                    self._admit(seq)
+                deferred = [seq for seq in plan.admit if not self._admit(seq)]
+                self.scheduler.waiting.extendleft(reversed(deferred))
                 if plan.decode:
                     self._decode_step()
                 if plan.prefill is not None and plan.prefill.state is State.PREFILLING:
@@ -485,13 +487,36 @@ class Engine:
         limit = len(seq.prompt) - (1 if seq.kind is Kind.GENERATE else 0)
         return self.cache.match(seq.namespace, seq.prompt, limit)
 
-    def _admit(self, seq: Sequence) -> None:
+    def _leader_for(self, seq: Sequence, match: Match[torch.Tensor]) -> Sequence | None:
+        """A running prefill that is computing at least a chunk of ``seq``'s uncached prompt.
+
+        ``seq`` then waits for it instead of computing the same tokens twice: a burst of
+        requests over one uncached prefix (right after a start, before the pin is ready)
+        costs one prefill, not one each.
+        """
+        if self.config.cache_mode is not CacheMode.RADIX:
+            return None
+        limit = len(seq.prompt) - (1 if seq.kind is Kind.GENERATE else 0)
+        for other in self.scheduler.prefilling:
+            if other.namespace != seq.namespace or other.cancelled:
+                continue
+            shared = common_prefix(seq.prompt[:limit], other.prompt)
+            if shared - match.length >= self.config.chunk_tokens:
+                return other
+        return None
+
+    def _admit(self, seq: Sequence) -> bool:
+        """Start ``seq`` (False: it waits for a leader's prefill; put it back in line)."""
         if seq.cancelled:
-            return
+            return True
         match = self._match(seq)
+        leader = self._leader_for(seq, match)
+        if leader is not None:
+            leader.has_followers = True
+            return False
         with self._state_lock:
             if seq.cancelled:
-                return
+                return True
             self.cache.lock(match.node)
             seq.lock_node = match.node
         seq.cached = match.length
@@ -524,6 +549,7 @@ class Engine:
         self.scheduler.started(seq)
         if seq.remaining_prefill == 0:  # a pin that is fully cached already
             self._complete_pin(seq)
+        return True
 
     # -- prefill --------------------------------------------------------------------
 
@@ -544,6 +570,8 @@ class Engine:
             return
         self.scheduler.prefilled(seq)
         self._accept(seq, seq.sampler(logits))
+        if seq.has_followers and seq.state is State.DECODING:
+            self._store_kv(seq)  # now, not at the end: requests wait for this prompt
 
     # -- decode ---------------------------------------------------------------------
 

@@ -101,6 +101,8 @@ class Sequence:
     # Prefix cache
     lock_node: Any = None
     cached: int = 0
+    # Requests wait for this one's prompt KV (see ``Engine._leader_for``).
+    has_followers: bool = False
     # KV: ``kv_len`` tokens in all. The first ``shared_len`` are cached segments read in
     # place (``shared``, views of cache payloads, locked); the rest live in a working
     # buffer (``kv``, at row ``kv_row`` from column ``kv_offset``).

@@ -7,6 +7,7 @@ prompt the engine grew to 5.5 GB against a 1 GB KV budget.
 
 from __future__ import annotations
 
+import asyncio
 import random
 
 import pytest
@@ -149,3 +150,22 @@ def test_merged_attention_equals_attention_over_the_concatenated_kv(
         )  # [1, Hq, Q, D]
         tol = 2e-2 if dtype == torch.bfloat16 else 1e-5
         assert torch.allclose(got[row].float(), expected[0].transpose(0, 1), atol=tol, rtol=tol)
+
+
+async def test_a_burst_over_one_uncached_prefix_prefills_it_once(
+    make_engine, tiny_runner64
+) -> None:
+    """Requests wait for a running prefill of their prefix instead of repeating it."""
+    vocab = tiny_runner64.info.vocab_size
+    engine = make_engine(runner=tiny_runner64, chunk_tokens=64)
+    cold = make_engine(runner=tiny_runner64, cache_mode=CacheMode.NONE)
+    house = _tokens(5, 1500, vocab)
+    prompts = [house + _tokens(50 + i, 20, vocab) for i in range(4)]
+    params = SamplingParams(max_tokens=6)
+    results = await asyncio.gather(*(engine.generate(p, params) for p in prompts))
+    stats = engine.stats()
+    # One request computed the house; the other three read it (a few chunks of slack).
+    assert stats["prefill_tokens_total"] < len(house) + 4 * 20 + 64
+    assert sorted(fin.stats.cached_tokens for _, _, fin in results)[1:] == [len(house)] * 3
+    assert [ids for _, ids, _ in results] == [(await cold.generate(p, params))[1] for p in prompts]
+    assert stats["kv_cache_locked_nodes"] == 0
