@@ -6,6 +6,10 @@ the sequence with the least prefill left (so a warm request with a 25-token suff
 overtakes a cold 4k-token prompt after at most one chunk), generation before pin
 warm-ups, oldest first among equals. A sequence passed over ``starvation_steps`` times
 in a row goes next regardless, so a long cold prompt always makes progress.
+
+A pin warming up while requests are being served takes an eighth of a chunk per step: a
+request that arrives mid-chunk waits less, and decode steps, which alternate with the
+pin's chunks, slow down less. Alone, a pin gets whole chunks.
 """
 
 from __future__ import annotations
@@ -26,6 +30,9 @@ class Plan:
     @property
     def empty(self) -> bool:
         return not (self.admit or self.decode or self.prefill)
+
+
+PIN_SHARE = 8  # a pin's chunk is chunk_tokens // PIN_SHARE while requests are served
 
 
 class QueueFullError(RuntimeError):
@@ -88,8 +95,16 @@ class Scheduler:
         if self.prefilling:
             chosen = self._pick_prefill()
             plan.prefill = chosen
-            plan.chunk = min(self.chunk_tokens, chosen.remaining_prefill)
+            chunk = self.chunk_tokens
+            if chosen.kind is Kind.PIN and self._serving():
+                chunk = max(1, chunk // PIN_SHARE)
+            plan.chunk = min(chunk, chosen.remaining_prefill)
         return plan
+
+    def _serving(self) -> bool:
+        """Whether any generation request is in the engine (beyond pins)."""
+        groups = (self.waiting, self.prefilling, self.decoding)
+        return any(s.kind is Kind.GENERATE for group in groups for s in group)
 
     def _pick_prefill(self) -> Sequence:
         starving = [
