@@ -89,13 +89,16 @@ def test_admission_evicts_unpinned_entries_to_keep_the_budget(make_engine, tiny_
     assert engine.cache.contains(engine.namespace, house)  # the pin stays
 
 
-def test_a_model_failing_the_self_test_copies_prefixes(monkeypatch, make_engine) -> None:
+@pytest.mark.parametrize("failure", ["wrong-values", "raises"])
+def test_a_model_failing_the_self_test_copies_prefixes(monkeypatch, make_engine, failure) -> None:
     """If merged attention ever disagreed with the model, Hearth would copy, not lie."""
 
-    def wrong(query, *args, **kwargs):
+    def broken(query, *args, **kwargs):
+        if failure == "raises":
+            raise TypeError("unexpected attention signature")
         return torch.zeros_like(query).transpose(1, 2).contiguous()
 
-    monkeypatch.setattr(attention, "merged_attention", wrong)
+    monkeypatch.setattr(attention, "merged_attention", broken)
     runner = ModelRunner.load("tiny", dtype="float32")
     assert runner.shares_prefix is False
     engine = make_engine(runner=runner)
