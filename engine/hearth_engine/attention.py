@@ -87,10 +87,6 @@ class PrefixPart:
     segment: torch.Tensor
     rows: torch.Tensor | None = None
 
-    @property
-    def tokens(self) -> int:
-        return int(self.segment.shape[3])
-
 
 _ACTIVE = threading.local()
 

@@ -19,7 +19,7 @@ import torch
 
 from .attention import PrefixPart, shared_prefix
 from .hardware import pick_device, pick_dtype
-from .kv import KVBuffer, KVLayout
+from .kv import KVBuffer, KVLayout, segment_tokens
 from .loader import LoadedModel, load_model
 
 _LOGGER = logging.getLogger(__name__)
@@ -122,7 +122,7 @@ class ModelRunner:
         tokens and are read in place (see ``attention``).
         """
         device = self.layout.device
-        start = sum(int(s.shape[3]) for s in shared) + cache.length
+        start = sum(segment_tokens(s) for s in shared) + cache.length
         ids = torch.tensor([token_ids], dtype=torch.long, device=device)  # [1, S]
         positions = torch.arange(start, start + len(token_ids), device=device)[None, :]
         parts = [PrefixPart(s) for s in shared]
