@@ -39,7 +39,7 @@ from .common import (
 
 def _floor_ms(engine: Engine, prefix: list[int], suffix: list[int], runs: int) -> float:
     runner = engine.runner
-    match = engine.cache.match(engine.namespace, prefix)
+    match = engine.kv.cache.match(engine.namespace, prefix)
     assert match.length == len(prefix), "the prefix must be cached"
     buffer = runner.new_buffer(1, len(prefix) + len(suffix) + 1)
     column = 0
@@ -56,15 +56,8 @@ def _floor_ms(engine: Engine, prefix: list[int], suffix: list[int], runs: int) -
 
 
 async def _wait_for_store(engine: Engine, timeout: float = 60) -> None:
-    assert engine.store is not None
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if engine.store.read_manifest(engine.namespace) and list(
-            engine.store.root.glob("*.safetensors")
-        ):
-            return
-        await asyncio.sleep(0.05)
-    raise RuntimeError("the pin was not written to the store")
+    """Until the store has written what was queued so far (the pin's file and manifest)."""
+    await asyncio.get_running_loop().run_in_executor(None, engine.pins.flush, timeout)
 
 
 async def measure(
@@ -78,7 +71,7 @@ async def measure(
         ms, stats = await ttft_ms(engine, prompt)
         assert stats.cached_tokens == 0
         cold.append(ms)
-        engine.clear_cache()
+        await engine.clear_cache()
     prefix = random_tokens(rng, n, vocab)
     await engine.pin("bench", prefix)
     await _wait_for_store(engine)
@@ -100,7 +93,7 @@ async def measure(
         if status is None or not status["restored"]:
             raise RuntimeError("expected the restarted engine to restore the pin from the store")
     engine.unpin("bench")
-    engine.clear_cache()
+    await engine.clear_cache()
     row = {
         "model": model,
         "prefix_tokens": n,

@@ -1,15 +1,24 @@
 """Scheduling policy: which sequences run next. No torch, no threads; the engine drives it.
 
-Each engine step is one batched decode step for every decoding sequence, then one
-prefill chunk (at most ``chunk_tokens``) for one prefilling sequence. The chunk goes to
-the sequence with the least prefill left (so a warm request with a 25-token suffix
-overtakes a cold 4k-token prompt after at most one chunk), generation before pin
-warm-ups, oldest first among equals. A sequence passed over ``starvation_steps`` times
-in a row goes next regardless, so a long cold prompt always makes progress.
+The scheduler owns the three queues (``waiting``, ``prefilling``, ``decoding``); only its
+own methods change them. An engine step is:
 
-A pin warming up while requests are being served takes an eighth of a chunk per step: a
-request that arrives mid-chunk waits less, and decode steps, which alternate with the
-pin's chunks, slow down less. Alone, a pin gets whole chunks.
+1. **admission**: ``admissible()`` lists waiting sequences in arrival order, and the
+   engine starts (``start``) those it can place, at most ``max_running`` in all. A
+   sequence the engine defers (it waits for another's prefill) keeps its place in line.
+2. **plan**: one batched decode step for every decoding sequence, then one prefill chunk
+   (at most ``chunk_tokens``) for one prefilling sequence. The chunk goes to the
+   sequence with the least prefill left (so a warm request with a 25-token suffix
+   overtakes a cold 4k-token prompt after at most one chunk), generation before pin
+   warm-ups, oldest first among equals. A sequence passed over ``starvation_steps``
+   times in a row goes next regardless, so a long cold prompt always makes progress.
+
+Planning comes after admission, so a request that just arrived is already counted when
+the prefill chunk is sized: a pin warming up while requests are served takes a
+``PIN_SHARE``-th of a chunk per step, so a request that arrives mid-chunk waits less and
+decode steps, which alternate with the pin's chunks, slow down less. A pin that requests
+are waiting for (its followers) gets whole chunks: shrinking it would only delay them.
+Alone, a pin gets whole chunks too.
 """
 
 from __future__ import annotations
@@ -22,14 +31,13 @@ from .sequence import Kind, Sequence, State
 
 @dataclass
 class Plan:
-    admit: list[Sequence] = field(default_factory=list)
     decode: list[Sequence] = field(default_factory=list)
     prefill: Sequence | None = None
     chunk: int = 0
 
     @property
     def empty(self) -> bool:
-        return not (self.admit or self.decode or self.prefill)
+        return not (self.decode or self.prefill)
 
 
 PIN_SHARE = 8  # a pin's chunk is chunk_tokens // PIN_SHARE while requests are served
@@ -58,25 +66,32 @@ class Scheduler:
         self.decoding: list[Sequence] = []
         self._passed_over: dict[int, int] = {}
 
+    # ------------------------------------------------------------------ queues
+
     @property
     def running(self) -> int:
         return len(self.prefilling) + len(self.decoding)
 
-    def add(self, seq: Sequence) -> None:
-        if len(self.waiting) >= self.max_queue and seq.kind is Kind.GENERATE:
-            raise QueueFullError(f"{len(self.waiting)} requests are already waiting")
+    @property
+    def free_slots(self) -> int:
+        return max(0, self.max_running - self.running)
+
+    def all(self) -> list[Sequence]:
+        """Every sequence the scheduler holds (a copy, safe to iterate while changing)."""
+        return [*self.waiting, *self.prefilling, *self.decoding]
+
+    def enqueue(self, seq: Sequence) -> None:
+        """``seq`` waits for admission, after everything already waiting."""
+        seq.state = State.WAITING
         self.waiting.append(seq)
 
-    def remove(self, seq: Sequence) -> None:
-        for group in (self.prefilling, self.decoding):
-            if seq in group:
-                group.remove(seq)
-        if seq in self.waiting:
-            self.waiting.remove(seq)
-        self._passed_over.pop(seq.id, None)
+    def admissible(self) -> list[Sequence]:
+        """The waiting sequences in arrival order (a copy), if any slot is free."""
+        return list(self.waiting) if self.free_slots else []
 
-    def started(self, seq: Sequence) -> None:
-        """The engine admitted ``seq``: it now prefills."""
+    def start(self, seq: Sequence) -> None:
+        """The engine placed ``seq``'s KV: it leaves the line and prefills."""
+        self.waiting.remove(seq)
         seq.state = State.PREFILLING
         self.prefilling.append(seq)
 
@@ -87,16 +102,24 @@ class Scheduler:
         seq.state = State.DECODING
         self.decoding.append(seq)
 
+    def remove(self, seq: Sequence) -> None:
+        for group in (self.prefilling, self.decoding):
+            if seq in group:
+                group.remove(seq)
+        if seq in self.waiting:
+            self.waiting.remove(seq)
+        self._passed_over.pop(seq.id, None)
+
+    # ------------------------------------------------------------------ planning
+
     def plan(self) -> Plan:
-        plan = Plan()
-        while self.waiting and self.running + len(plan.admit) < self.max_running:
-            plan.admit.append(self.waiting.popleft())
-        plan.decode = list(self.decoding)
+        """The next step's work (call after admission)."""
+        plan = Plan(decode=list(self.decoding))
         if self.prefilling:
             chosen = self._pick_prefill()
             plan.prefill = chosen
             chunk = self.chunk_tokens
-            if chosen.kind is Kind.PIN and self._serving():
+            if chosen.kind is Kind.PIN and not chosen.has_followers and self._serving():
                 chunk = max(1, chunk // PIN_SHARE)
             plan.chunk = min(chunk, chosen.remaining_prefill)
         return plan

@@ -13,6 +13,7 @@ from hearth_engine.cache import PinTooLargeError
 from hearth_engine.engine import ContextLengthError, QueueFullError
 from hearth_engine.sampling import SamplingParams
 from hearth_engine.sequence import FinishEvent, TokenEvent
+from hearth_engine.server.metrics import engine_stats
 
 GREEDY = SamplingParams(max_tokens=8)
 
@@ -24,7 +25,7 @@ def tokens(seed: int, n: int, vocab: int = 1000) -> list[int]:
 
 def assert_baseline(engine) -> None:
     """No request holds anything: no locks, no working buffers, nothing queued."""
-    stats = engine.stats()
+    stats = engine_stats(engine)
     assert stats["kv_cache_locked_nodes"] == 0
     assert stats["kv_cache_locked_bytes"] == 0
     assert stats["kv_working_bytes"] == 0
@@ -35,7 +36,7 @@ def assert_baseline(engine) -> None:
 
 async def settle(engine) -> None:
     for _ in range(200):
-        if not engine.busy and engine.stats()["kv_working_bytes"] == 0:
+        if not engine.busy and engine_stats(engine)["kv_working_bytes"] == 0:
             return
         await asyncio.sleep(0.01)
 
@@ -48,7 +49,7 @@ async def test_second_turn_reuses_first_turn_including_reply(make_engine) -> Non
     follow = prompt + reply + tokens(2, 20)
     _, _, second = await engine.generate(follow, GREEDY)
     assert second.stats.cached_tokens >= len(prompt) + len(reply) - 1
-    assert engine.stats()["prefix_cache_hits_tokens"] == second.stats.cached_tokens
+    assert engine_stats(engine)["prefix_cache_hits_tokens"] == second.stats.cached_tokens
 
 
 async def test_pin_hit_is_reported_and_counted(make_engine) -> None:
@@ -62,7 +63,7 @@ async def test_pin_hit_is_reported_and_counted(make_engine) -> None:
     assert fin.stats.pin == "house"
     info = engine.pin_status("house")
     assert (info["hits"], info["tokens_reused"]) == (1, 300)
-    assert engine.stats()["pin_rebuilds_total"] == 1
+    assert engine_stats(engine)["pin_rebuilds_total"] == 1
 
 
 async def test_pins_survive_pressure_and_lru_evicts_the_rest(make_engine, tiny_runner) -> None:
@@ -72,9 +73,9 @@ async def test_pins_survive_pressure_and_lru_evicts_the_rest(make_engine, tiny_r
     await engine.pin("house", house)
     for i in range(12):
         await engine.generate(tokens(100 + i, 150), GREEDY)
-        stats = engine.stats()
+        stats = engine_stats(engine)
         assert stats["kv_cache_used_bytes"] <= stats["kv_cache_capacity_bytes"]
-    stats = engine.stats()
+    stats = engine_stats(engine)
     assert stats["kv_cache_evictions_total"] > 0
     assert stats["kv_cache_pinned_bytes"] == 400 * bpt
     _, _, fin = await engine.generate(house + tokens(6, 10), GREEDY)
@@ -115,7 +116,7 @@ async def test_repin_swaps_atomically_under_concurrent_requests(make_engine) -> 
     assert ready.state == "ready"
     _, _, fin = await engine.generate(new + [1, 2, 3], GREEDY)
     assert (fin.stats.cached_tokens, fin.stats.pin) == (2000, "house")
-    assert engine.stats()["kv_cache_pinned_bytes"] == 2000 * engine.info.bytes_per_token
+    assert engine_stats(engine)["kv_cache_pinned_bytes"] == 2000 * engine.info.bytes_per_token
 
 
 async def test_warm_request_overtakes_a_long_pin_warm_up(make_engine) -> None:
@@ -124,7 +125,9 @@ async def test_warm_request_overtakes_a_long_pin_warm_up(make_engine) -> None:
     warm_prefix = tokens(11, 200)
     await engine.pin("warm", warm_prefix)
     pin = asyncio.create_task(engine.pin("big", tokens(12, 4096)))
-    while engine.pin_status("big") is None or engine.stats()["prefill_tokens_total"] < 200 + 64:
+    while (
+        engine.pin_status("big") is None or engine_stats(engine)["prefill_tokens_total"] < 200 + 64
+    ):
         await asyncio.sleep(0.001)
     _, _, fin = await engine.generate(warm_prefix + tokens(13, 25), SamplingParams(max_tokens=1))
     assert fin.stats.cached_tokens == 200
@@ -147,8 +150,8 @@ async def test_pins_restore_from_store_after_restart(make_engine, tmp_path: Path
     assert (fin.stats.cached_tokens, fin.stats.pin) == (500, "house")
     again = await second.pin("house", house)
     assert again.state == "ready"
-    assert second.stats()["pin_rebuilds_total"] == 0
-    assert second.stats()["pin_restores_total"] == 1
+    assert engine_stats(second)["pin_rebuilds_total"] == 0
+    assert engine_stats(second)["pin_restores_total"] == 1
 
 
 async def test_corrupt_store_file_is_logged_ignored_and_rebuilt(
@@ -166,7 +169,7 @@ async def test_corrupt_store_file_is_logged_ignored_and_rebuilt(
     assert "Ignoring prefix store file" in caplog.text
     rebuilt = await second.pin("house", house)
     assert (rebuilt.state, rebuilt.restored) == ("ready", False)
-    assert second.stats()["pin_rebuilds_total"] == 1
+    assert engine_stats(second)["pin_rebuilds_total"] == 1
     await second.shutdown()
     third = make_engine(prefix_store=tmp_path)
     assert third.pin_status("house")["restored"] is True
@@ -176,7 +179,7 @@ async def test_random_cancellations_leave_no_locks(make_engine) -> None:
     engine = make_engine(max_queue=256, max_running=6)
     house = tokens(20, 300)
     await engine.pin("house", house)
-    baseline_used = engine.stats()["kv_cache_pinned_bytes"]
+    baseline_used = engine_stats(engine)["kv_cache_pinned_bytes"]
     rng = random.Random(3)
 
     async def one(i: int) -> None:
@@ -197,8 +200,8 @@ async def test_random_cancellations_leave_no_locks(make_engine) -> None:
     await asyncio.gather(*tasks, return_exceptions=True)
     await settle(engine)
     assert_baseline(engine)
-    engine.clear_cache()
-    assert engine.stats()["kv_cache_used_bytes"] == baseline_used
+    await engine.clear_cache()
+    assert engine_stats(engine)["kv_cache_used_bytes"] == baseline_used
     _, _, fin = await engine.generate(house + [1, 2], GREEDY)
     assert fin.stats.cached_tokens == 300
 

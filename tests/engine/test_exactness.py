@@ -32,7 +32,7 @@ async def test_greedy_with_cache_hits_equals_cold_runs(
 ) -> None:
     vocab = tiny_runner64.info.vocab_size
     warm = make_engine(runner=tiny_runner64, chunk_tokens=64, share_prefix=share_prefix)
-    assert warm.share_prefix is share_prefix
+    assert warm.kv.share_prefix is share_prefix
     cold = make_engine(runner=tiny_runner64, chunk_tokens=64, cache_mode=CacheMode.NONE)
     rng = random.Random(1234)
     hits = 0

@@ -10,13 +10,17 @@ def _seq(kind: Kind, tokens: int) -> Sequence:
     return Sequence(kind, list(range(tokens)), "ns")
 
 
+def _start(scheduler: Scheduler, seq: Sequence) -> Sequence:
+    scheduler.enqueue(seq)
+    scheduler.start(seq)
+    return seq
+
+
 def test_a_pin_alone_gets_whole_chunks_and_yields_while_requests_run() -> None:
     scheduler = Scheduler(chunk_tokens=256)
-    pin = _seq(Kind.PIN, 5000)
-    scheduler.started(pin)
+    pin = _start(scheduler, _seq(Kind.PIN, 5000))
     assert scheduler.plan().chunk == 256
-    request = _seq(Kind.GENERATE, 40)
-    scheduler.started(request)
+    request = _start(scheduler, _seq(Kind.GENERATE, 40))
     request.kv_len = 40
     scheduler.prefilled(request)  # now decoding
     assert request.state is State.DECODING
@@ -29,10 +33,34 @@ def test_a_pin_alone_gets_whole_chunks_and_yields_while_requests_run() -> None:
 
 def test_a_request_prefill_goes_before_a_pin() -> None:
     scheduler = Scheduler(chunk_tokens=256)
-    pin = _seq(Kind.PIN, 5000)
-    request = _seq(Kind.GENERATE, 300)
-    scheduler.started(pin)
-    scheduler.started(request)
+    _start(scheduler, _seq(Kind.PIN, 5000))
+    request = _start(scheduler, _seq(Kind.GENERATE, 300))
     plan = scheduler.plan()
     assert plan.prefill is request
     assert plan.chunk == 256
+
+
+def test_a_pin_with_followers_keeps_whole_chunks() -> None:
+    """Requests waiting for a warming pin are served by its prefill: do not shrink it."""
+    scheduler = Scheduler(chunk_tokens=256)
+    pin = _start(scheduler, _seq(Kind.PIN, 5000))
+    for _ in range(9):
+        scheduler.enqueue(_seq(Kind.GENERATE, 5100))  # followers stay in line
+    pin.has_followers = True
+    assert scheduler.plan().chunk == 256
+    pin.has_followers = False
+    assert scheduler.plan().chunk == 256 // PIN_SHARE
+
+
+def test_admission_keeps_the_line_and_the_slots() -> None:
+    scheduler = Scheduler(max_running=2)
+    seqs = [_seq(Kind.GENERATE, 10) for _ in range(4)]
+    for seq in seqs:
+        scheduler.enqueue(seq)
+    assert scheduler.admissible() == seqs
+    scheduler.start(seqs[1])  # the engine may start a later one (an earlier one waits)
+    scheduler.start(seqs[2])
+    assert scheduler.admissible() == []  # no slot free
+    assert list(scheduler.waiting) == [seqs[0], seqs[3]]
+    scheduler.remove(seqs[1])
+    assert scheduler.admissible() == [seqs[0], seqs[3]]

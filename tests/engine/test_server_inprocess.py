@@ -52,7 +52,8 @@ class FakeEngine:
     script: Script = lambda engine: iter([finish()])
     info: Any = field(default_factory=lambda: SimpleNamespace(name="fake", context_length=4096))
     config: Any = field(default_factory=lambda: SimpleNamespace(default_max_tokens=16))
-    finished_listeners: list[Any] = field(default_factory=list)
+    output: Any = field(default_factory=lambda: SimpleNamespace(finished_listeners=[]))
+    alive: bool = True
     started_at: float = 0.0
     transport: Any = None  # the current request's, for the disconnect test
     streams_opened: int = 0

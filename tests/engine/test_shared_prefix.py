@@ -18,6 +18,7 @@ from hearth_engine.config import CacheMode
 from hearth_engine.runner import ModelRunner
 from hearth_engine.sampling import SamplingParams
 from hearth_engine.sequence import Kind, Sequence
+from hearth_engine.server.metrics import engine_stats
 
 
 def _tokens(seed: int, n: int, vocab: int = 1000) -> list[int]:
@@ -28,6 +29,7 @@ def _tokens(seed: int, n: int, vocab: int = 1000) -> list[int]:
 def _admit(engine, prompt: list[int]) -> Sequence:
     """Admit a request on the caller's thread (the worker is not started)."""
     seq = Sequence(Kind.GENERATE, prompt, engine.namespace, SamplingParams(max_tokens=16))
+    engine.scheduler.enqueue(seq)
     engine._admit(seq)
     return seq
 
@@ -36,13 +38,13 @@ def _engine_with_pin(make_engine, house: list[int], **config):
     engine = make_engine(**config)
     engine.close()  # stop the worker: the test drives admission itself
     bpt = engine.info.bytes_per_token
-    engine.cache.insert(
+    engine.kv.cache.insert(
         engine.namespace,
         house,
         lambda a, b: torch.zeros(*_segment_shape(engine, b - a)),
         lambda a, b: (b - a) * bpt,
     )
-    engine.cache.pin("house", engine.namespace, house)
+    engine.kv.cache.pin("house", engine.namespace, house)
     return engine
 
 
@@ -57,7 +59,7 @@ def test_running_requests_do_not_copy_the_pinned_prefix(make_engine, share_prefi
     engine = _engine_with_pin(make_engine, house, share_prefix=share_prefix)
     bpt = engine.info.bytes_per_token
     seqs = [_admit(engine, house + _tokens(10 + i, 20)) for i in range(8)]
-    working = engine._working_bytes()
+    working = engine.kv.working_bytes()
     if share_prefix:
         assert all(s.shared_len == len(house) and s.own_len == 0 for s in seqs)
         # 8 requests: each holds its 20-token suffix and decode room, not the house.
@@ -74,19 +76,19 @@ def test_admission_evicts_unpinned_entries_to_keep_the_budget(make_engine, tiny_
     # Fill the rest of the budget with old, unpinned conversations.
     for n in range(5):
         other = _tokens(100 + n, 600)
-        engine.cache.insert(
+        engine.kv.cache.insert(
             engine.namespace,
             other,
             lambda a, b: torch.zeros(*_segment_shape(engine, b - a)),
             lambda a, b: (b - a) * bpt,
         )
-    assert engine.cache.used_bytes > 3500 * bpt
+    assert engine.kv.cache.used_bytes > 3500 * bpt
     for i in range(3):
         _admit(engine, _tokens(200 + i, 400))
-        used = engine.cache.used_bytes + engine._working_bytes() + engine.pool.free_bytes
-        assert used <= engine.cache.capacity_bytes
-    assert engine.cache.stats().evictions > 0
-    assert engine.cache.contains(engine.namespace, house)  # the pin stays
+        used = engine.kv.cache.used_bytes + engine.kv.working_bytes() + engine.kv.pool.free_bytes
+        assert used <= engine.kv.cache.capacity_bytes
+    assert engine.kv.cache.stats().evictions > 0
+    assert engine.kv.cache.contains(engine.namespace, house)  # the pin stays
 
 
 @pytest.mark.parametrize("failure", ["wrong-values", "raises"])
@@ -102,12 +104,12 @@ def test_a_model_failing_the_self_test_copies_prefixes(monkeypatch, make_engine,
     runner = ModelRunner.load("tiny", dtype="float32")
     assert runner.shares_prefix is False
     engine = make_engine(runner=runner)
-    assert engine.share_prefix is False
+    assert engine.kv.share_prefix is False
 
 
 def test_share_prefix_is_off_without_a_cache(make_engine) -> None:
-    assert make_engine(cache_mode=CacheMode.NONE).share_prefix is False
-    assert make_engine().share_prefix is True
+    assert make_engine(cache_mode=CacheMode.NONE).kv.share_prefix is False
+    assert make_engine().kv.share_prefix is True
 
 
 @pytest.mark.parametrize("flash", [True, False], ids=["cpu-flash-kernel", "generic"])
@@ -166,7 +168,7 @@ async def test_a_burst_over_one_uncached_prefix_prefills_it_once(
     prompts = [house + _tokens(50 + i, 20, vocab) for i in range(4)]
     params = SamplingParams(max_tokens=6)
     results = await asyncio.gather(*(engine.generate(p, params) for p in prompts))
-    stats = engine.stats()
+    stats = engine_stats(engine)
     # One request computed the house; the other three read it (a few chunks of slack).
     assert stats["prefill_tokens_total"] < len(house) + 4 * 20 + 64
     assert sorted(fin.stats.cached_tokens for _, _, fin in results)[1:] == [len(house)] * 3

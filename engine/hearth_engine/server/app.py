@@ -10,11 +10,11 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 
 from ..chat import ChatFormatter
-from ..engine import Engine
+from ..engine import Engine, EngineFailedError
 from . import prefixes
 from .completions import chat_completions
 from .errors import APIError, from_http_exception
-from .metrics import CONTENT_TYPE, Metrics
+from .metrics import CONTENT_TYPE, Metrics, engine_stats
 from .state import ServerState
 
 _LOGGER = logging.getLogger(__name__)
@@ -37,6 +37,14 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         return await handler(request)
     except APIError as err:
         return err.response()
+    except EngineFailedError as err:
+        return APIError(
+            503,
+            str(err),
+            type_="server_error",
+            code="engine_stopped",
+            headers={"Retry-After": "30"},
+        ).response()
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
@@ -78,7 +86,12 @@ def auth_middleware(
 
 
 async def health(request: web.Request) -> web.Response:
-    """Cheap, unauthenticated, and says nothing about the model, prompts or paths."""
+    """Cheap, unauthenticated, and says nothing about the model, prompts or paths.
+
+    503 when the engine's worker is not running: nothing would be served.
+    """
+    if not request.app[ServerState.KEY].engine.alive:
+        return web.json_response({"status": "error", "reason": "engine stopped"}, status=503)
     return web.json_response({"status": "ok"})
 
 
@@ -103,7 +116,7 @@ async def models(request: web.Request) -> web.Response:
 
 async def stats(request: web.Request) -> web.Response:
     state = request.app[ServerState.KEY]
-    data = state.engine.stats()
+    data = engine_stats(state.engine)
     data.update(state.metrics.recent())
     data["time"] = time.time()
     return web.json_response(data)
@@ -115,7 +128,7 @@ async def metrics(request: web.Request) -> web.Response:
 
 
 async def clear_cache(request: web.Request) -> web.Response:
-    freed = request.app[ServerState.KEY].engine.clear_cache()
+    freed = await request.app[ServerState.KEY].engine.clear_cache()
     return web.json_response({"freed_bytes": freed})
 
 

@@ -6,10 +6,11 @@ latency histograms are observed as requests finish.
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from collections.abc import Iterator
 from statistics import median
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -22,7 +23,61 @@ if TYPE_CHECKING:
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.2, 0.35, 0.5, 0.75, 1, 2, 5, 10, 20, 40, 80, 160)
 
-# name, help, key in Engine.stats(), kind
+
+def _rate(part: float, whole: float, digits: int = 6) -> float:
+    return round(part / whole, digits) if whole else 0.0
+
+
+def engine_stats(engine: Engine) -> dict[str, Any]:
+    """The engine's counters and cache figures: the body of ``/v1/stats`` (and ``/metrics``)."""
+    c = engine.counters
+    kv = engine.kv
+    cache = kv.cache.stats()
+    return {
+        "instance_id": engine.instance_id,
+        "uptime_s": round(time.time() - engine.started_at, 3),
+        "model": engine.info.name,
+        "device": engine.info.device,
+        "dtype": engine.info.dtype,
+        "cache_mode": engine.config.cache_mode.value,
+        "requests_total": c.requests,
+        "requests_failed": c.requests_failed,
+        "requests_cancelled": c.requests_cancelled,
+        "requests_running": engine.scheduler.running,
+        "requests_waiting": len(engine.scheduler.waiting) + engine.pending,
+        "prefix_cache_queries_tokens": c.query_tokens,
+        "prefix_cache_hits_tokens": c.hit_tokens,
+        "prefix_cache_hit_rate": _rate(c.hit_tokens, c.query_tokens),
+        "prompt_tokens_total": c.prompt_tokens,
+        "prefill_tokens_total": c.prefill_tokens,
+        "prefill_seconds_total": round(c.prefill_seconds, 6),
+        "prefill_tokens_per_s": _rate(c.prefill_tokens, c.prefill_seconds, 2),
+        "generation_tokens_total": c.generated_tokens,
+        "decode_seconds_total": round(c.decode_seconds, 6),
+        "decode_steps_total": c.decode_steps,
+        "decode_tokens_per_s": _rate(c.generated_tokens, c.decode_seconds, 2),
+        "kv_cache_capacity_bytes": cache.capacity_bytes,
+        "kv_cache_used_bytes": cache.used_bytes,
+        "kv_cache_usage": _rate(cache.used_bytes, cache.capacity_bytes),
+        "kv_cache_pinned_bytes": cache.pinned_bytes,
+        "kv_cache_locked_bytes": cache.locked_bytes,
+        "kv_cache_nodes": cache.nodes,
+        "kv_cache_locked_nodes": cache.locked_nodes,
+        "kv_cache_evictions_total": cache.evictions,
+        "kv_cache_evicted_bytes_total": cache.evicted_bytes,
+        "kv_working_bytes": kv.working_bytes(),
+        "kv_pool_free_bytes": kv.pool.free_bytes,
+        "kv_bytes_per_token": engine.info.bytes_per_token,
+        "pinned_prefix_tokens": cache.pinned_tokens,
+        "pins": cache.pins,
+        "pin_rebuilds_total": c.pin_rebuilds,
+        "pin_restores_total": c.pin_restores,
+        "pin_reuses_total": c.pin_reuses,
+        "store_failures_total": c.store_failures,
+    }
+
+
+# name, help, key in engine_stats(), kind
 _FROM_STATS = [
     (
         "prefix_cache_queries",
@@ -71,7 +126,7 @@ class _EngineCollector(Collector):
         self.engine = engine
 
     def collect(self) -> Iterator[Metric]:
-        stats = self.engine.stats()
+        stats = engine_stats(self.engine)
         labels = {"model_name": str(stats["model"])}
         for name, doc, key, kind in _FROM_STATS:
             family: Metric
@@ -102,7 +157,7 @@ class Metrics:
             registry=self.registry,
         )
         self._recent: deque[RequestStats] = deque(maxlen=window)
-        engine.finished_listeners.append(self.observe)
+        engine.output.finished_listeners.append(self.observe)
 
     def observe(self, stats: RequestStats) -> None:
         if stats.completion_tokens == 0:

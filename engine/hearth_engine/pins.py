@@ -1,0 +1,384 @@
+"""Pinned prefixes: their life cycle, and the disk store behind them.
+
+A pin goes *warming* → *ready* (or *failed*). Re-pinning a name starts a new
+**generation**: the old pin keeps serving until the new one is ready, and then the swap
+is atomic (``RadixCache.pin``). A warming pin whose name was pinned again, or unpinned,
+is *superseded*.
+
+Threads:
+
+* the event loop calls ``begin``, ``wait``, ``forget``, ``status`` and ``names``: they
+  touch only this module's own records (under ``_lock``), never the cache;
+* the worker calls ``start``, ``complete``, ``release``, ``fail`` and ``fail_all``:
+  everything that changes the cache;
+* one I/O thread writes the store: KV files, then the manifest. A manifest task reads
+  the pins when it runs, not when it was queued, so the last one written is always the
+  newest state, whichever thread asked for it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from .cache import CacheFullError, PinTooLargeError
+from .config import CacheMode, EngineConfig
+from .kv_manager import KVManager
+from .output import Counters
+from .sequence import Kind, Sequence
+from .store import ManifestEntry, PrefixStore, prefix_key
+
+_LOGGER = logging.getLogger(__name__)
+
+
+@dataclass
+class PinStatus:
+    name: str
+    tokens: int
+    hash: str
+    state: str = "warming"  # warming | ready | failed
+    prefill_ms: float = 0.0
+    restored: bool = False
+    error: str | None = None
+    created_at: float = field(default_factory=time.time)
+    ready_at: float | None = None
+    generation: int = 0
+
+    def as_dict(self, hits: int = 0, tokens_reused: int = 0) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "tokens": self.tokens,
+            "hash": self.hash,
+            "state": self.state,
+            "prefill_ms": round(self.prefill_ms, 3),
+            "restored": self.restored,
+            "error": self.error,
+            "created_at": self.created_at,
+            "ready_at": self.ready_at,
+            "hits": hits,
+            "tokens_reused": tokens_reused,
+        }
+
+
+Waiter = Callable[[PinStatus], None]
+
+
+class PinManager:
+    def __init__(
+        self, config: EngineConfig, namespace: str, kv: KVManager, counters: Counters
+    ) -> None:
+        self.mode = config.cache_mode
+        self.namespace = namespace
+        self.kv = kv
+        self.counters = counters
+        self.store = PrefixStore(config.prefix_store) if config.prefix_store else None
+        self._lock = threading.RLock()  # guards the records below
+        self._active: dict[str, PinStatus] = {}  # ready pins, or a failed first try
+        self._pending: dict[str, PinStatus] = {}  # the latest attempt, still warming
+        self._generation: dict[str, int] = {}
+        self._waiters: dict[tuple[str, int], list[Waiter]] = {}
+        self._restoring = False
+        self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hearth-store")
+
+    @property
+    def persistent(self) -> bool:
+        return self.store is not None and self.mode is CacheMode.RADIX
+
+    def close(self) -> None:
+        """Finish queued store writes."""
+        self._io.shutdown(wait=True)
+
+    # ================================================================= event-loop side
+
+    def check_fits(self, tokens: list[int]) -> None:
+        """Refuse now a pin that cannot fit: ``PinTooLargeError`` / ``CacheFullError``."""
+        if self.mode is not CacheMode.RADIX:
+            return
+        cache, bpt = self.kv.cache, self.kv.bytes_per_token
+        if len(tokens) * bpt > cache.capacity_bytes:
+            raise PinTooLargeError(
+                f"the prefix is {len(tokens)} tokens ({len(tokens) * bpt} bytes of KV) but the "
+                f"KV cache budget is {cache.capacity_bytes} bytes; raise --kv-cache-mb"
+            )
+        new_tokens = len(tokens) - cache.match(self.namespace, tokens).length
+        cache.check_fits(new_tokens * bpt)
+
+    def begin(self, name: str, tokens: list[int]) -> PinStatus:
+        """A new attempt (generation) for ``name``: warming until the worker is done."""
+        with self._lock:
+            generation = self._generation.get(name, 0) + 1
+            self._generation[name] = generation
+            status = PinStatus(
+                name, len(tokens), prefix_key(self.namespace, tokens)[:16], generation=generation
+            )
+            self._pending[name] = status
+            return status
+
+    def wait(self, status: PinStatus) -> asyncio.Future[PinStatus]:
+        """A future (on the running loop) resolved when ``status``'s attempt ends."""
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[PinStatus] = loop.create_future()
+
+        def resolve(result: PinStatus) -> None:
+            def _set() -> None:
+                if not done.done():
+                    done.set_result(result)
+
+            with contextlib.suppress(RuntimeError):  # loop closed: nobody listens
+                loop.call_soon_threadsafe(_set)
+
+        with self._lock:
+            key = (status.name, status.generation)
+            if status.state != "warming":  # already over
+                resolve(status)
+            else:
+                self._waiters.setdefault(key, []).append(resolve)
+        return done
+
+    def forget(self, name: str) -> bool:
+        """Drop ``name``'s records (the worker then releases it: ``release``)."""
+        with self._lock:
+            known = name in self._active or name in self._pending
+            self._generation[name] = self._generation.get(name, 0) + 1
+            self._active.pop(name, None)
+            pending = self._pending.pop(name, None)
+        if pending is not None:
+            self._notify(pending.name, pending.generation, self._superseded(pending.name))
+        return known
+
+    def status(self, name: str) -> dict[str, Any] | None:
+        """The latest attempt for ``name`` (warming, ready or failed), with hit counters.
+
+        While a re-pin warms up, ``active`` describes the pin that requests still hit.
+        """
+        with self._lock:
+            pending = self._pending.get(name)
+            active = self._active.get(name)
+        status = pending or active
+        if status is None:
+            return None
+        record = self.kv.cache.pins().get(name)
+        hits, reused = (record.hits, record.tokens_reused) if record else (0, 0)
+        out = status.as_dict(hits, reused)
+        if pending is not None and active is not None:
+            out["active"] = active.as_dict(hits, reused)
+        return out
+
+    def names(self) -> list[str]:
+        with self._lock:
+            return sorted(set(self._active) | set(self._pending))
+
+    # ================================================================= worker side
+
+    def current(self, name: str, generation: int) -> bool:
+        with self._lock:
+            return self._generation.get(name) == generation
+
+    def start(self, name: str, generation: int, tokens: list[int]) -> Sequence | None:
+        """Begin an attempt: restore it from the store, or return a prefill to schedule."""
+        if not self.current(name, generation):
+            self.fail(name, generation, "superseded")
+            return None
+        if self.mode is CacheMode.NONE:
+            self._resolve(name, generation, state="ready")
+            return None
+        if self.persistent and not self.kv.cache.contains(self.namespace, tokens):
+            assert self.store is not None
+            started = time.monotonic()
+            kv = self.store.load(self.namespace, tokens)
+            if kv is not None and self.kv.insert_segment(self.namespace, tokens, kv):
+                self.counters.pin_restores += 1
+                ms = (time.monotonic() - started) * 1000
+                self._activate(name, generation, tokens, ms, restored=True, save=False)
+                return None
+        seq = Sequence(Kind.PIN, tokens, self.namespace, pin_name=name)
+        seq.pin_generation = generation
+        return seq
+
+    def complete(self, seq: Sequence, computed: bool, prefill_ms: float) -> None:
+        """A pin sequence's KV is in the cache (``KVManager.store``): pin and persist it."""
+        name, generation = seq.pin_name, seq.pin_generation
+        if name is None:
+            raise ValueError("not a pin sequence")
+        if self.mode is CacheMode.LAST_PROMPT:
+            self._resolve(name, generation, state="ready", prefill_ms=prefill_ms)
+            return
+        if computed:
+            self.counters.pin_rebuilds += 1
+        else:
+            self.counters.pin_reuses += 1
+        if not self.kv.cache.contains(seq.namespace, seq.prompt):
+            self.fail(name, generation, "the KV cache budget is in use by other pins")
+            return
+        self._activate(name, generation, seq.prompt, prefill_ms, restored=False, save=True)
+
+    def release(self, name: str) -> None:
+        """Unpin ``name`` in the cache (its KV stays cached, unpinned, until evicted)."""
+        with contextlib.suppress(KeyError):
+            self.kv.cache.unpin(name)
+        self._save_manifest()
+
+    def fail(self, name: str, generation: int, error: str) -> None:
+        self._resolve(name, generation, state="failed", error=error)
+
+    def fail_all(self, error: str) -> None:
+        """Every warming attempt fails (the worker is stopping)."""
+        with self._lock:
+            pending = list(self._pending.values())
+        for status in pending:
+            self.fail(status.name, status.generation, error)
+
+    def _activate(
+        self,
+        name: str,
+        generation: int,
+        tokens: list[int],
+        prefill_ms: float,
+        *,
+        restored: bool,
+        save: bool,
+    ) -> None:
+        with self._lock:
+            if self._generation.get(name) != generation:
+                superseded = True
+            else:
+                superseded = False
+                self.kv.cache.pin(name, self.namespace, tokens)
+        if superseded:
+            self.fail(name, generation, "superseded")
+            return
+        if save and self.persistent:
+            self._save_kv(tokens)
+        self._resolve(name, generation, state="ready", prefill_ms=prefill_ms, restored=restored)
+        self._save_manifest()
+
+    def _resolve(
+        self,
+        name: str,
+        generation: int,
+        *,
+        state: str,
+        prefill_ms: float = 0.0,
+        restored: bool = False,
+        error: str | None = None,
+    ) -> None:
+        with self._lock:
+            status = self._pending.get(name)
+            if status is None or status.generation != generation:
+                self._notify(name, generation, self._superseded(name, error))
+                return
+            status.state = state
+            status.prefill_ms = prefill_ms
+            status.restored = restored
+            status.error = error
+            status.ready_at = time.time()
+            del self._pending[name]
+            if state == "ready" or name not in self._active:
+                self._active[name] = status
+        self._notify(name, generation, status)
+
+    @staticmethod
+    def _superseded(name: str, error: str | None = None) -> PinStatus:
+        return PinStatus(name, 0, "", state="failed", error=error or "superseded")
+
+    def _notify(self, name: str, generation: int, result: PinStatus) -> None:
+        with self._lock:
+            waiters = self._waiters.pop((name, generation), [])
+        for waiter in waiters:
+            waiter(result)
+
+    # ================================================================= the store
+
+    def _save_kv(self, tokens: list[int]) -> None:
+        """Write the pin's KV from the cache's own segments (no extra copy here)."""
+        segments = self.kv.segments(self.namespace, tokens)
+        if segments is None or self.store is None:
+            return
+        store, ns = self.store, self.namespace
+
+        def save() -> None:
+            kv = segments[0] if len(segments) == 1 else torch.cat(segments, dim=3)
+            if not store.save(ns, tokens, kv):
+                self.counters.store_failures += 1
+
+        self._submit_io(save)
+
+    def _save_manifest(self) -> None:
+        if not self.persistent or self._restoring:
+            # Mid-restore the cache holds only the pins restored so far: writing now
+            # would prune the store files of the pins still to come.
+            return
+        store, ns, cache = self.store, self.namespace, self.kv.cache
+        assert store is not None
+
+        def write() -> None:
+            # Read the pins now, on the I/O thread: tasks run in order, so the last
+            # manifest written is the newest state.
+            entries = [
+                ManifestEntry(name, prefix_key(r.namespace, r.tokens), len(r.tokens))
+                for name, r in sorted(cache.pins().items())
+            ]
+            store.write_manifest(ns, entries)
+            store.prune({e.key for e in entries})
+
+        self._submit_io(write)
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Wait until the store tasks queued so far are done (tests, benchmarks)."""
+        self._io.submit(lambda: None).result(timeout)
+
+    def _submit_io(self, task: Callable[[], None]) -> None:
+        """Run store I/O off the worker thread; a failure is logged, never lost."""
+
+        def done(future: Future[None]) -> None:
+            error = future.exception()
+            if error is not None:
+                _LOGGER.error("Prefix store task failed: %s", error, exc_info=error)
+
+        try:
+            self._io.submit(task).add_done_callback(done)
+        except RuntimeError:  # executor shut down: the engine is stopping
+            _LOGGER.debug("store task dropped at shutdown")
+
+    def restore_all(self) -> None:
+        """At start-up (before the worker runs), bring back the previous run's pins."""
+        if not self.persistent:
+            return
+        assert self.store is not None
+        self._restoring = True
+        try:
+            for entry in self.store.read_manifest(self.namespace):
+                self._restore_entry(entry)
+        finally:
+            self._restoring = False
+        self._save_manifest()
+
+    def _restore_entry(self, entry: ManifestEntry) -> None:
+        """Bring one pin back from the store (skipped with a warning if it cannot be)."""
+        assert self.store is not None
+        started = time.monotonic()
+        loaded = self.store.load_by_key(self.namespace, entry.key)
+        if loaded is None:
+            return
+        tokens, kv = loaded
+        try:
+            self.kv.cache.check_fits(len(tokens) * self.kv.bytes_per_token)
+        except CacheFullError as err:
+            _LOGGER.warning("Not restoring pin %s: %s", entry.name, err)
+            return
+        if not self.kv.insert_segment(self.namespace, tokens, kv):
+            return
+        status = self.begin(entry.name, tokens)
+        self.counters.pin_restores += 1
+        ms = (time.monotonic() - started) * 1000
+        self._activate(entry.name, status.generation, tokens, ms, restored=True, save=False)
+        _LOGGER.info("Restored pin %s (%d tokens) from the prefix store", entry.name, len(tokens))
