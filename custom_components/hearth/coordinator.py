@@ -56,6 +56,9 @@ class HearthCoordinator(DataUpdateCoordinator[EngineStatus]):
     async def _async_update_data(self) -> EngineStatus:
         fetched_at = time.monotonic()
         try:
+            # /health first: an engine whose worker stopped still answers the other
+            # routes, but serves nothing (503 here): it counts as disconnected.
+            await self.client.async_health()
             stats = await self.client.async_stats()
             pins = await self.client.async_list_prefixes()
         except HearthAuthError as err:

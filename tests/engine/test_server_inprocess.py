@@ -21,7 +21,12 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from transformers import AutoTokenizer
 
-from hearth_engine.engine import ContextLengthError, EngineClosedError, QueueFullError
+from hearth_engine.engine import (
+    ContextLengthError,
+    EngineClosedError,
+    EngineFailedError,
+    QueueFullError,
+)
 from hearth_engine.models.tiny import prepare_tiny_model
 from hearth_engine.sequence import ErrorEvent, FinishEvent, RequestStats, TokenEvent
 from hearth_engine.server.app import create_app
@@ -239,3 +244,26 @@ async def test_client_gone_between_writes_is_not_an_error(
     assert engine.streams_closed == engine.streams_opened == 1  # the request was closed
     assert errors_logged(caplog) == []
     assert "Traceback" not in caplog.text
+
+
+async def test_health_is_503_when_the_worker_stopped(
+    http: TestClient[Any, Any], engine: FakeEngine
+) -> None:
+    assert (await http.get("/health")).status == 200
+    engine.alive = False
+    response = await http.get("/health")
+    assert response.status == 503
+    assert (await response.json())["status"] == "error"
+
+
+async def test_a_stopped_engine_is_a_503_not_a_500(
+    http: TestClient[Any, Any], engine: FakeEngine
+) -> None:
+    def refuse(e: FakeEngine) -> Any:
+        yield EngineFailedError("the engine stopped: internal engine error: RuntimeError")
+
+    engine.script = refuse
+    status, headers, text = await post(http)
+    assert status == 503
+    assert json.loads(text)["error"]["code"] == "engine_stopped"
+    assert "Retry-After" in headers

@@ -104,7 +104,7 @@ async def _serve(args: argparse.Namespace, api_key: str | None) -> int:
         info.name,
         info.device,
         info.dtype,
-        engine.cache.capacity_bytes // MIB,
+        engine.kv.cache.capacity_bytes // MIB,
         config.prefix_store or "off",
         "on" if api_key else "off",
     )

@@ -1,0 +1,95 @@
+"""An engine whose worker stopped answers ``/health`` with 503: connectivity goes off.
+
+A real engine's worker cannot be made to die on demand (every known way to kill it is
+fixed), so a small loopback proxy in front of the real shared engine forwards every
+route unchanged and answers ``/health`` the way a stopped worker makes the engine
+answer (503). Everything else is the real engine and the real integration.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from datetime import timedelta
+
+import aiohttp
+import pytest
+from aiohttp import web
+from homeassistant.core import HomeAssistant
+from homeassistant.util import dt as dt_util
+from pytest_homeassistant_custom_component.common import async_fire_time_changed
+
+import custom_components.hearth  # noqa: F401 - resolve the real package first
+
+from .common import EngineProcess, async_setup_entry, make_entry
+
+CONNECTED = "binary_sensor.hearth_engine_connected"
+
+
+class HealthProxy:
+    """Forwards to ``target``; ``/health`` answers 503 while ``stopped``."""
+
+    def __init__(self, target: str) -> None:
+        self.target = target
+        self.stopped = False
+        self.url = ""
+        self._runner: web.AppRunner | None = None
+        self._session: aiohttp.ClientSession | None = None
+
+    async def _handle(self, request: web.Request) -> web.Response:
+        if request.path == "/health" and self.stopped:
+            return web.json_response({"status": "error", "reason": "engine stopped"}, status=503)
+        assert self._session is not None
+        async with self._session.request(
+            request.method,
+            self.target + request.path_qs,
+            data=await request.read(),
+            headers={k: v for k, v in request.headers.items() if k.lower() != "host"},
+        ) as upstream:
+            body = await upstream.read()
+            return web.Response(
+                body=body, status=upstream.status, content_type=upstream.content_type
+            )
+
+    async def start(self) -> None:
+        self._session = aiohttp.ClientSession()
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        self._runner = web.AppRunner(app)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        port = self._runner.addresses[0][1]
+        self.url = f"http://127.0.0.1:{port}"
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+        if self._session is not None:
+            await self._session.close()
+
+
+@pytest.fixture
+async def proxy(engine: EngineProcess) -> AsyncIterator[HealthProxy]:
+    proxy = HealthProxy(engine.url)
+    await proxy.start()
+    yield proxy
+    await proxy.stop()
+
+
+async def _poll(hass: HomeAssistant) -> None:
+    async_fire_time_changed(hass, dt_util.utcnow() + timedelta(seconds=11))
+    await hass.async_block_till_done(wait_background_tasks=True)
+
+
+async def test_a_stopped_worker_turns_connectivity_off(
+    hass: HomeAssistant, house: None, proxy: HealthProxy
+) -> None:
+    entry = make_entry(proxy.url)
+    await async_setup_entry(hass, entry)
+    assert hass.states.get(CONNECTED).state == "on"
+    proxy.stopped = True
+    await _poll(hass)
+    assert hass.states.get(CONNECTED).state == "off"
+    proxy.stopped = False
+    await _poll(hass)
+    assert hass.states.get(CONNECTED).state == "on"
