@@ -297,20 +297,18 @@ class PrefixStore:
         tokens = token_tensor.tolist()
         if prefix_key(namespace, tokens) != key:
             raise UnusableFileError("token ids do not match the file name")
-        dtype = _TORCH_DTYPES.get(dtypes.pop())
-        if dtype is None:
+        if _TORCH_DTYPES.get(dtypes.pop()) is None:
             raise UnusableFileError("unexpected KV dtype")
-        layers, two, heads, _, head_dim = shapes[0]
-        kv = torch.empty((layers, two, heads, n_tokens, head_dim), dtype=dtype)  # [L, 2, H, T, D]
-        pos = 0
+        pieces = []
         for name in names:
-            piece = reader.get_tensor(name)  # a view of the mapped file: copied just below
+            # A copy-on-write view of the mapped file: the checksum pass is what reads it.
+            piece = reader.get_tensor(name)
             crc = zlib.crc32(_raw(piece), crc)
-            kv[:, :, :, pos : pos + piece.shape[3]] = piece
-            pos += piece.shape[3]
+            pieces.append(piece)
         if meta.get("checksum") != f"crc32:{crc:08x}":
             raise UnusableFileError("checksum mismatch: the file is corrupt")
-        return tokens, kv
+        # One piece is returned as it is (no copy); several are joined into one tensor.
+        return tokens, pieces[0] if len(pieces) == 1 else torch.cat(pieces, dim=3)
 
     def _discard(self, path: Path) -> None:
         with contextlib.suppress(OSError):
