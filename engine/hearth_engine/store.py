@@ -144,6 +144,7 @@ class PrefixStore:
             return False
         target = self.path_for(namespace, prefix_key(namespace, tokens))
         if target.exists():
+            self._mark_saved(namespace, target)  # a pin made again: its file is current
             return True
         tmp_name = None
         try:
@@ -173,9 +174,13 @@ class PrefixStore:
             if tmp_name is not None:
                 with contextlib.suppress(OSError):
                     os.unlink(tmp_name)
-        with self._lock:
-            self._saved_at[target] = self._handed_out.get(namespace, 0)
+        self._mark_saved(namespace, target)
         return True
+
+    def _mark_saved(self, namespace: str, path: Path) -> None:
+        """Remember that ``path`` is wanted by a pin newer than every snapshot so far."""
+        with self._lock:
+            self._saved_at[path] = self._handed_out.get(namespace, 0)
 
     @staticmethod
     def _check_pieces(tokens: Sequence[int], pieces: list[torch.Tensor]) -> list[torch.Tensor]:

@@ -333,3 +333,14 @@ def test_prune_keeps_a_file_saved_after_its_snapshot(tmp_path: Path) -> None:
     assert store.write_manifest(NS, [], later)
     store.prune(NS, set(), later)
     assert store.load(NS, TOKENS) is None
+
+
+def test_prune_keeps_the_file_of_a_pin_made_again(tmp_path: Path) -> None:
+    """A pin removed and made again: a snapshot from between the two must not delete it."""
+    store = PrefixStore(tmp_path)
+    _pin(store, NS, TOKENS, "house")
+    removed = store.next_version(NS)  # snapshot after the pin was removed
+    assert store.save(NS, TOKENS, kv_for(TOKENS))  # the pin is made again: file exists
+    assert store.write_manifest(NS, [], removed)
+    store.prune(NS, set(), removed)
+    assert store.load(NS, TOKENS) is not None
