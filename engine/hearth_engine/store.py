@@ -96,13 +96,13 @@ def _raw(tensor: torch.Tensor) -> Any:
 
 
 class PrefixStore:
-    """Reads and writes pinned KV under one folder. Thread-safe."""
+    """Reads and writes pinned KV under one root, one folder per namespace. Thread-safe."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
         self._warned: set[str] = set()
         self.writable = True
-        self._lock = threading.Lock()  # guards the version counters and file writes
+        self._lock = threading.Lock()  # guards the three dicts below, manifests and prune
         self._handed_out: dict[str, int] = {}  # namespace -> last version from next_version
         self._written: dict[str, int] = {}  # namespace -> version of the manifest on disk
         self._saved_at: dict[Path, int] = {}  # file -> last version handed out when saved
@@ -210,6 +210,8 @@ class PrefixStore:
 
         The checksum goes first in the header, as a fixed-width placeholder that is
         overwritten once all data is written, so the data is only passed over once.
+        Tensor bytes are written in native order: little-endian, as safetensors requires,
+        on every platform torch ships for.
         """
         token_tensor = torch.tensor(list(tokens), dtype=torch.int64)
         header: dict[str, Any] = {
