@@ -15,7 +15,10 @@ Rules (after SGLang's radix cache):
 * Eviction removes least recently used leaves that are neither locked nor pinned, until
   the new bytes fit. ``used_bytes`` never exceeds ``capacity_bytes``.
 * Splitting a node keeps the original object as the *lower* half, so every lock or pin
-  handle (which points at the deepest node of its path) stays valid.
+  handle (which points at the deepest node of its path) stays valid. The halves are
+  copies, so a split first makes room for the node's bytes a second time (evicting other
+  leaves); ``pin`` raises ``CacheFullError`` when that room cannot be made, and ``insert``
+  then inserts nothing new.
 
 Public API: ``match``, ``lock``/``unlock``, ``insert``, ``pin``/``unpin``/``pins``,
 ``evict``, ``clear``, ``stats``. Everything else is internal.
@@ -135,12 +138,24 @@ class _Counters:
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    """How many leading tokens ``a`` and ``b`` share."""
+    """How many leading tokens ``a`` and ``b`` share.
+
+    Compares whole runs in C (tuple equality) rather than token by token in Python: a
+    5.4k-token house prompt is matched on every request. The common case (the whole run
+    is equal) is one comparison; a divergence is found by bisection over slices.
+    """
     n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
+    x, y = tuple(a[:n]), tuple(b[:n])
+    if x == y:
+        return n
+    lo, hi = 0, n  # x[:lo] == y[:lo], and the first difference lies in [lo, hi)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if x[lo:mid] == y[lo:mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
 
 
 class RadixCache(Generic[P]):
@@ -176,7 +191,9 @@ class RadixCache(Generic[P]):
                 child = node.children.get(tokens[length])
                 if child is None:
                     break
-                used = common_prefix(child.key, tokens[length:limit])
+                used = common_prefix(
+                    child.key, tokens[length : min(limit, length + len(child.key))]
+                )
                 if used == 0:
                     break
                 assert child.payload is not None
@@ -220,7 +237,12 @@ class RadixCache(Generic[P]):
         """
         with self._lock:
             root = self._roots.setdefault(namespace, Node((), None, 0))
-            node, length = self._walk_split(root, tokens)
+            try:
+                node, length = self._walk_split(root, tokens)
+            except CacheFullError:
+                # No room to cut a node in two: nothing new is inserted, and what is
+                # cached is what a match finds.
+                return self.match(namespace, tokens).length
             if length == len(tokens):
                 return length
             guard = node if not node.is_root else None
@@ -249,7 +271,9 @@ class RadixCache(Generic[P]):
         """Pin ``tokens`` (already cached) under ``name``; replaces an older pin atomically.
 
         The new path is pinned before the old one is released, so requests never see a
-        moment without a pinned prefix.
+        moment without a pinned prefix. Raises ``KeyError`` if ``tokens`` are not cached,
+        and ``CacheFullError`` if they end inside a node that cannot be split for lack of
+        room (see ``_split``); the cache is unchanged then, apart from evictions.
         """
         with self._lock:
             root = self._roots.get(namespace)
@@ -285,20 +309,12 @@ class RadixCache(Generic[P]):
                 record.hits += 1
                 record.tokens_reused += tokens_reused
 
-    def pinned_bytes(self) -> int:
-        with self._lock:
-            return sum(n.nbytes for n in self._all_nodes() if n.pin_ref > 0)
-
     def evictable_bytes(self) -> int:
         with self._lock:
             return sum(n.nbytes for n in self._all_nodes() if n.pin_ref == 0 and n.lock_ref == 0)
 
-    def check_fits(self, nbytes: int, replacing: str | None = None) -> None:
-        """Raise ``PinTooLargeError``/``CacheFullError`` unless ``nbytes`` could be made free.
-
-        ``replacing`` names a pin that will be released once the new one is ready: its
-        bytes still count now, because both coexist during the swap.
-        """
+    def check_fits(self, nbytes: int) -> None:
+        """Raise ``PinTooLargeError``/``CacheFullError`` unless ``nbytes`` could be made free."""
         with self._lock:
             if nbytes > self.capacity_bytes:
                 raise PinTooLargeError(
@@ -374,7 +390,7 @@ class RadixCache(Generic[P]):
             child = node.children.get(tokens[length])
             if child is None:
                 break
-            used = common_prefix(child.key, tokens[length:])
+            used = common_prefix(child.key, tokens[length : length + len(child.key)])
             if used < len(child.key):
                 child = self._split(child, used)
             node, length = child, length + used
@@ -383,11 +399,14 @@ class RadixCache(Generic[P]):
     def _split(self, node: Node[P], at: int) -> Node[P]:
         """Cut ``node`` after ``at`` tokens; returns the new upper half.
 
-        ``node`` itself becomes the lower half so handles to it stay valid.
+        ``node`` itself becomes the lower half so handles to it stay valid. The two halves
+        are copies made while the original still exists, so for a moment the node's bytes
+        are held twice: that room is made first (``CacheFullError`` if it cannot be).
         """
         parent = node.parent
         if parent is None or node.payload is None or not 0 < at < len(node.key):
             raise RuntimeError(f"cannot split {node!r} at {at}")
+        self._reserve_transient(node)
         upper = Node[P](node.key[:at], parent, self._new_id())
         upper_payload, lower_payload = self.ops.split(node.payload, at)
         upper.payload, node.payload = upper_payload, lower_payload
@@ -404,6 +423,25 @@ class RadixCache(Generic[P]):
         node.parent = upper
         upper.children[node.key[0]] = node
         return upper
+
+    def _reserve_transient(self, node: Node[P]) -> None:
+        """Free ``node.nbytes`` (a split's copies) without evicting ``node`` or its path."""
+        need = node.nbytes
+        free = self.capacity_bytes - self.used_bytes
+        if need <= free:
+            return
+        self.lock(node)
+        try:
+            self._evict(need - free)
+        finally:
+            self.unlock(node)
+        free = self.capacity_bytes - self.used_bytes
+        if need > free:
+            raise CacheFullError(
+                f"splitting a cached run of {len(node.key)} tokens needs {need} bytes of "
+                f"temporary space; only {free} of {self.capacity_bytes} bytes are free "
+                "(the rest is pinned or in use)"
+            )
 
     def _make_room(self, tokens: int, bytes_for: Callable[[int], int]) -> int:
         """Free space for up to ``tokens`` new tokens; returns how many now fit."""

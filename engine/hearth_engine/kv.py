@@ -145,7 +145,12 @@ def segment_nbytes(segment: torch.Tensor) -> int:
 
 
 def split_segment(segment: torch.Tensor, at: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Split a segment into two independent tensors (clones: exact byte accounting)."""
+    """Split a segment into two independent tensors (clones: exact byte accounting).
+
+    Views would keep the whole original alive as long as either half lives, so evicting
+    one half would free nothing. The price: until the caller drops ``segment``, its bytes
+    exist twice; ``RadixCache._split`` makes room for that before calling this.
+    """
     return segment[:, :, :, :at].clone(), segment[:, :, :, at:].clone()
 
 
@@ -188,9 +193,11 @@ class BufferPool:
     Fresh multi-megabyte tensors page-fault on first touch, which on a VM costs more than
     the copy itself (measured here: copying a 2k-token prefix into a new buffer took
     140 ms, into reused memory 12 ms). Up to ``max_free`` freed buffers, together at
-    most ``max_free_bytes``, are kept (the largest go first: a batch of long prompts
-    makes multi-GB decode buffers, which kept four at a time grew the engine to 11 GB
-    under load), and the smallest one that is big enough is reused.
+    most ``max_free_bytes``, are kept, and the smallest one that is big enough is reused.
+    Beyond ``max_free`` buffers the smallest are dropped (the large ones cost the most
+    to fault in again); beyond ``max_free_bytes`` the largest are dropped (a batch of
+    long prompts makes multi-GB decode buffers, which kept four at a time grew the
+    engine to 11 GB under load).
     """
 
     def __init__(self, layout: KVLayout, max_free: int = 4, max_free_bytes: int = 1 << 30) -> None:

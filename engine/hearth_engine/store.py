@@ -1,13 +1,25 @@
 """On-disk store of pinned prefixes (safetensors), so a restart restores instead of recomputing.
 
-* A file is named by ``sha256(namespace + tokens)``: reproducible across restarts, and
-  a pin name never becomes part of a path.
-* Each file carries its namespace and token ids; a load verifies both, so a file from
-  another model, a truncated file or a corrupt one is logged, ignored and rebuilt.
+Layout: one folder per namespace (model fingerprint + dtype + salt), named by a hash of
+it, holding that namespace's KV files and its manifest::
+
+    root/<sha256(namespace)[:16]>/<key>.safetensors   the KV of one pinned prefix
+    root/<sha256(namespace)[:16]>/pins.json           the current pins (name -> key)
+
+* A namespace only ever reads, writes and prunes its own folder: the same store after a
+  ``--dtype`` change keeps the other dtype's pins.
+* A file is named by ``sha256(format + namespace + tokens)``: reproducible across
+  restarts, and a pin name never becomes part of a path.
+* A file holds its token ids, its KV as one or more ``[L, 2, H, T_i, D]`` pieces in token
+  order (``kv.0``, ``kv.1``, ...: a pin's cached segments are written as they are, never
+  concatenated first), and metadata: format, namespace, token count and a CRC-32 of all
+  tensor bytes. A load reads the file once, through safetensors' own reader, and checks
+  all of it, so a file from another model, a truncated, garbled or bit-flipped one is
+  logged, deleted and rebuilt; it never raises.
 * Writes go to a temporary file that is renamed into place. If the disk is full or
   read-only, the engine keeps serving from memory and warns once per kind of error.
-* ``pins.json`` lists the current pins (name → file), so the engine can restore them
-  at start-up before any client asks.
+* Manifests carry a version from ``next_version``; an older snapshot that arrives after
+  a newer one is ignored, and so is its ``prune``.
 """
 
 from __future__ import annotations
@@ -20,23 +32,44 @@ import logging
 import os
 import re
 import tempfile
+import threading
+import zlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import torch
-from safetensors import SafetensorError
-from safetensors.torch import load_file
-from safetensors.torch import save as serialize
+from safetensors import SafetensorError, safe_open
 
 _LOGGER = logging.getLogger(__name__)
 
-FORMAT = "hearth-kv/1"
+FORMAT = "hearth-kv/2"
 MANIFEST = "pins.json"
 _KEY_RE = re.compile(r"^[0-9a-f]{64}$")
+_CHECKSUM_PLACEHOLDER = "crc32:00000000"
+# safetensors dtype names of the tensors this store writes.
+_DTYPES = {
+    torch.float32: "F32",
+    torch.float16: "F16",
+    torch.bfloat16: "BF16",
+    torch.float64: "F64",
+    torch.int64: "I64",
+}
+_TORCH_DTYPES = {name: dtype for dtype, name in _DTYPES.items()}
+# What a malformed file can raise from safetensors, json, int() or torch while it is read.
+_UNREADABLE = (
+    OSError,
+    ValueError,
+    KeyError,
+    TypeError,
+    OverflowError,
+    SafetensorError,
+    RuntimeError,
+)
 
 
-def prefix_key(namespace: str, tokens: list[int] | tuple[int, ...]) -> str:
+def prefix_key(namespace: str, tokens: Sequence[int]) -> str:
     digest = hashlib.sha256()
     digest.update(FORMAT.encode())
     digest.update(b"\0")
@@ -53,13 +86,26 @@ class ManifestEntry:
     tokens: int
 
 
+class UnusableFileError(ValueError):
+    """A store file that parses but does not hold what it should."""
+
+
+def _raw(tensor: torch.Tensor) -> Any:
+    """The bytes of a contiguous CPU tensor, as a buffer (no copy)."""
+    return tensor.reshape(-1).view(torch.uint8).numpy()
+
+
 class PrefixStore:
-    """Reads and writes pinned KV under one folder. All methods are thread-compatible."""
+    """Reads and writes pinned KV under one root, one folder per namespace. Thread-safe."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
         self._warned: set[str] = set()
         self.writable = True
+        self._lock = threading.Lock()  # guards the three dicts below, manifests and prune
+        self._handed_out: dict[str, int] = {}  # namespace -> last version from next_version
+        self._written: dict[str, int] = {}  # namespace -> version of the manifest on disk
+        self._saved_at: dict[Path, int] = {}  # file -> last version handed out when saved
         try:
             root.mkdir(parents=True, exist_ok=True)
         except OSError as err:
@@ -73,37 +119,45 @@ class PrefixStore:
             self._warned.add(kind)
             _LOGGER.warning(message)
 
-    def path_for(self, key: str) -> Path:
+    def folder(self, namespace: str) -> Path:
+        """The folder of ``namespace``'s files (it may not exist yet)."""
+        return self.root / hashlib.sha256(namespace.encode()).hexdigest()[:16]
+
+    def path_for(self, namespace: str, key: str) -> Path:
         if not _KEY_RE.match(key):
             raise ValueError("bad store key")
-        return self.root / f"{key}.safetensors"
+        return self.folder(namespace) / f"{key}.safetensors"
 
-    def save(self, namespace: str, tokens: list[int], kv: torch.Tensor) -> bool:
-        """Write the KV of ``tokens``; returns False (after one warning) when it cannot."""
+    # -- KV files ----------------------------------------------------------------------
+
+    def save(
+        self, namespace: str, tokens: Sequence[int], kv: torch.Tensor | Sequence[torch.Tensor]
+    ) -> bool:
+        """Write the KV of ``tokens``; returns False (after one warning) when it cannot.
+
+        ``kv`` is one ``[L, 2, H, T, D]`` tensor or several ``[L, 2, H, T_i, D]`` pieces in
+        token order (a pin's cached segments). The pieces are streamed to the file one at
+        a time: at most one piece is copied (to the CPU, contiguous) at any moment.
+        """
+        pieces = self._check_pieces(tokens, [kv] if isinstance(kv, torch.Tensor) else list(kv))
         if not self.writable:
             return False
-        key = prefix_key(namespace, tokens)
-        target = self.path_for(key)
+        target = self.path_for(namespace, prefix_key(namespace, tokens))
         if target.exists():
+            self._mark_saved(namespace, target)  # a pin made again: its file is current
             return True
-        tensors = {
-            "kv": kv.detach().to("cpu").contiguous(),
-            "tokens": torch.tensor(tokens, dtype=torch.int64),
-        }
-        metadata = {"format": FORMAT, "namespace": namespace, "n_tokens": str(len(tokens))}
-        # Serialize in memory, then write with plain file I/O: the OS error (ENOSPC,
-        # EROFS, ...) arrives as an OSError with its errno, not as a serializer error.
-        data = serialize(tensors, metadata=metadata)
         tmp_name = None
         try:
-            fd, tmp_name = tempfile.mkstemp(prefix=".tmp-", suffix=".safetensors", dir=self.root)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp_name = tempfile.mkstemp(
+                prefix=".tmp-", suffix=".safetensors", dir=target.parent
+            )
             with os.fdopen(fd, "wb") as handle:
-                handle.write(data)
+                self._write(handle, namespace, tokens, pieces)
                 handle.flush()
                 os.fsync(handle.fileno())
             os.replace(tmp_name, target)
             tmp_name = None
-            return True
         except OSError as err:
             kind = {
                 errno.ENOSPC: "disk full",
@@ -120,99 +174,269 @@ class PrefixStore:
             if tmp_name is not None:
                 with contextlib.suppress(OSError):
                     os.unlink(tmp_name)
+        self._mark_saved(namespace, target)
+        return True
 
-    def load(self, namespace: str, tokens: list[int]) -> torch.Tensor | None:
-        """The stored KV of ``tokens``, or None if absent or unusable (logged)."""
-        path = self.path_for(prefix_key(namespace, tokens))
+    def _mark_saved(self, namespace: str, path: Path) -> None:
+        """Remember that ``path`` is wanted by a pin newer than every snapshot so far."""
+        with self._lock:
+            self._saved_at[path] = self._handed_out.get(namespace, 0)
+
+    @staticmethod
+    def _check_pieces(tokens: Sequence[int], pieces: list[torch.Tensor]) -> list[torch.Tensor]:
+        """The non-empty pieces; ValueError if they cannot be the KV of ``tokens``."""
+        pieces = [p for p in pieces if p.dim() != 5 or p.shape[3] > 0]
+        if any(p.dim() != 5 for p in pieces):
+            raise ValueError("KV pieces must be [L, 2, H, T, D] tensors")
+        if not pieces:
+            raise ValueError("no KV to store")
+        first = pieces[0]
+        if any(
+            p.dtype != first.dtype or p.shape[:3] + p.shape[4:] != first.shape[:3] + first.shape[4:]
+            for p in pieces
+        ):
+            raise ValueError("KV pieces differ in dtype or shape")
+        if first.dtype not in _DTYPES:
+            raise ValueError(f"cannot store KV of dtype {first.dtype}")
+        if sum(p.shape[3] for p in pieces) != len(tokens):
+            raise ValueError("KV pieces do not cover the tokens")
+        return pieces
+
+    @staticmethod
+    def _write(
+        handle: BinaryIO, namespace: str, tokens: Sequence[int], pieces: list[torch.Tensor]
+    ) -> None:
+        """Write a safetensors file piece by piece; the checksum is filled in at the end.
+
+        The checksum goes first in the header, as a fixed-width placeholder that is
+        overwritten once all data is written, so the data is only passed over once.
+        Tensor bytes are written in native order: little-endian, as safetensors requires,
+        on every platform torch ships for.
+        """
+        token_tensor = torch.tensor(list(tokens), dtype=torch.int64)
+        header: dict[str, Any] = {
+            "__metadata__": {
+                "checksum": _CHECKSUM_PLACEHOLDER,  # first: nothing caller-given precedes it
+                "format": FORMAT,
+                "namespace": namespace,
+                "n_tokens": str(len(tokens)),
+                "pieces": str(len(pieces)),
+            }
+        }
+        offset = 0
+        for name, tensor in [("tokens", token_tensor)] + [
+            (f"kv.{i}", p) for i, p in enumerate(pieces)
+        ]:
+            size = tensor.numel() * tensor.element_size()
+            header[name] = {
+                "dtype": _DTYPES[tensor.dtype],
+                "shape": list(tensor.shape),
+                "data_offsets": [offset, offset + size],
+            }
+            offset += size
+        encoded = json.dumps(header, separators=(",", ":")).encode()
+        encoded += b" " * (-len(encoded) % 8)  # the data starts 8-byte aligned
+        handle.write(len(encoded).to_bytes(8, "little"))
+        handle.write(encoded)
+        crc = 0
+        for tensor in [token_tensor, *pieces]:
+            data = _raw(tensor.detach().to("cpu").contiguous())
+            crc = zlib.crc32(data, crc)
+            handle.write(data)
+            del data
+        handle.seek(8 + encoded.index(_CHECKSUM_PLACEHOLDER.encode()))
+        handle.write(f"crc32:{crc:08x}".encode())
+
+    def load(self, namespace: str, tokens: Sequence[int]) -> torch.Tensor | None:
+        """The stored KV ``[L, 2, H, T, D]`` of ``tokens``, or None if absent or unusable."""
+        loaded = self._read(self.path_for(namespace, prefix_key(namespace, tokens)), namespace)
+        if loaded is None:
+            return None
+        stored, kv = loaded
+        if stored != list(tokens):  # a hash collision, in theory
+            return None
+        return kv
+
+    def load_by_key(self, namespace: str, key: str) -> tuple[list[int], torch.Tensor] | None:
+        """Load a stored prefix by file key (for start-up restore from the manifest)."""
+        return self._read(self.path_for(namespace, key), namespace)
+
+    def _read(self, path: Path, namespace: str) -> tuple[list[int], torch.Tensor] | None:
+        """Tokens and KV of a store file, read once and verified; None if unusable (logged)."""
         if not path.exists():
             return None
         try:
-            with open(path, "rb") as handle:
-                header_len = int.from_bytes(handle.read(8), "little")
-                meta = json.loads(handle.read(header_len)).get("__metadata__", {})
-            if meta.get("format") != FORMAT or meta.get("namespace") != namespace:
-                raise ValueError("written by another model or format")
-            data = load_file(path)
-            stored = data["tokens"].tolist()
-            if stored != list(tokens):
-                raise ValueError("token ids differ")
-            kv = data["kv"]
-            if kv.dim() != 5 or kv.shape[3] != len(tokens):
-                raise ValueError(f"unexpected KV shape {tuple(kv.shape)}")
-            return kv
-        except (OSError, ValueError, KeyError, SafetensorError, RuntimeError) as err:
+            with safe_open(path, framework="pt") as reader:
+                return self._verified(reader, path.stem, namespace)
+        except FileNotFoundError:
+            return None
+        except _UNREADABLE as err:
             _LOGGER.warning(
                 "Ignoring prefix store file %s (%s); it will be rebuilt", path.name, err
             )
             self._discard(path)
             return None
+
+    @staticmethod
+    def _verified(reader: Any, key: str, namespace: str) -> tuple[list[int], torch.Tensor]:
+        meta = reader.metadata() or {}
+        if meta.get("format") != FORMAT or meta.get("namespace") != namespace:
+            raise UnusableFileError("written by another model or format")
+        n_tokens, count = int(meta["n_tokens"]), int(meta["pieces"])
+        names = [f"kv.{i}" for i in range(count)]
+        if set(reader.keys()) != {"tokens", *names}:
+            raise UnusableFileError("unexpected tensors")
+        # Check every shape from the header before reading or allocating anything.
+        shapes = [reader.get_slice(name).get_shape() for name in names]
+        dtypes = {reader.get_slice(name).get_dtype() for name in names}
+        if (
+            count < 1
+            or len(dtypes) != 1
+            or reader.get_slice("tokens").get_shape() != [n_tokens]
+            or any(len(s) != 5 or s[:3] + s[4:] != shapes[0][:3] + shapes[0][4:] for s in shapes)
+            or sum(s[3] for s in shapes) != n_tokens
+        ):
+            raise UnusableFileError("unexpected KV shapes")
+        token_tensor = reader.get_tensor("tokens")
+        if token_tensor.dtype != torch.int64:
+            raise UnusableFileError("token ids are not int64")
+        crc = zlib.crc32(_raw(token_tensor))
+        tokens = token_tensor.tolist()
+        if prefix_key(namespace, tokens) != key:
+            raise UnusableFileError("token ids do not match the file name")
+        if _TORCH_DTYPES.get(dtypes.pop()) is None:
+            raise UnusableFileError("unexpected KV dtype")
+        pieces = []
+        for name in names:
+            # A copy-on-write view of the mapped file: the checksum pass is what reads it.
+            piece = reader.get_tensor(name)
+            crc = zlib.crc32(_raw(piece), crc)
+            pieces.append(piece)
+        if meta.get("checksum") != f"crc32:{crc:08x}":
+            raise UnusableFileError("checksum mismatch: the file is corrupt")
+        # One piece is returned as it is (no copy); several are joined into one tensor.
+        return tokens, pieces[0] if len(pieces) == 1 else torch.cat(pieces, dim=3)
 
     def _discard(self, path: Path) -> None:
         with contextlib.suppress(OSError):
             path.unlink()
 
-    def remove(self, namespace: str, tokens: list[int] | tuple[int, ...]) -> None:
-        self._discard(self.path_for(prefix_key(namespace, tokens)))
-
     # -- manifest of current pins ------------------------------------------------------
 
     def read_manifest(self, namespace: str) -> list[ManifestEntry]:
-        path = self.root / MANIFEST
+        data = self._manifest_data(namespace)
+        if data is None:
+            return []
         try:
-            data: dict[str, Any] = json.loads(path.read_text())
-            if data.get("namespace") != namespace:
-                return []
             return [
                 ManifestEntry(str(e["name"]), str(e["key"]), int(e["tokens"]))
                 for e in data.get("pins", [])
                 if _KEY_RE.match(str(e.get("key", "")))
             ]
+        except (ValueError, KeyError, TypeError, AttributeError, OverflowError) as err:
+            _LOGGER.warning("Ignoring %s (%s)", self.folder(namespace) / MANIFEST, err)
+            return []
+
+    def _manifest_data(self, namespace: str) -> dict[str, Any] | None:
+        """The parsed manifest of ``namespace``; None if absent or unusable (logged)."""
+        path = self.folder(namespace) / MANIFEST
+        try:
+            data = json.loads(path.read_bytes())
         except FileNotFoundError:
-            return []
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
+            return None
+        except (OSError, ValueError, RecursionError) as err:
             _LOGGER.warning("Ignoring %s (%s)", path, err)
-            return []
+            return None
+        if not isinstance(data, dict) or data.get("format") != FORMAT:
+            return None
+        if data.get("namespace") != namespace:
+            return None
+        return data
 
-    def load_by_key(self, namespace: str, key: str) -> tuple[list[int], torch.Tensor] | None:
-        """Load a stored prefix by file key (for start-up restore from the manifest)."""
-        path = self.path_for(key)
-        if not path.exists():
-            return None
-        try:
-            tokens = load_file(path)["tokens"].tolist()
-        except (OSError, ValueError, KeyError, SafetensorError, RuntimeError) as err:
-            _LOGGER.warning(
-                "Ignoring prefix store file %s (%s); it will be rebuilt", path.name, err
-            )
-            self._discard(path)
-            return None
-        if prefix_key(namespace, tokens) != key:
-            return None
-        kv = self.load(namespace, tokens)
-        return None if kv is None else (tokens, kv)
+    def _file_version(self, namespace: str) -> int:
+        data = self._manifest_data(namespace)
+        version = None if data is None else data.get("version")
+        return version if isinstance(version, int) else 0
 
-    def write_manifest(self, namespace: str, entries: list[ManifestEntry]) -> None:
+    def next_version(self, namespace: str) -> int:
+        """A version for a new manifest snapshot, above every earlier one (also on disk).
+
+        Take it in the same critical section as the snapshot itself: versions order the
+        snapshots, and ``write_manifest`` ignores one older than the last written.
+        """
+        with self._lock:
+            if namespace not in self._handed_out:
+                self._handed_out[namespace] = self._file_version(namespace)
+            self._handed_out[namespace] += 1
+            return self._handed_out[namespace]
+
+    def write_manifest(self, namespace: str, entries: list[ManifestEntry], version: int) -> bool:
+        """Write ``entries`` as the manifest of ``namespace``, unless a newer one is there.
+
+        Returns True if it was written; False if ``version`` is not newer than the last
+        manifest written (in this process or on disk), or the write failed (warned once).
+        """
+        if not self.writable:
+            return False
+        with self._lock:
+            if version > self._handed_out.get(namespace, 0):
+                raise ValueError("manifest versions come from next_version")
+            if version <= max(self._written.get(namespace, 0), self._file_version(namespace)):
+                _LOGGER.debug("Skipping manifest version %d: a newer one is written", version)
+                return False
+            data = {
+                "format": FORMAT,
+                "namespace": namespace,
+                "version": version,
+                "pins": [{"name": e.name, "key": e.key, "tokens": e.tokens} for e in entries],
+            }
+            folder = self.folder(namespace)
+            tmp = None
+            try:
+                folder.mkdir(parents=True, exist_ok=True)
+                fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=folder)
+                with os.fdopen(fd, "w") as handle:
+                    json.dump(data, handle)
+                os.replace(tmp, folder / MANIFEST)
+                tmp = None
+            except OSError as err:
+                self._warn_once(
+                    "manifest", f"prefix store {self.root}: cannot write {MANIFEST} ({err})"
+                )
+                return False
+            finally:
+                if tmp is not None:
+                    with contextlib.suppress(OSError):
+                        os.unlink(tmp)
+            self._written[namespace] = version
+            return True
+
+    def prune(self, namespace: str, keep: set[str], version: int) -> None:
+        """Delete ``namespace``'s stored prefixes that manifest ``version`` does not list.
+
+        Does nothing unless ``version`` is the manifest last written, and keeps files
+        saved after that version was handed out (a snapshot cannot know about them).
+        Files of other namespaces are never touched.
+        """
         if not self.writable:
             return
-        data = {
-            "namespace": namespace,
-            "pins": [{"name": e.name, "key": e.key, "tokens": e.tokens} for e in entries],
-        }
-        target = self.root / MANIFEST
-        try:
-            fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=self.root)
-            with os.fdopen(fd, "w") as handle:
-                json.dump(data, handle)
-            os.replace(tmp, target)
-        except OSError as err:
-            self._warn_once(
-                "manifest", f"prefix store {self.root}: cannot write {MANIFEST} ({err})"
-            )
-
-    def prune(self, keep: set[str]) -> None:
-        """Delete stored prefixes that no current pin uses."""
-        if not self.writable:
-            return
-        for path in self.root.glob("*.safetensors"):
-            if path.stem not in keep and _KEY_RE.match(path.stem):
+        with self._lock:
+            if self._written.get(namespace) != version:
+                return
+            self._drop_legacy()
+            for path in self.folder(namespace).glob("*.safetensors"):
+                if path.stem in keep or not _KEY_RE.match(path.stem):
+                    continue
+                if self._saved_at.get(path, -1) >= version:
+                    continue
+                self._saved_at.pop(path, None)
                 self._discard(path)
+
+    def _drop_legacy(self) -> None:
+        """Delete files of the flat ``hearth-kv/1`` layout: nothing can read them now."""
+        legacy = [p for p in self.root.glob("*.safetensors") if _KEY_RE.match(p.stem)]
+        legacy += [p for p in [self.root / MANIFEST] if p.is_file()]
+        if legacy:
+            _LOGGER.info("Deleting %d prefix store file(s) of an older format", len(legacy))
+        for path in legacy:
+            self._discard(path)

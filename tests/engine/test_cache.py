@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from hearth_engine.cache import CacheFullError, RadixCache
+from hearth_engine.cache import CacheFullError, RadixCache, common_prefix
 
 BPT = 10  # bytes per token
 
@@ -29,8 +29,27 @@ class TokenOps:
         return payload[:at], payload[at:]
 
 
+class BudgetCheckingOps(TokenOps):
+    """TokenOps that checks, at each split, that the copies it makes fit the budget."""
+
+    def __init__(self) -> None:
+        self.cache: RadixCache[tuple[int, ...]] | None = None
+        self.splits = 0
+
+    def split(self, payload: tuple[int, ...], at: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        assert self.cache is not None
+        # The original is alive until the halves replace it: both count for a moment.
+        transient = self.nbytes(payload)
+        assert self.cache.used_bytes + transient <= self.cache.capacity_bytes
+        self.splits += 1
+        return super().split(payload, at)
+
+
 def make(capacity_tokens: int = 1000) -> RadixCache[tuple[int, ...]]:
-    return RadixCache(capacity_tokens * BPT, TokenOps())
+    ops = BudgetCheckingOps()
+    cache: RadixCache[tuple[int, ...]] = RadixCache(capacity_tokens * BPT, ops)
+    ops.cache = cache
+    return cache
 
 
 def insert(cache: RadixCache[tuple[int, ...]], tokens: list[int], ns: str = "m") -> int:
@@ -211,7 +230,11 @@ class CacheMachine(RuleBasedStateMachine):
     @rule(seq=seqs, name=st.sampled_from(["a", "b"]))
     def pin(self, seq: list[int], name: str) -> None:
         if insert(self.cache, seq) == len(seq):
-            self.cache.pin(name, "m", seq)
+            try:
+                self.cache.pin(name, "m", seq)
+            except CacheFullError:  # it ends inside a node there is no room to split
+                assert (name in self.cache.pins()) == (name in self.pinned)  # unchanged
+                return
             self.pinned[name] = seq
 
     @rule(name=st.sampled_from(["a", "b"]))
@@ -242,3 +265,73 @@ class CacheMachine(RuleBasedStateMachine):
 
 TestCacheMachine = CacheMachine.TestCase
 TestCacheMachine.settings = settings(max_examples=40, stateful_step_count=40, deadline=None)
+
+
+def test_split_makes_room_for_its_copies_first() -> None:
+    """Regression: splitting a pinned node cloned it without counting the bytes."""
+    cache = make(capacity_tokens=13)
+    insert(cache, [1, 2, 3, 4, 5, 6])
+    cache.pin("house", "m", [1, 2, 3, 4, 5, 6])
+    insert(cache, [9, 9, 9])  # an unpinned, unlocked leaf: 9 of 13 tokens used
+    cache.pin("short", "m", [1, 2, 3])  # splits the 6-token node: 6 tokens of copies
+    assert cache.match("m", [9, 9, 9]).length == 0  # evicted to make that room
+    assert matched_tokens(cache.match("m", [1, 2, 3, 4, 5, 6])) == [1, 2, 3, 4, 5, 6]
+    assert cache.used_bytes == 6 * BPT
+
+
+def test_split_without_room_is_refused_and_changes_nothing() -> None:
+    cache = make(capacity_tokens=12)
+    insert(cache, [1, 2, 3, 4, 5, 6])
+    cache.pin("house", "m", [1, 2, 3, 4, 5, 6])
+    insert(cache, [7, 7, 7])
+    m = cache.match("m", [7, 7, 7])
+    cache.lock(m.node)  # 9 of 12 tokens in use, nothing evictable: 3 free, 6 needed
+    with pytest.raises(CacheFullError, match="splitting a cached run of 6 tokens"):
+        cache.pin("short", "m", [1, 2, 3])
+    assert "short" not in cache.pins()
+    assert cache.stats().nodes == 2
+    # insert cannot split either: nothing new goes in, and it says what is cached.
+    assert insert(cache, [1, 2, 3, 8]) == 3
+    assert insert(cache, [1, 2, 3]) == 3
+    assert cache.stats().nodes == 2
+    assert cache.used_bytes == 9 * BPT
+    cache.unlock(m.node)
+    assert insert(cache, [1, 2, 3, 8]) == 4  # the leaf is evictable now: room to split
+
+
+def naive_common_prefix(a: list[int], b: list[int]) -> int:
+    i = 0
+    while i < min(len(a), len(b)) and a[i] == b[i]:
+        i += 1
+    return i
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.integers(0, 3), max_size=40),
+    st.lists(st.integers(0, 3), max_size=40),
+    st.integers(0, 40),
+)
+def test_common_prefix_agrees_with_a_plain_loop(a: list[int], b: list[int], shared: int) -> None:
+    b = a[:shared] + b  # make long shared runs likely
+    assert common_prefix(a, b) == naive_common_prefix(a, b)
+    assert common_prefix(tuple(a), b) == naive_common_prefix(a, b)
+    assert common_prefix(b, tuple(a)) == naive_common_prefix(a, b)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    st.lists(st.lists(st.integers(0, 2), min_size=1, max_size=12), min_size=1, max_size=12),
+    st.lists(st.integers(0, 2), max_size=16),
+    st.integers(0, 16),
+)
+def test_match_agrees_with_a_plain_prefix_search(
+    seqs: list[list[int]], query: list[int], limit: int
+) -> None:
+    cache = make()
+    for seq in seqs:
+        insert(cache, seq)
+    best = max(naive_common_prefix(seq, query[:limit]) for seq in seqs)
+    m = cache.match("m", query, max_tokens=limit)
+    assert m.length == best
+    assert matched_tokens(m) == query[:best]
