@@ -121,7 +121,7 @@ async def wait_until(check: Callable[[], Awaitable[bool]], timeout: float = 60) 
 
 
 def stored_files(store: Path) -> list[Path]:
-    return sorted(p for p in store.glob("*.safetensors") if not p.name.startswith(".tmp"))
+    return sorted(p for p in store.rglob("*.safetensors") if not p.name.startswith(".tmp"))
 
 
 async def pinned_and_saved(engine: Engine, store: Path, body: dict[str, Any]) -> dict[str, Any]:

@@ -28,8 +28,6 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
-
 from .cache import CacheFullError, PinTooLargeError
 from .config import CacheMode, EngineConfig
 from .kv_manager import KVManager
@@ -248,13 +246,16 @@ class PinManager:
         save: bool,
     ) -> None:
         with self._lock:
-            if self._generation.get(name) != generation:
-                superseded = True
+            superseded = self._generation.get(name) != generation
+            try:
+                if not superseded:
+                    self.kv.cache.pin(name, self.namespace, tokens)
+            except CacheFullError as err:  # a split needs room it cannot make
+                error: str | None = str(err)
             else:
-                superseded = False
-                self.kv.cache.pin(name, self.namespace, tokens)
-        if superseded:
-            self.fail(name, generation, "superseded")
+                error = "superseded" if superseded else None
+        if error is not None:
+            self.fail(name, generation, error)
             return
         if save and self.persistent:
             self._save_kv(tokens)
@@ -306,8 +307,7 @@ class PinManager:
         store, ns = self.store, self.namespace
 
         def save() -> None:
-            kv = segments[0] if len(segments) == 1 else torch.cat(segments, dim=3)
-            if not store.save(ns, tokens, kv):
+            if not store.save(ns, tokens, segments):
                 self.counters.store_failures += 1
 
         self._submit_io(save)
@@ -322,13 +322,14 @@ class PinManager:
 
         def write() -> None:
             # Read the pins now, on the I/O thread: tasks run in order, so the last
-            # manifest written is the newest state.
+            # manifest written is the newest state (the store's versions guard it too).
+            version = store.next_version(ns)
             entries = [
                 ManifestEntry(name, prefix_key(r.namespace, r.tokens), len(r.tokens))
                 for name, r in sorted(cache.pins().items())
             ]
-            store.write_manifest(ns, entries)
-            store.prune({e.key for e in entries})
+            if store.write_manifest(ns, entries, version):
+                store.prune(ns, {e.key for e in entries}, version)
 
         self._submit_io(write)
 

@@ -141,7 +141,7 @@ async def test_pins_restore_from_store_after_restart(make_engine, tmp_path: Path
     built = await first.pin("house", house)
     assert not built.restored
     await first.shutdown()
-    assert len(list(tmp_path.glob("*.safetensors"))) == 1
+    assert len(list(tmp_path.rglob("*.safetensors"))) == 1
 
     second = make_engine(prefix_store=tmp_path)
     # Restored at start-up from the manifest, before any client asks.
@@ -161,7 +161,7 @@ async def test_corrupt_store_file_is_logged_ignored_and_rebuilt(
     first = make_engine(prefix_store=tmp_path)
     await first.pin("house", house)
     await first.shutdown()
-    (stored,) = tmp_path.glob("*.safetensors")
+    (stored,) = tmp_path.rglob("*.safetensors")
     stored.write_bytes(stored.read_bytes()[: stored.stat().st_size // 2])  # truncated
     caplog.set_level(logging.WARNING)
     second = make_engine(prefix_store=tmp_path)

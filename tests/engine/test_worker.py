@@ -264,3 +264,35 @@ async def test_the_last_manifest_written_is_the_newest_state(make_engine, tmp_pa
     engine.close()
     restarted = make_engine(prefix_store=tmp_path)
     assert restarted.pin_status("new")["restored"] is True
+
+
+# ---------------------------------------------------------------- bug 6: copies of a pin
+
+
+async def test_a_pin_is_saved_from_the_cache_without_another_copy(
+    make_engine, tmp_path: Path
+) -> None:
+    """Completing a pin used to build one more contiguous copy of its KV to save it."""
+    engine = make_engine(prefix_store=tmp_path)
+    store = engine.pins.store
+    assert store is not None
+    saved: list[Any] = []
+    original = store.save
+
+    def spy(namespace: str, tokens: list[int], kv: Any) -> bool:
+        saved.append(kv)
+        return original(namespace, tokens, kv)
+
+    store.save = spy  # type: ignore[method-assign]
+    house = tokens(16, 500)
+    await bounded(engine.generate(house[:200] + [5], GREEDY))  # cache a part first
+    assert (await bounded(engine.pin("house", house))).state == "ready"
+    engine.pins.flush(BOUND_S)
+    (pieces,) = saved
+    payloads = {
+        segment.untyped_storage().data_ptr()
+        for segment in engine.kv.segments(engine.namespace, house) or []
+    }
+    assert len(pieces) >= 2  # the cached part and the new part
+    assert {p.untyped_storage().data_ptr() for p in pieces} <= payloads
+    assert sum(p.shape[3] for p in pieces) == len(house)
