@@ -15,6 +15,7 @@ Text that looks like a tool call but does not parse is returned as content, neve
 
 from __future__ import annotations
 
+import copy
 import enum
 import json
 import re
@@ -243,10 +244,17 @@ def normalize_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 class ChatFormatter:
-    """Renders messages with the tokenizer's chat template and encodes them."""
+    """Renders messages with the tokenizer's chat template and encodes them.
+
+    The formatter works on its own copy of the tokenizer. The engine worker decodes
+    generated tokens with the model's tokenizer while the server encodes the next
+    request, and a Rust fast tokenizer used from two threads at once can fail with
+    "Already borrowed" (transformers 5 reconfigures it in place on encode). A private
+    copy shares nothing with the worker's.
+    """
 
     def __init__(self, tokenizer: Any) -> None:
-        self.tokenizer = tokenizer
+        self.tokenizer = copy.deepcopy(tokenizer)
         self.template = str(tokenizer.chat_template or "")
         self.tool_format = detect_tool_format(self.template)
 

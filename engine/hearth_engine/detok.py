@@ -1,25 +1,31 @@
 """Incremental detokenization with stop strings.
 
-Tokens are decoded with a sliding window (``prefix_offset``/``read_offset``) so that
-tokenizers which attach spaces or bytes to neighbouring tokens still produce the right
-text, and a partial UTF-8 character (``\\ufffd``) is held back until it completes. Text
-that could be the start of a stop string is held back too, so a stop string never
-reaches the client.
+Token ids are turned into text by ``tokenizers.decoders.DecodeStream``: it keeps the
+sliding window that tokenizers attaching spaces or bytes to neighbouring tokens need,
+and holds back a partial UTF-8 character (byte-fallback or byte-level pieces) until it
+completes. Special tokens are skipped. On top of that, text that could be the start of a
+stop string is held back, so a stop string never reaches the client.
+
+A ``TextStream`` belongs to the thread that pushes tokens into it (the engine worker). The
+tokenizer it decodes with must not be used by another thread at the same time: a Rust
+tokenizer raises "Already borrowed" when two threads use it at once (the server encodes
+with its own copy, see ``chat.ChatFormatter``).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from tokenizers.decoders import DecodeStream
+
 
 class TextStream:
     def __init__(self, tokenizer: Any, stop: tuple[str, ...] = ()) -> None:
-        self._tokenizer = tokenizer
+        # The Rust tokenizer behind a transformers fast tokenizer (what DecodeStream needs).
+        self._backend = getattr(tokenizer, "backend_tokenizer", tokenizer)
+        self._decoder = DecodeStream(skip_special_tokens=True)
         self._stop = tuple(s for s in stop if s)
         self._holdback = max((len(s) for s in self._stop), default=1) - 1
-        self._ids: list[int] = []
-        self._prefix_offset = 0
-        self._read_offset = 0
         self._text = ""  # decoded so far (before any stop string)
         self._emitted = 0  # characters of _text already returned
         self.stopped = False
@@ -28,20 +34,13 @@ class TextStream:
     def text(self) -> str:
         return self._text
 
-    def _decode(self, ids: list[int]) -> str:
-        return str(self._tokenizer.decode(ids, skip_special_tokens=True))
-
     def push(self, token_id: int) -> str:
         """Add one generated token; returns newly releasable text (may be empty)."""
         if self.stopped:
             return ""
-        self._ids.append(token_id)
-        before = self._decode(self._ids[self._prefix_offset : self._read_offset])
-        after = self._decode(self._ids[self._prefix_offset :])
-        if len(after) > len(before) and not after.endswith("\ufffd"):
-            self._text += after[len(before) :]
-            self._prefix_offset = self._read_offset
-            self._read_offset = len(self._ids)
+        chunk = self._decoder.step(self._backend, token_id)
+        if chunk:
+            self._text += chunk
         return self._release(final=False)
 
     def _release(self, final: bool) -> str:
@@ -61,5 +60,9 @@ class TextStream:
         return out
 
     def finish(self) -> str:
-        """Release everything still held back (call once generation ends)."""
+        """Release everything still held back (call once generation ends).
+
+        An incomplete UTF-8 character left at the end (generation stopped in the middle
+        of one) is dropped, as before: it has no text yet.
+        """
         return self._release(final=True)

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import threading
+from typing import Any
 
 import pytest
+from transformers import AutoTokenizer
 
 from hearth_engine.chat import (
     ChatFormatter,
@@ -15,6 +18,8 @@ from hearth_engine.chat import (
     parse_tool_calls,
 )
 from hearth_engine.detok import TextStream
+from hearth_engine.models.default import default_model_dir
+from hearth_engine.models.tiny import prepare_tiny_model
 
 TOOLS = [
     {
@@ -180,3 +185,85 @@ def test_detokenizer_handles_multibyte_and_stop_strings(tiny_runner) -> None:
     assert out == "Grüße, Zoë! ☃ done. "
     assert stream.stopped
     assert all("\ufffd" not in p for p in pieces)
+
+
+def _split_characters(tok: Any, text: str) -> bool:
+    """Whether some token of ``text`` is only part of a character (so the test bites)."""
+    ids = tok(text, add_special_tokens=False)["input_ids"]
+    return any("\ufffd" in tok.decode([i]) for i in ids)
+
+
+@pytest.mark.parametrize("model", ["tiny", "default"])
+@pytest.mark.parametrize(
+    "text",
+    ["家族 東京タワー の天気", "emoji 🎉🧑🏽‍🚀 end", "👩‍👩‍👧", "naïve Grüße ☃"],
+)
+def test_detokenizer_joins_characters_split_over_tokens(model: str, text: str) -> None:
+    folder = prepare_tiny_model() if model == "tiny" else default_model_dir()
+    if not (folder / "tokenizer.json").exists():
+        pytest.skip("the default model is not built on this machine")
+    tok = AutoTokenizer.from_pretrained(folder)
+    ids = tok(text, add_special_tokens=False)["input_ids"]
+    stream = TextStream(tok)
+    pieces = [stream.push(i) for i in ids]
+    assert "".join(pieces) + stream.finish() == text
+    assert all("\ufffd" not in p for p in pieces)
+    if model == "tiny":
+        assert _split_characters(tok, text)  # the tiny tokenizer splits these into bytes
+
+
+def test_detokenizer_skips_special_tokens(tiny_runner) -> None:
+    tok = tiny_runner.tokenizer
+    hi = tok("Hi there", add_special_tokens=False)["input_ids"]
+    end = tok.convert_tokens_to_ids("<|im_end|>")
+    stream = TextStream(tok)
+    out = "".join(stream.push(i) for i in [*hi, end, *hi]) + stream.finish()
+    assert out == "Hi thereHi there"
+
+
+def test_detokenizer_drops_an_unfinished_character_at_the_end(tiny_runner) -> None:
+    tok = tiny_runner.tokenizer
+    ids = tok("ok 🎉", add_special_tokens=False)["input_ids"]
+    stream = TextStream(tok)
+    out = "".join(stream.push(i) for i in ids[:-1]) + stream.finish()
+    assert out == "ok "  # the emoji's last byte never came
+
+
+def test_formatter_has_its_own_tokenizer(tiny_runner) -> None:
+    """Bug 7: the server encodes on its thread while the worker decodes with the model's
+    tokenizer; a Rust tokenizer shared by two threads can fail with "Already borrowed"."""
+    formatter = ChatFormatter(tiny_runner.tokenizer)
+    assert formatter.tokenizer is not tiny_runner.tokenizer
+    assert formatter.tokenizer.backend_tokenizer is not tiny_runner.tokenizer.backend_tokenizer
+    text = formatter.render([{"role": "user", "content": "Grüße 🎉"}])
+    assert (
+        formatter.encode(text) == tiny_runner.tokenizer(text, add_special_tokens=False)["input_ids"]
+    )
+
+
+def test_encoding_and_decoding_on_two_threads_at_once(tiny_runner) -> None:
+    """The server's formatter encodes while the worker's streams decode; both stay right."""
+    formatter = ChatFormatter(tiny_runner.tokenizer)
+    text = formatter.render([{"role": "user", "content": "Grüße, Zoë! ☃ 家族 " * 200}])
+    want_ids = formatter.encode(text)
+    answer = "The kitchen light is on. 🎉 家族"
+    answer_ids = tiny_runner.tokenizer(answer, add_special_tokens=False)["input_ids"]
+    failures: list[str] = []
+
+    def encode() -> None:
+        for _ in range(30):
+            if formatter.encode(text) != want_ids:
+                failures.append("encode")
+
+    def decode() -> None:
+        for _ in range(300):
+            stream = TextStream(tiny_runner.tokenizer)
+            if "".join(stream.push(i) for i in answer_ids) + stream.finish() != answer:
+                failures.append("decode")
+
+    threads = [threading.Thread(target=encode), threading.Thread(target=decode)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failures == []

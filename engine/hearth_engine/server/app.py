@@ -132,6 +132,10 @@ async def clear_cache(request: web.Request) -> web.Response:
     return web.json_response({"freed_bytes": freed})
 
 
+async def _close_state(app: web.Application) -> None:
+    app[ServerState.KEY].close()
+
+
 def create_app(
     engine: Engine,
     *,
@@ -145,12 +149,14 @@ def create_app(
     )
     state = ServerState(
         engine=engine,
+        # Its own copy of the tokenizer, used only on the prepare thread (see ChatFormatter).
         formatter=ChatFormatter(engine.runner.tokenizer),
         metrics=Metrics(engine),
         api_key=api_key,
         log_prompts=log_prompts,
     )
     app[ServerState.KEY] = state
+    app.on_cleanup.append(_close_state)
     app.router.add_get("/health", health)
     app.router.add_get("/v1/models", models)
     app.router.add_get("/v1/stats", stats)

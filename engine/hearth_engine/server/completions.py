@@ -8,6 +8,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from aiohttp import web
@@ -32,9 +33,11 @@ class PreparedChat:
     stream: bool
     include_usage: bool
     salt: str | None
+    logged_prompt: str | None  # the prompt as text, only with --log-prompts
 
 
 def _prepare(state: ServerState, body: dict[str, Any]) -> PreparedChat:
+    """Validate, render and tokenize a request (runs on the prepare thread, not the loop)."""
     messages = body["messages"]
     check_tool_references(messages)
     tools = body.get("tools") or None
@@ -46,14 +49,13 @@ def _prepare(state: ServerState, body: dict[str, Any]) -> PreparedChat:
         if wanted not in {t["function"]["name"] for t in tools or []}:
             raise bad_request(f"tool_choice names an unknown tool {wanted!r}", param="tool_choice")
     formatter = state.formatter
+    forced = formatter.forced_prefix(tool_choice) if tools else ""
     try:
-        text = formatter.render(messages, tools, add_generation_prompt=True)
+        prompt = state.prompts.encode(messages, tools, add_generation_prompt=True, suffix=forced)
     except RecursionError:
         raise bad_request("the messages or tools are nested too deeply") from None
     except ChatTemplateError as err:
         raise bad_request(str(err), param="messages", code="invalid_messages") from None
-    forced = formatter.forced_prefix(tool_choice) if tools else ""
-    prompt = formatter.encode(text + forced)
     limit = state.engine.info.context_length
     requested = body.get("max_completion_tokens") or body.get("max_tokens")
     max_tokens = requested or min(
@@ -88,6 +90,7 @@ def _prepare(state: ServerState, body: dict[str, Any]) -> PreparedChat:
         stream=body["stream"],
         include_usage=bool(options.get("include_usage")),
         salt=body.get("cache_salt"),
+        logged_prompt=formatter.tokenizer.decode(prompt) if state.log_prompts else None,
     )
 
 
@@ -142,10 +145,10 @@ def _finish_reason(reason: str, calls: list[ToolCall]) -> str:
 class ChatCompletion:
     """One chat completion request; ``run`` returns the HTTP response."""
 
-    def __init__(self, state: ServerState, request: web.Request, body: dict[str, Any]) -> None:
+    def __init__(self, state: ServerState, request: web.Request, prep: PreparedChat) -> None:
         self.state = state
         self.request = request
-        self.prep = _prepare(state, body)
+        self.prep = prep
         self.id = f"chatcmpl-{uuid.uuid4().hex}"
         self.created = int(time.time())
         self.model = state.engine.info.name
@@ -186,12 +189,8 @@ class ChatCompletion:
         )
 
     async def run(self) -> web.StreamResponse:
-        if self.state.log_prompts:
-            _LOGGER.info(
-                "chat %s prompt: %s",
-                self.id[-8:],
-                self.state.formatter.tokenizer.decode(self.prep.prompt),
-            )
+        if self.prep.logged_prompt is not None:
+            _LOGGER.info("chat %s prompt: %s", self.id[-8:], self.prep.logged_prompt)
         events = self.state.engine.stream(self.prep.prompt, self.prep.params, salt=self.prep.salt)
         try:
             first = await self._first_event(events)
@@ -328,4 +327,5 @@ class ChatCompletion:
 async def chat_completions(request: web.Request) -> web.StreamResponse:
     state: ServerState = request.app[ServerState.KEY]
     body = validate(CHAT_REQUEST, await read_json(request))
-    return await ChatCompletion(state, request, body).run()
+    prep = await state.prepare(partial(_prepare, state, body))
+    return await ChatCompletion(state, request, prep).run()

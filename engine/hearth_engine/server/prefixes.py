@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+from functools import partial
+from typing import Any
 
 from aiohttp import web
 
@@ -27,20 +29,24 @@ def _wait_flag(request: web.Request) -> bool:
     return value in ("true", "1")
 
 
-async def put_prefix(request: web.Request) -> web.Response:
-    state = _state(request)
-    name = check_pin_name(request.match_info["name"])
-    wait = _wait_flag(request)
-    body = validate(PIN_REQUEST, await read_json(request))
+def _pin_tokens(state: ServerState, body: dict[str, Any]) -> list[int]:
+    """Render and tokenize a pin's messages (runs on the prepare thread, not the loop)."""
     try:
-        text = state.formatter.render(
+        return state.prompts.encode(
             body["messages"], body.get("tools"), add_generation_prompt=False
         )
     except RecursionError:
         raise bad_request("the messages or tools are nested too deeply") from None
     except ChatTemplateError as err:
         raise bad_request(str(err), param="messages", code="invalid_messages") from None
-    tokens = state.formatter.encode(text)
+
+
+async def put_prefix(request: web.Request) -> web.Response:
+    state = _state(request)
+    name = check_pin_name(request.match_info["name"])
+    wait = _wait_flag(request)
+    body = validate(PIN_REQUEST, await read_json(request))
+    tokens = await state.prepare(partial(_pin_tokens, state, body))
     try:
         status = await state.engine.pin(name, tokens, wait=wait)
     except PinTooLargeError as err:

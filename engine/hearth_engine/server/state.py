@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import ClassVar
+import asyncio
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import ClassVar, TypeVar
 
 from aiohttp import web
 
 from ..chat import ChatFormatter
 from ..engine import Engine
 from .metrics import Metrics
+from .prompts import PromptEncoder
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -21,6 +27,24 @@ class ServerState:
     metrics: Metrics
     api_key: str | None
     log_prompts: bool = False
+    prompts: PromptEncoder = field(init=False)
+    # The one thread that renders and tokenizes prompts (the formatter's tokenizer is used
+    # nowhere else): a 5k-token house prompt takes milliseconds the event loop can't spare.
+    prepare_executor: ThreadPoolExecutor = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.prompts = PromptEncoder(self.formatter)
+        self.prepare_executor = ThreadPoolExecutor(1, thread_name_prefix="hearth-prepare")
+
+    async def prepare(self, fn: Callable[[], T]) -> T:
+        """Run ``fn`` (rendering, tokenizing) on the prepare thread and wait for it.
+
+        Its exceptions (``APIError``, ``ChatTemplateError``...) are raised here.
+        """
+        return await asyncio.get_running_loop().run_in_executor(self.prepare_executor, fn)
+
+    def close(self) -> None:
+        self.prepare_executor.shutdown(wait=False, cancel_futures=True)
 
 
 ServerState.KEY = web.AppKey("hearth_state", ServerState)
