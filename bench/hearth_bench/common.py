@@ -28,6 +28,16 @@ def resolve_spec(model: str | None, shape: str | None) -> str:
     return model or "default"
 
 
+def model_spec(name: str) -> str:
+    """A model name as the engine loads it: a shape name (random weights) becomes its folder.
+
+    ``default``, ``tiny``, ``tiny-tools`` and folders pass through unchanged.
+    """
+    from hearth_engine.models.shapes import SHAPES
+
+    return resolve_spec(None, name) if name in SHAPES else name
+
+
 def load_engine(spec: str, **overrides: Any) -> Engine:
     engine = Engine.load(EngineConfig(model=spec, **overrides))
     engine.start()
