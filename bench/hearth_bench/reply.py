@@ -10,6 +10,11 @@ The engine has no ``ignore_eos``: requests use ``tool_choice: none`` (text only)
 for a long answer. Each candidate question is tried once (the warm-up); the first that
 runs to ``max_tokens`` is timed. If none does, the last is timed and the row reports
 the real token count in ``tokens``.
+
+Every request is numbered at the start of its user message, as a new voice command
+differs from the last one: the engine keeps each prompt's KV, so repeating one request
+would hit it all. What hits is the pin plus the satellite's context message (as for the
+second command of a satellite in a real house); the question is prefilled.
 """
 
 from __future__ import annotations
@@ -35,14 +40,14 @@ QUESTIONS = (
 )
 
 
-def request_body(fixture: Fixture, question: str, max_tokens: int) -> dict[str, Any]:
-    """A kitchen-satellite request on the pinned prefix, asking ``question``, text only."""
+def request_body(fixture: Fixture, question: str, number: int, max_tokens: int) -> dict[str, Any]:
+    """Kitchen-satellite request ``number`` on the pinned prefix, asking ``question``."""
     sample = next(s for s in fixture.of_role(ROLE) if s.agent == AGENT and s.prefix == 0)
     body = fixture.body(sample, version=0)
     messages = [m for m in body["messages"] if m["role"] != "user"]
     return {
         **body,
-        "messages": [*messages, {"role": "user", "content": question}],
+        "messages": [*messages, {"role": "user", "content": f"Request {number}. {question}"}],
         "tool_choice": "none",
         "temperature": 0.0,
         "max_tokens": max_tokens,
@@ -55,17 +60,15 @@ def completion_tokens(reply: Reply) -> int:
 
 async def pick_question(
     session: aiohttp.ClientSession, url: str, fixture: Fixture, max_tokens: int
-) -> dict[str, Any]:
-    """The body of the first question that runs to ``max_tokens`` (each tried once)."""
-    body: dict[str, Any] = {}
+) -> str:
+    """The first question that runs to ``max_tokens`` (each tried once)."""
     for question in QUESTIONS:
-        body = request_body(fixture, question, max_tokens)
-        reply = await stream_chat(session, url, body)
+        reply = await stream_chat(session, url, request_body(fixture, question, 0, max_tokens))
         if reply.error is not None:
             raise RuntimeError(f"reply request failed: {reply.error}")
         if completion_tokens(reply) >= max_tokens:
-            return body
-    return body
+            return question
+    return QUESTIONS[-1]
 
 
 def summarize(replies: Sequence[Reply], pin: dict[str, Any]) -> dict[str, Any]:
@@ -92,9 +95,10 @@ async def measure_reply(url: str, fixture: Fixture, max_tokens: int, runs: int) 
     async with aiohttp.ClientSession(timeout=timeout) as session:
         agent = fixture.agents[AGENT]
         pin = await put_pin(session, url, agent.pin, agent.prefixes[0].body())
-        body = await pick_question(session, url, fixture, max_tokens)
+        question = await pick_question(session, url, fixture, max_tokens)
         replies = []
-        for _ in range(runs):
+        for number in range(1, runs + 1):
+            body = request_body(fixture, question, number, max_tokens)
             reply = await stream_chat(session, url, body)
             if reply.error is not None:
                 raise RuntimeError(f"reply request failed: {reply.error}")
