@@ -12,15 +12,18 @@ For each model (``--models``: ``default`` is SmolLM2-135M with real weights, a n
   - ``ms/tok`` (``ms_per_token_*``): the context copied into each of the ``B`` rows of
     the working buffer (every row reads its own copy, as after a cold prompt);
   - ``shared`` (``shared_ms_per_token_*``): the context read in place as a shared
-    prefix part, as the engine serves a pinned prefix (one copy for all rows);
+    prefix part, as the engine serves a pinned prefix (one copy for all rows). Empty
+    where the engine does not read prefixes in place for this model and dtype (its
+    start-up self-test, ``ModelRunner.shares_prefix``, failed: it copies them instead);
 
   a step's time is what every stream waits per token; ``tok/s`` is ``B`` rows over
   the median step;
 * at batch 1, one request through the engine (``max_tokens=32`` on the pinned context):
   the median gap between its tokens as the engine's caller sees them (``engine``).
 
-Then **reply rows** (skip with ``--no-reply``): see ``reply.py``: a real server process,
-the demo house pinned, TTFT and the time to the 30th token as a streaming client sees it.
+Then **reply rows** for the ``--reply-models`` (default: ``default``, the one with real
+weights; skip with ``--no-reply``), see ``reply.py``: a real server process, the demo
+house pinned, TTFT and the time to the 30th token as a streaming client sees it.
 
 A full default run is ~15 minutes on a 2-core CPU; ``--quick`` runs the default model
 at 512 and 2,048 tokens, batch 1 and 4.
@@ -317,6 +320,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--no-engine-check", action="store_true", help="skip the batch-1 engine request"
     )
     parser.add_argument("--no-reply", action="store_true", help="skip the HTTP reply rows")
+    parser.add_argument(
+        "--reply-models", nargs="+", default=["default"], metavar="MODEL",
+        help="the models (of --models) that also get reply rows (default: %(default)s)",
+    )  # fmt: skip
     parser.add_argument("--reply-runs", type=int, default=5)
     parser.add_argument("--reply-tokens", type=int, default=REPLY_TOKENS)
     parser.add_argument("--fixture", type=Path, default=FIXTURE)
@@ -355,7 +362,7 @@ def main(argv: list[str]) -> int:
             for dtype in args.dtypes:
                 print(f"# {model} {dtype}, {threads} threads", flush=True)
                 rows += decode_rows(model, dtype, threads, plan)
-                if fixture is not None:
+                if fixture is not None and model in args.reply_models:
                     log = Path(workdir) / f"engine-{model}-{dtype}.log"
                     rows.append(
                         full_row(reply_row(

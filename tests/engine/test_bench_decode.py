@@ -26,7 +26,8 @@ def rows(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
     out = tmp_path_factory.mktemp("decode") / "rows.json"
     argv = ["--models", "tiny", "--dtypes", "float32", "--threads", "1", "--contexts"]
     argv += [str(c) for c in CONTEXTS] + ["--batches"] + [str(b) for b in BATCHES]
-    argv += ["--reply-runs", "1", "--reply-tokens", "8", "--json", str(out)]
+    argv += ["--reply-models", "tiny", "--reply-runs", "1", "--reply-tokens", "8"]
+    argv += ["--json", str(out)]
     assert main(argv) == 0
     return list(json.loads(out.read_text()))
 
