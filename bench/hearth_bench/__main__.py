@@ -1,4 +1,4 @@
-"""``scripts/bench MODE ...``: ttft, concurrency, household, fuzz, load."""
+"""``scripts/bench MODE ...``: ttft, concurrency, household, fuzz, load, faults, agreement."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ MODES = {
     "fuzz": "hearth_bench.fuzz",
     "load": "hearth_bench.load",
     "faults": "hearth_bench.faults",
+    "agreement": "hearth_bench.agreement",
 }
 
 
