@@ -38,6 +38,13 @@ def tiny_runner64() -> ModelRunner:
     return ModelRunner.load("tiny", dtype="float64")
 
 
+@pytest.fixture(scope="session")
+def tiny_runner_bf16() -> ModelRunner:
+    """bfloat16, whatever the host (torch computes it on any CPU, slowly without AVX512-BF16):
+    the dtype ``auto`` picks on most users' hardware, so its paths are tested everywhere."""
+    return ModelRunner.load("tiny", dtype="bfloat16")
+
+
 @pytest.fixture
 def make_engine(tiny_runner: ModelRunner) -> Iterator[Callable[..., Engine]]:
     engines: list[Engine] = []
