@@ -124,10 +124,14 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 )
             results["cached_vs_cold"].add(reference, hit)
             results["cold_other_vs_cold"].add(reference, noise)
-            if (n + 1) % 10 == 0:
-                print(
-                    f"{n + 1}/{len(cases)} prompts, {time.monotonic() - started:.0f} s", flush=True
+            if (n + 1) % 10 == 0:  # running figures: a long run can be read as it goes
+                shares = "; ".join(
+                    f"{name} {a.identical}/{a.cases} identical, "
+                    f"{100 * a.equal_tokens / max(1, a.tokens):.1f}% tokens equal"
+                    for name, a in results.items()
                 )
+                elapsed = time.monotonic() - started
+                print(f"{n + 1}/{len(cases)} prompts, {elapsed:.0f} s: {shares}", flush=True)
     finally:
         for e in (cold, other, cached):
             e.close()
