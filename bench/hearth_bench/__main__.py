@@ -1,4 +1,5 @@
-"""``scripts/bench MODE ...``: ttft, concurrency, household, fuzz, load, faults, decode."""
+"""``scripts/bench MODE ...``: ttft, concurrency, household, fuzz, load, faults, decode,
+agreement."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ MODES = {
     "load": "hearth_bench.load",
     "faults": "hearth_bench.faults",
     "decode": "hearth_bench.decode",
+    "agreement": "hearth_bench.agreement",
 }
 
 

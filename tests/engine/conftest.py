@@ -38,6 +38,13 @@ def tiny_runner64() -> ModelRunner:
     return ModelRunner.load("tiny", dtype="float64")
 
 
+@pytest.fixture(scope="session")
+def tiny_runner_bf16() -> ModelRunner:
+    """bfloat16, whatever the host (torch computes it on any CPU, slowly without AVX512-BF16):
+    the dtype ``auto`` picks on most users' hardware, so its paths are tested everywhere."""
+    return ModelRunner.load("tiny", dtype="bfloat16")
+
+
 @pytest.fixture
 def make_engine(tiny_runner: ModelRunner) -> Iterator[Callable[..., Engine]]:
     engines: list[Engine] = []
@@ -60,6 +67,7 @@ def make_engine(tiny_runner: ModelRunner) -> Iterator[Callable[..., Engine]]:
 
 TOOLS_SERVER_KEY = "hk-test-7c1e93f0a2"
 START_TIMEOUT_S = 240.0  # a cold start on a busy 2-core machine (first torch import)
+SERVER_DTYPE = "float32"  # the same text and KV bytes on every host (see launch_server)
 
 
 def free_port() -> int:
@@ -141,13 +149,21 @@ def launch_server(
     host: str = "127.0.0.1",
     ready: bool = True,
 ) -> ServerProcess:
-    """Start ``serve --host HOST --port FREE [--api-key KEY] ARGS`` (``--model tiny`` unless
-    ARGS names one) and, with ``ready``, wait until ``/health`` answers."""
+    """Start ``serve --host HOST --port FREE [--api-key KEY] ARGS`` (``--model tiny`` and
+    ``--dtype float32`` unless ARGS name others) and, with ``ready``, wait until ``/health``
+    answers.
+
+    The dtype is fixed because ``auto`` picks bfloat16 on CPUs with AVX512-BF16/AMX:
+    there the tiny models' exact replies differ and KV takes half the bytes, so tests of
+    exact text or of the KV budget would pass on one host and fail on another.
+    """
     workdir.mkdir(parents=True, exist_ok=True)
     port = free_port()
     cmd = serve_command("--host", host, "--port", str(port), *args)
     if "--model" not in args:
         cmd += ["--model", "tiny"]
+    if "--dtype" not in args:
+        cmd += ["--dtype", SERVER_DTYPE]
     if api_key is not None:
         cmd += ["--api-key", api_key]
     log_path = workdir / f"server-{port}.log"

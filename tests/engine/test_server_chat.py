@@ -112,8 +112,11 @@ async def test_stop_string_ends_the_reply(client: Client) -> None:
 
 
 async def test_unknown_openai_fields_are_ignored(client: Client) -> None:
+    # "good evening", as in test_completion_shape_and_text: "hi" is outside what
+    # tiny-tools was trained on, and a model trained on another host (its floating point
+    # converges differently) answered it "Hello from Heearth." even in float32.
     reply = await client.chat(
-        messages=[system(), user("hi")],
+        messages=[system(), user("good evening")],
         model="gpt-4o",
         frequency_penalty=0.5,
         logit_bias={},
