@@ -259,8 +259,9 @@ class PinManager:
             return
         if save and self.persistent:
             self._save_kv(tokens)
-        self._resolve(name, generation, state="ready", prefill_ms=prefill_ms, restored=restored)
+        # Queue the manifest before anyone hears "ready": a flush after that sees it.
         self._save_manifest()
+        self._resolve(name, generation, state="ready", prefill_ms=prefill_ms, restored=restored)
 
     def _resolve(
         self,

@@ -143,7 +143,7 @@ async def test_bfloat16_cache_hits_agree_as_well_as_rechunking(make_engine, tiny
     runner = tiny_runner_bf16
     vocab = runner.info.vocab_size
     warm = make_engine(runner=runner, chunk_tokens=64)
-    assert warm.share_prefix is True  # the self-test accepts bfloat16
+    assert warm.kv.share_prefix is True  # the self-test accepts bfloat16
     cold = make_engine(runner=runner, chunk_tokens=64, cache_mode=CacheMode.NONE)
     other = make_engine(runner=runner, chunk_tokens=40, cache_mode=CacheMode.NONE)
     rng = random.Random(77)
