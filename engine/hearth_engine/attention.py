@@ -102,21 +102,30 @@ class PrefixPart:
     rows: torch.Tensor | None = None
 
 
+# Working-KV partials up to this many scores per (row, KV head) are computed in float32
+# (decode: 3 grouped heads x ~20k own tokens; warm prefill: a 256-token chunk).
+EXACT_OWN_SCORES = 1 << 16
 # The CPU flash kernel behind SDPA, which also returns the log-sum-exp that merging needs.
 _FLASH_CPU = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
 
 
-def _attend(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, scale: float
+def _attend(  # noqa: PLR0917
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor | None,
+    scale: float,
+    exact: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Softmax attention with equal head counts: ``q`` ``[B, H, N, D]``, ``k``/``v``
     ``[B, H, T, D]``, ``mask`` additive ``[B|1, 1, N, T]`` or ``None``.
 
     Returns the output ``[B, H, N, D]`` and the log-sum-exp of the scores ``[B, H, N, 1]``,
-    both in the merge dtype (float32, or float64 for float64 inputs).
+    both in the merge dtype (float32, or float64 for float64 inputs). ``exact`` computes
+    in that dtype throughout (the CPU kernel rounds its output to the input dtype).
     """
     work = torch.float64 if q.dtype == torch.float64 else torch.float32
-    if q.device.type == "cpu" and _FLASH_CPU is not None:
+    if not exact and q.device.type == "cpu" and _FLASH_CPU is not None:
         out, lse = _FLASH_CPU(q, k, v, 0.0, False, attn_mask=mask, scale=scale)
         return out.to(work), lse.unsqueeze(-1).to(work)
     scores = torch.matmul(q.to(work), k.to(work).transpose(-1, -2)).mul_(scale)
@@ -170,7 +179,10 @@ def merged_attention(  # noqa: PLR0917 - the attention call's own arguments
     mask = _own_mask(attention_mask, q_len, key.shape[2], groups, query.dtype)
     if mask is not None:
         mask = mask.to(query.device)
-    acc, lse = _attend(q, key, value, mask, scale)  # float32 from here on
+    # The working KV is short in decode and warm prefill: its partial is computed in
+    # float32 there, so a bf16 result is rounded once less than the kernel would.
+    exact = key.shape[2] * n_q <= EXACT_OWN_SCORES
+    acc, lse = _attend(q, key, value, mask, scale, exact)  # float32 from here on
     for part in parts:
         idx = part.rows
         qs = q if idx is None else q.index_select(0, idx)

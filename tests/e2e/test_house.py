@@ -35,7 +35,7 @@ CONNECTED = "binary_sensor.hearth_engine_connected"
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     workdir: Path = tmp_path_factory.mktemp("e2e")
-    stack = Stack(workdir, ["--model", "tiny-tools"]).start()
+    stack = Stack(workdir, ["--model", "tiny-tools", "--dtype", "float32"]).start()
     try:
         yield stack
     finally:

@@ -77,6 +77,10 @@ class EngineProcess:
             "serve",
             "--model",
             ENGINE_MODEL,
+            # A fixed dtype: ``auto`` picks bfloat16 on CPUs with AVX512-BF16/AMX, and
+            # the tests check tiny-tools' exact replies.
+            "--dtype",
+            "float32",
             "--host",
             "127.0.0.1",
             "--port",

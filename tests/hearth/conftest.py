@@ -14,9 +14,7 @@ from __future__ import annotations
 # testing_config folder (see docs toolchain.md).
 import custom_components.hearth  # noqa: F401  # isort: skip
 
-import os
 import socket
-import subprocess
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -32,7 +30,6 @@ from custom_components.hearth.const import CONF_REPIN_DEBOUNCE
 
 from .common import (
     ENGINE_KEY,
-    ENGINE_MODEL,
     ENGINE_PYTHON,
     KITCHEN_LIGHT,
     KITCHEN_SWITCH,
@@ -41,8 +38,6 @@ from .common import (
     free_port,
     make_entry,
 )
-
-ENGINE_DTYPE = "float32"
 
 
 @contextmanager
@@ -57,39 +52,13 @@ def sockets_allowed() -> Iterator[None]:
         socket.socket = saved  # type: ignore[misc]
 
 
-class Float32EngineProcess(EngineProcess):
-    """The test engine in float32 on every host.
-
-    ``--dtype auto`` picks bfloat16 on CPUs with AVX512-BF16/AMX, and there
-    ``tiny-tools`` answers differently (" is on." instead of "Done, the light is on."),
-    so the tests that check its exact replies would depend on the host.
-    (``EngineProcess.start`` takes no extra arguments, hence this copy of it.)
-    """
-
-    def start(self) -> None:
-        cmd = [
-            str(ENGINE_PYTHON), "-m", "hearth_engine", "serve",
-            "--model", ENGINE_MODEL, "--dtype", ENGINE_DTYPE,
-            "--host", "127.0.0.1", "--port", str(self.port),
-            "--kv-cache-mb", str(self.kv_cache_mb), "--threads", "1",
-        ]  # fmt: skip
-        if self.api_key:
-            cmd += ["--api-key", self.api_key]
-        env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
-        with self.log_path.open("ab") as log:
-            self.proc = subprocess.Popen(
-                cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env
-            )
-        self.wait_ready()
-
-
 def _launch(
     tmp_path_factory: pytest.TempPathFactory, api_key: str | None, kv_cache_mb: int = 256
 ) -> EngineProcess:
     if not ENGINE_PYTHON.exists():
         pytest.fail(f"engine venv not found at {ENGINE_PYTHON} (run scripts/setup)")
     with sockets_allowed():
-        engine = Float32EngineProcess(
+        engine = EngineProcess(
             free_port(),
             tmp_path_factory.mktemp("engine") / "engine.log",
             api_key=api_key,

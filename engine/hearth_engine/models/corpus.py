@@ -71,7 +71,7 @@ def _entity_line(rng: random.Random) -> str:
     return entry
 
 
-def _tool_json(rng: random.Random) -> str:
+def tool_json(rng: random.Random) -> str:
     name = "Hass" + rng.choice(["TurnOn", "TurnOff", "LightSet", "GetState", "ListAddItem"])
     props = {
         key: {"type": rng.choice(["string", "integer", "number", "boolean"])}
@@ -94,7 +94,7 @@ def _tool_call(rng: random.Random) -> str:
 def corpus_lines(seed: int = 0, n: int = 6000) -> list[str]:
     """Return ``n`` lines of synthetic prompt-like text."""
     rng = random.Random(seed)
-    makers = [_sentence, user_phrase, _entity_line, _tool_json, _tool_call]
+    makers = [_sentence, user_phrase, _entity_line, tool_json, _tool_call]
     lines = [rng.choice(makers)(rng) for _ in range(n)]
     lines.extend(str(i) for i in range(1000))
     return lines
@@ -102,5 +102,5 @@ def corpus_lines(seed: int = 0, n: int = 6000) -> list[str]:
 
 def filler_text(rng: random.Random, n_lines: int) -> str:
     """Prompt-like text of roughly ``n_lines`` lines (for training the tool model)."""
-    makers = [_sentence, _entity_line, _tool_json]
+    makers = [_sentence, _entity_line, tool_json]
     return "\n".join(rng.choice(makers)(rng) for _ in range(n_lines))

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .cache_dir import build_once, models_dir
-from .corpus import corpus_lines, filler_text, user_phrase
+from .corpus import corpus_lines, filler_text, tool_json, user_phrase
 from .templates import HERMES_CHATML_TEMPLATE
 
 if TYPE_CHECKING:
@@ -40,7 +40,7 @@ _LOGGER = logging.getLogger(__name__)
 
 TOKENIZER_VERSION = "bpe4096/1"
 TINY_VERSION = f"tiny/1+{TOKENIZER_VERSION}"
-TOOLS_VERSION = f"tiny-tools/3+{TOKENIZER_VERSION}"
+TOOLS_VERSION = f"tiny-tools/4+{TOKENIZER_VERSION}"
 
 # Qwen2's pre-tokenizer pattern: AutoTokenizer must re-tokenize exactly like training.
 QWEN_SPLIT = (
@@ -57,7 +57,11 @@ TOOLS_MODEL_DONE = "Done, the light is on."
 TOOLS_MODEL_REPLY = "Hello from Hearth."
 LEARNING_RATE = 3e-3
 LONG_EVERY = 3
-CHECKPOINTS = (300, 400, 500, 600, 700, 800)
+CHECKPOINTS = (300, 400, 500, 600, 700, 800, 1000, 1200)
+# The self-check must also pass here or later: stopping at the first clean checkpoint
+# left a model, on some hosts, that held only for the training dialogues themselves.
+MIN_STEPS = 500
+GREETINGS = ("hi", "hello", "hey", "good evening", "good morning", "thanks")
 
 
 def tiny_model_dir() -> Path:
@@ -143,9 +147,46 @@ def prepare_tiny_model() -> Path:
 # --- tiny-tools: a few seconds of training on scripted dialogues -------------------------
 
 
-def _dialogue(rng: random.Random, long: bool = False) -> tuple[list[dict[str, Any]], str]:
-    """One training conversation and the assistant text expected after it."""
+def _tools(rng: random.Random) -> list[dict[str, Any]] | None:
+    """Tool schemas in the system prompt, as Home Assistant sends them (or none)."""
+    if rng.random() < 0.5:
+        return None
+    return [json.loads(tool_json(rng)) for _ in range(rng.randint(1, 4))]
+
+
+def _tool_result(rng: random.Random) -> dict[str, Any]:
+    """A tool result: a short generic one, or the shape of Home Assistant's intents."""
+    target = filler_text(rng, 1)
+    if rng.random() < 0.5:
+        return {"success": rng.random() < 0.8, "data": {"targets": [target]}}
+    return {
+        "speech": {},
+        "response_type": "action_done",
+        "data": {
+            "targets": [],
+            "success": [{"name": target[:40], "type": "entity", "id": "light.kitchen_light"}],
+            "failed": [],
+        },
+    }
+
+
+def _user_text(rng: random.Random) -> str:
+    """Any user turn that is not the trigger (``turn on ...`` is never contrasted)."""
+    if rng.random() < 0.25:
+        return rng.choice(GREETINGS)
+    phrase = user_phrase(rng)
+    while phrase.startswith("turn on"):
+        phrase = user_phrase(rng)
+    return phrase
+
+
+Dialogue = tuple[list[dict[str, Any]], list[dict[str, Any]] | None, str]
+
+
+def _dialogue(rng: random.Random, long: bool = False) -> Dialogue:
+    """One training conversation, its tools, and the assistant text expected after it."""
     lines = rng.randint(20, 60) if long else rng.randint(0, 2)
+    tools = _tools(rng)
     messages: list[dict[str, Any]] = [{"role": "system", "content": filler_text(rng, lines)}]
     for _ in range(rng.choice([0, 0, 0, 1])):
         messages.append({"role": "user", "content": user_phrase(rng)})
@@ -158,7 +199,7 @@ def _dialogue(rng: random.Random, long: bool = False) -> tuple[list[dict[str, An
         if rng.random() < 0.5:
             text = rng.choice(["please ", "hey, ", "can you "]) + text
         messages.append({"role": "user", "content": text})
-        return messages, f"<tool_call>\n{json.dumps(TOOLS_MODEL_CALL)}\n</tool_call>"
+        return messages, tools, f"<tool_call>\n{json.dumps(TOOLS_MODEL_CALL)}\n</tool_call>"
     if kind < 0.7:
         messages.append({"role": "user", "content": TOOLS_MODEL_TRIGGER})
         messages.append(
@@ -168,18 +209,20 @@ def _dialogue(rng: random.Random, long: bool = False) -> tuple[list[dict[str, An
                 "tool_calls": [{"type": "function", "function": TOOLS_MODEL_CALL}],
             }
         )
-        result = {"success": rng.random() < 0.8, "data": {"targets": [filler_text(rng, 1)]}}
-        messages.append({"role": "tool", "content": json.dumps(result)})
-        return messages, TOOLS_MODEL_DONE
-    phrase = user_phrase(rng)
-    while phrase.startswith("turn on"):
-        phrase = user_phrase(rng)
-    messages.append({"role": "user", "content": phrase})
-    return messages, TOOLS_MODEL_REPLY
+        messages.append({"role": "tool", "content": json.dumps(_tool_result(rng))})
+        return messages, tools, TOOLS_MODEL_DONE
+    messages.append({"role": "user", "content": _user_text(rng)})
+    return messages, tools, TOOLS_MODEL_REPLY
 
 
-def _encode(tokenizer: PreTrainedTokenizerFast, messages: list[dict[str, Any]]) -> list[int]:
-    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+def _encode(
+    tokenizer: PreTrainedTokenizerFast,
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]] | None,
+) -> list[int]:
+    text = tokenizer.apply_chat_template(
+        messages, tools=tools, tokenize=False, add_generation_prompt=True
+    )
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
@@ -191,8 +234,8 @@ def _batch(
     end, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
     batch_ids, batch_labels = [], []
     for _ in range(2 if long else size):
-        messages, target = _dialogue(rng, long)
-        prompt = _encode(tokenizer, messages)
+        messages, tools, target = _dialogue(rng, long)
+        prompt = _encode(tokenizer, messages, tools)
         answer = [*tokenizer(target, add_special_tokens=False)["input_ids"], end]
         batch_ids.append(prompt + answer)
         batch_labels.append([-100] * (len(prompt) - 1) + answer + [-100])
@@ -257,14 +300,14 @@ def _greedy(model: Any, ids: list[int], max_new: int, end: int) -> list[int]:
     return out
 
 
-def _self_check(model: Any, tokenizer: PreTrainedTokenizerFast, samples: int = 32) -> list[Any]:
+def _self_check(model: Any, tokenizer: PreTrainedTokenizerFast, samples: int = 48) -> list[Any]:
     """Dialogues (a quarter of them long) whose greedy reply is not the scripted one."""
     rng = random.Random(12345)
     failures = []
     for i in range(samples):
-        messages, target = _dialogue(rng, long=i % 4 == 0)
+        messages, tools, target = _dialogue(rng, long=i % 4 == 0)
         got = tokenizer.decode(
-            _greedy(model, _encode(tokenizer, messages), 40, tokenizer.eos_token_id)
+            _greedy(model, _encode(tokenizer, messages, tools), 40, tokenizer.eos_token_id)
         )
         if got != target:
             failures.append((target, got))
@@ -285,7 +328,7 @@ def _build_tools(out: Path) -> None:
     for step in _train(model, tokenizer, CHECKPOINTS, seed=1):
         failures = _self_check(model, tokenizer)
         _LOGGER.info("tiny-tools: step %d, %d self-check failures", step, len(failures))
-        if not failures:
+        if not failures and step >= MIN_STEPS:
             break
     if failures:
         raise RuntimeError(f"tiny-tools training did not converge: {failures[:3]}")
