@@ -60,7 +60,7 @@ class ConstraintCompiler:
 
             t0 = time.perf_counter()
             self._ll_tokenizer = llguidance.hf.from_tokenizer(
-                self._hf_tokenizer, n_vocab=self.vocab_size, eos_token=list(self.eos_ids)
+                self._hf_tokenizer, n_vocab=self.vocab_size, eos_token=list(self.eos_ids) or None
             )
             _LOGGER.info(
                 "Constrained decoding ready (tokenizer trie in %.0f ms)",

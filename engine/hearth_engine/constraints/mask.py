@@ -44,7 +44,11 @@ class Constraint:
 
     @property
     def error(self) -> str:
-        return str(self.matcher.get_error()) if self.matcher.is_error() else ""
+        """The matcher's error, first line (the rest quotes the whole grammar)."""
+        if not self.matcher.is_error():
+            return ""
+        lines = str(self.matcher.get_error()).strip().splitlines()
+        return lines[0][:300] if lines else "error"
 
 
 class Masker:
