@@ -18,7 +18,7 @@ from hearth_engine.constraints.grammar import (
     build_grammar,
     narrow_schema,
 )
-from hearth_engine.constraints.mask import Constraint, Masker
+from hearth_engine.constraints.mask import Constraint, Masker, apply_numpy
 from hearth_engine.models.tiny import prepare_tiny_model
 
 pytest.importorskip("llguidance")
@@ -236,3 +236,22 @@ def test_masker_masks_only_constrained_rows(tokenizer: Any, compiler: Constraint
     assert bool((logits[0] == 0).all()) and bool((logits[2] == 0).all())
     allowed = torch.nonzero(logits[1] == 0).flatten().tolist()
     assert allowed and all(tokenizer.decode([t]).lstrip().startswith("{") for t in allowed)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_numpy_and_torch_paths_mask_the_same(tokenizer: Any, dtype: torch.dtype) -> None:
+    """The CPU (numpy) path and the accelerator (torch) path agree, bf16 logits too."""
+    vocab = len(tokenizer) + 40  # a model's logits are often wider than its tokenizer
+    wide = ConstraintCompiler(tokenizer, vocab, [tokenizer.eos_token_id], ToolFormat.HERMES)
+    constraint = wide.start(ConstraintRequest(tools=TOOLS, tool_choice="required"))
+    assert constraint is not None
+    row = torch.zeros((1, (vocab + 31) // 32), dtype=torch.int32)
+    constraint.fill(row[0])
+    by_numpy = torch.zeros(2, vocab)
+    apply_numpy(by_numpy, torch.cat([row, torch.full_like(row, -1)]))
+    by_torch = torch.zeros(2, vocab, dtype=dtype)
+    Masker(vocab)._apply_torch(by_torch, torch.cat([row, torch.full_like(row, -1)]))
+    assert torch.equal(by_numpy.isinf(), by_torch.isinf())
+    assert 0 < int((~by_numpy[0].isinf()).sum()) < len(tokenizer)
+    assert not bool(by_numpy[1].isinf().any())
+    assert bool(by_numpy[0, len(tokenizer) :].isinf().all())

@@ -4,6 +4,7 @@ response_format, the house-values extension, bad schemas, streaming."""
 from __future__ import annotations
 
 import json
+import uuid
 from typing import Any
 
 import pytest
@@ -198,3 +199,30 @@ async def test_pin_with_bad_tool_schema_is_a_400(client: Client) -> None:
     body = {"messages": MESSAGES[:1], "tools": [BROKEN_TOOL]}
     error = await client.error("PUT", "/v1/prefixes/broken", 400, "invalid_schema", json_body=body)
     assert error["param"] == "tools.0.function.parameters"
+
+
+async def test_a_pin_with_tools_compiles_the_house_grammar_once(
+    client: Client, server: ServerProcess
+) -> None:
+    tag = uuid.uuid4().hex
+    tools = [{**TOOLS[0], "function": {**TOOLS[0]["function"], "description": tag}}]
+    house = [{"role": "system", "content": f"House {tag}."}]
+    before = server.stderr().count("Grammar compiled")
+    await client.put_pin(f"house-{tag[:8]}", messages=house, tools=tools, hearth=HOUSE)
+    server.wait_for_log("Grammar compiled", timeout=5)
+    assert server.stderr().count("Grammar compiled") == before + 1
+    messages = [*house, MESSAGES[1]]
+    for seed in range(2):
+        reply = await client.chat(messages=messages, tools=tools, hearth=HOUSE, **sampling(seed))
+        assert reply["usage"]["prompt_tokens_details"]["cached_tokens"] > 0
+    assert server.stderr().count("Grammar compiled") == before + 1  # reused, not rebuilt
+    # Other house values are another grammar.
+    await client.chat(messages=messages, tools=tools, hearth={"argument_values": {"name": ["X"]}})
+    assert server.stderr().count("Grammar compiled") == before + 2
+
+
+async def test_house_values_stay_out_of_the_prompt(client: Client) -> None:
+    base = {"messages": MESSAGES, "tools": TOOLS, "max_tokens": 1}
+    plain = await client.chat(**base)
+    narrowed = await client.chat(**base, hearth={"argument_values": {"name": ["A" * 200] * 50}})
+    assert narrowed["usage"]["prompt_tokens"] == plain["usage"]["prompt_tokens"]

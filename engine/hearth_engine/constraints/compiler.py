@@ -110,6 +110,12 @@ class ConstraintCompiler:
             raise GrammarError(_first_line(template.get_error()))
         self.last_compile_ms = (time.perf_counter() - t0) * 1000
         self.compiles += 1
+        _LOGGER.info(
+            "Grammar compiled in %.0f ms (%d so far, %d reused)",
+            self.last_compile_ms,
+            self.compiles,
+            self.hits,
+        )
         self._compiled[key] = template
         while len(self._compiled) > self._capacity:
             self._compiled.popitem(last=False)

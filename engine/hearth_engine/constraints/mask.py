@@ -86,21 +86,32 @@ class Masker:
             constraint.fill(bitmask[k])
             if not bool(bitmask[k].any()):  # a broken matcher: only let the reply end
                 _allow_only(bitmask[k], constraint.eos_ids)
-        width = batch.shape[-1]
-        if batch.device.type == "cpu":
-            bits = np.unpackbits(bitmask.numpy().view(np.uint8), axis=-1, bitorder="little")
-            np.putmask(batch.numpy(), bits[:, :width] == 0, -np.inf)
+        if batch.device.type == "cpu" and batch.dtype in _NUMPY_DTYPES:
+            apply_numpy(batch, bitmask)
         else:
-            shifts = self._shifts.get(batch.device)
-            if shifts is None:
-                shifts = self._shifts[batch.device] = torch.arange(
-                    32, dtype=torch.int32, device=batch.device
-                )
-            packed = bitmask.to(batch.device, non_blocking=True)
-            allowed = ((packed.unsqueeze(-1) >> shifts) & 1).view(n, -1)[:, :width]
-            batch.masked_fill_(allowed == 0, float("-inf"))
+            self._apply_torch(batch, bitmask)
         self.seconds += time.perf_counter() - t0
         self.tokens += sum(c is not None for c in constraints)
+
+    def _apply_torch(self, batch: torch.Tensor, bitmask: torch.Tensor) -> None:
+        """Unpack on ``batch``'s device (an accelerator: the packed mask is 32x smaller)."""
+        shifts = self._shifts.get(batch.device)
+        if shifts is None:
+            shifts = torch.arange(32, dtype=torch.int32, device=batch.device)
+            self._shifts[batch.device] = shifts
+        packed = bitmask.to(batch.device, non_blocking=True)
+        allowed = ((packed.unsqueeze(-1) >> shifts) & 1).view(batch.shape[0], -1)
+        batch.masked_fill_(allowed[:, : batch.shape[-1]] == 0, float("-inf"))
+
+
+_NUMPY_DTYPES = (torch.float32, torch.float64, torch.float16)
+
+
+def apply_numpy(batch: torch.Tensor, bitmask: torch.Tensor) -> None:
+    """``batch`` [B, V] (CPU) gets -inf where ``bitmask`` [B, W] has a 0 bit (little-endian
+    words: bit ``t % 32`` of word ``t // 32`` is token ``t``)."""
+    bits = np.unpackbits(bitmask.numpy().view(np.uint8), axis=-1, bitorder="little")
+    np.putmask(batch.numpy(), bits[:, : batch.shape[-1]] == 0, -np.inf)
 
 
 def _allow_only(row: torch.Tensor, ids: Sequence[int]) -> None:
