@@ -287,7 +287,11 @@ def mask_costs(engine: Engine, batches: Sequence[int]) -> dict[int, float | None
         print(f"  (no mask rows: {err})", flush=True)
         return {}
     costs: dict[int, float | None] = {b: bench.step_ms(b) for b in batches}
-    print(f"  house grammar: {bench.compile_ms:.0f} ms to compile; mask ms {costs}", flush=True)
+    print(
+        f"  house grammar: tokenizer trie {bench.trie_ms:.0f} ms (once), compile"
+        f" {bench.compile_ms:.0f} ms (once per tool set); mask ms by batch {costs}",
+        flush=True,
+    )
     return costs
 
 

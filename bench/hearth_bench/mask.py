@@ -55,8 +55,11 @@ class MaskBench:
         )
         self.request = ConstraintRequest(tools=tuple(tools), argument_values={"name": HOUSE_NAMES})
         started = time.perf_counter()
+        self.compiler.warm()
+        self.trie_ms = (time.perf_counter() - started) * 1000  # once per server
+        started = time.perf_counter()
         self.compiler.start(self.request)
-        self.compile_ms = (time.perf_counter() - started) * 1000  # tokenizer trie included
+        self.compile_ms = (time.perf_counter() - started) * 1000  # once per tool set
         self.reply = formatter.encode(REPLY)
 
     def step_ms(self, batch: int) -> float:

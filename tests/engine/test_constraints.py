@@ -17,6 +17,7 @@ from hearth_engine.constraints.grammar import (
     GrammarError,
     build_grammar,
     narrow_schema,
+    tool_aliases,
 )
 from hearth_engine.constraints.mask import Constraint, Masker, apply_numpy
 from hearth_engine.models.tiny import prepare_tiny_model
@@ -255,3 +256,22 @@ def test_numpy_and_torch_paths_mask_the_same(tokenizer: Any, dtype: torch.dtype)
     assert 0 < int((~by_numpy[0].isinf()).sum()) < len(tokenizer)
     assert not bool(by_numpy[1].isinf().any())
     assert bool(by_numpy[0, len(tokenizer) :].isinf().all())
+
+
+def test_prefixed_tools_may_be_called_by_their_short_name(
+    tokenizer: Any, compiler: ConstraintCompiler
+) -> None:
+    def tool(name: str) -> dict[str, Any]:
+        return {"type": "function", "function": {"name": name, "parameters": LIGHT_ARGS}}
+
+    tools = (tool("intent__HassTurnOn"), tool("a__Get"), tool("b__Get"), tool("Other"))
+    assert tool_aliases(tools) == {"HassTurnOn": "intent__HassTurnOn"}  # "Get": ambiguous
+    req = ConstraintRequest(tools=tools, tool_choice="required")
+    for name, expected in (
+        ("intent__HassTurnOn", True),
+        ("HassTurnOn", True),
+        ("a__Get", True),
+        ("Get", False),
+        ("HassTurnOff", False),
+    ):
+        assert allows(tokenizer, compiler, req, call(name, {"name": "x"})) is expected, name

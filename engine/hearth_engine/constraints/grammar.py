@@ -9,7 +9,9 @@ whole reply (the text after the generation prompt):
   model's format, each ``<tool_call>\\n{"name": "<tool>", "arguments": {...}}\\n</tool_call>``
   (Hermes), where ``<tool>`` is an offered tool and the arguments follow its JSON schema
   (types, enums, required keys, ``additionalProperties``). Every tool is held to its
-  schema, ``strict`` or not: a small model gains most from the non-strict ones.
+  schema, ``strict`` or not: a small model gains most from the non-strict ones. A
+  prefixed tool (``intent__HassTurnOn``) may also be called by its short name where that
+  is unambiguous (``tool_aliases``); the server reports the full name.
 
 ``tool_choice`` picks the start: ``none`` content only, ``auto`` content or calls,
 ``required`` calls, a named tool exactly one call to it. Once the calls close, the grammar
@@ -75,6 +77,18 @@ class ConstraintRequest:
 
 def tool_format_supported(fmt: ToolFormat) -> bool:
     return fmt is ToolFormat.HERMES
+
+
+def tool_aliases(tools: list[dict[str, Any]] | tuple[dict[str, Any], ...]) -> dict[str, str]:
+    """Short names a model may write for prefixed tools: ``HassTurnOn`` for
+    ``intent__HassTurnOn`` (the plugin prefixes each tool with its API). Only where the
+    short name is unique and no tool's full name; the server reports the full name."""
+    full = {t["function"]["name"] for t in tools}
+    short: dict[str, list[str]] = {}
+    for name in full:
+        if "__" in name:
+            short.setdefault(name.split("__", 1)[1], []).append(name)
+    return {a: names[0] for a, names in short.items() if len(names) == 1 and a and a not in full}
 
 
 def narrow_schema(schema: Any, values: dict[str, list[str]]) -> Any:
@@ -163,12 +177,14 @@ def build_grammar(
     open_, close = (_markup(m, special) for m in MARKUP)
     rules.append(f'call: {open_} "\\n" body "\\n" {close}')
     rules.append("body: " + " | ".join(f"fn_{i}" for i in range(len(tools))))
+    aliases = tool_aliases(tools)
     for i, tool in enumerate(tools):
         fn = tool["function"]
         schema = fn.get("parameters") or {"type": "object", "properties": {}}
         if req.argument_values:
             schema = narrow_schema(schema, req.argument_values)
-        head = '{"name": ' + json.dumps(fn["name"]) + ', "arguments": '
-        rules.append(f'fn_{i}: {json.dumps(head)} args_{i} "}}"')
+        names = [fn["name"], *(a for a, full in aliases.items() if full == fn["name"])]
+        spelled = " | ".join(json.dumps(json.dumps(n)) for n in names)
+        rules.append(f'fn_{i}: "{{\\"name\\": " ({spelled}) ", \\"arguments\\": " args_{i} "}}"')
         rules.append(json_rule(f"args_{i}", schema))
     return "\n".join(rules)

@@ -14,7 +14,7 @@ from typing import Any
 from aiohttp import web
 
 from ..chat import ChatTemplateError, StreamSplitter, ToolCall
-from ..constraints.grammar import ConstraintRequest, GrammarError
+from ..constraints.grammar import ConstraintRequest, GrammarError, tool_aliases
 from ..constraints.mask import Constraint
 from ..engine import ContextLengthError, EngineClosedError, QueueFullError
 from ..sampling import SamplingParams
@@ -37,6 +37,7 @@ class PreparedChat:
     salt: str | None
     logged_prompt: str | None  # the prompt as text, only with --log-prompts
     constraint: Constraint | None = None  # the grammar the reply must follow
+    aliases: dict[str, str] | None = None  # short tool name -> offered name (constrained)
 
 
 def constraint_for(state: ServerState, body: dict[str, Any], forced: str) -> Constraint | None:
@@ -125,6 +126,7 @@ def _prepare(state: ServerState, body: dict[str, Any]) -> PreparedChat:
         salt=body.get("cache_salt"),
         logged_prompt=formatter.tokenizer.decode(prompt) if state.log_prompts else None,
         constraint=constraint,
+        aliases=tool_aliases(tools or []) if constraint is not None else None,
     )
 
 
@@ -210,9 +212,15 @@ class ChatCompletion:
         return self.splitter.feed(text) if self.prep.parse_tools else text
 
     def _finish_text(self) -> tuple[str, list[ToolCall]]:
-        if self.prep.parse_tools:
-            return self.splitter.finish()
-        return "", []
+        if not self.prep.parse_tools:
+            return "", []
+        content, calls = self.splitter.finish()
+        aliases = self.prep.aliases or {}
+        # The grammar let the model write a prefixed tool's short name: report the tool.
+        calls = [
+            ToolCall(aliases[c.name], c.arguments, c.id) if c.name in aliases else c for c in calls
+        ]
+        return content, calls
 
     def _log(self, stats: RequestStats, reason: str) -> None:
         _LOGGER.info(
