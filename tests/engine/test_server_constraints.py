@@ -52,6 +52,7 @@ def calls_of(reply: dict[str, Any]) -> list[tuple[str, str]]:
 
 
 async def test_required_gives_valid_calls_for_every_seed(client: Client) -> None:
+    before = (await client.stats())["constrained_tokens_total"]
     for seed in range(8):
         reply = await client.chat(
             messages=MESSAGES, tools=TOOLS, tool_choice="required", hearth=HOUSE, **sampling(seed)
@@ -65,6 +66,9 @@ async def test_required_gives_valid_calls_for_every_seed(client: Client) -> None
             assert call_errors(name, arguments) == [], (name, arguments)
             value = json.loads(arguments).get("name")
             assert value is None or value in HOUSE_NAMES, arguments
+    stats = await client.stats()
+    assert stats["constrained_tokens_total"] > before
+    assert 0 < stats["mask_ms_per_token"] < 1000
 
 
 async def test_the_random_model_alone_never_calls_a_valid_tool(client: Client) -> None:
