@@ -15,6 +15,7 @@ from hearth_engine.constraints.compiler import ConstraintCompiler
 from hearth_engine.constraints.grammar import (
     ConstraintRequest,
     GrammarError,
+    bound_enum_arrays,
     build_grammar,
     narrow_schema,
     tool_aliases,
@@ -105,6 +106,8 @@ MODE = call("HassSetMode", {"mode": "eco"})
         ("auto", f"{ON}\n{MODE}", True),
         ("auto", "Sure: <tool_call>", False),  # markup is never plain text
         ("auto", "<tool_response>ok</tool_response>", False),
+        ("auto", "<tool_response2>ok", False),  # what the default model tried instead
+        ("auto", "Use the tool_call API: x < y", True),
         ("auto", call("HassCatchLights", {}), False),  # not an offered tool
         ("auto", call("HassTurnOn", {"brightness": 40}), False),  # required key missing
         ("auto", call("HassTurnOn", {"name": "x", "brightness": 400}), False),  # range
@@ -275,3 +278,24 @@ def test_prefixed_tools_may_be_called_by_their_short_name(
         ("HassTurnOff", False),
     ):
         assert allows(tokenizer, compiler, req, call(name, {"name": "x"})) is expected, name
+
+
+def test_arrays_of_enum_values_do_not_repeat_forever(
+    tokenizer: Any, compiler: ConstraintCompiler
+) -> None:
+    """The default model wrote ``"device_class": ["tv", "tv", "tv", ...`` to max_tokens."""
+    args = {
+        "type": "object",
+        "properties": {
+            "device_class": {
+                "type": "array",
+                "items": {"type": "string", "enum": ["tv", "speaker"]},
+            }
+        },
+    }
+    tools = ({"type": "function", "function": {"name": "Pause", "parameters": args}},)
+    req = ConstraintRequest(tools=tools, tool_choice="required")
+    assert allows(tokenizer, compiler, req, call("Pause", {"device_class": ["tv", "speaker"]}))
+    assert not allows(tokenizer, compiler, req, call("Pause", {"device_class": ["tv"] * 3}))
+    assert bound_enum_arrays(args)["properties"]["device_class"]["maxItems"] == 2
+    assert "maxItems" not in args["properties"]["device_class"]  # the tool's own is untouched

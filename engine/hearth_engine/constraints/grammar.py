@@ -11,7 +11,8 @@ whole reply (the text after the generation prompt):
   (types, enums, required keys, ``additionalProperties``). Every tool is held to its
   schema, ``strict`` or not: a small model gains most from the non-strict ones. A
   prefixed tool (``intent__HassTurnOn``) may also be called by its short name where that
-  is unambiguous (``tool_aliases``); the server reports the full name.
+  is unambiguous (``tool_aliases``); the server reports the full name. An array of enum
+  values holds at most as many items as the enum has (``bound_enum_arrays``).
 
 ``tool_choice`` picks the start: ``none`` content only, ``auto`` content or calls,
 ``required`` calls, a named tool exactly one call to it. Once the calls close, the grammar
@@ -39,8 +40,10 @@ from ..chat import ToolFormat
 
 # Spacing of JSON in the grammar: as json.dumps and the chat templates write it.
 JSON_STYLE = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
-# Plain text: anything that does not contain tool-call or tool-response markup.
-TEXT_RULE = r"TEXT: /(.|\n)+/ & ~/(.|\n)*<\/?tool_(call|response)>(.|\n)*/"
+# Plain text: anything without tool markup. Any ``<tool_`` / ``</tool_`` is refused, not
+# only the exact tags: refused ``<tool_response>``, the default model wrote
+# ``<tool_response2>``.
+TEXT_RULE = r"TEXT: /(.|\n)+/ & ~/(.|\n)*<\/?tool_(.|\n)*/"
 MARKUP = ("<tool_call>", "</tool_call>")
 
 
@@ -106,6 +109,36 @@ def narrow_schema(schema: Any, values: dict[str, list[str]]) -> Any:
         if isinstance(prop, dict):
             out["properties"][name] = _restrict(prop, allowed)
     return out
+
+
+def bound_enum_arrays(schema: Any) -> Any:
+    """``schema`` with each top-level array argument of enum items limited to as many
+    items as the enum has (unless it says otherwise): a list longer than that repeats a
+    value, and a small model that starts repeating (``["tv", "tv", "tv", ...``) never
+    stops before ``max_tokens``."""
+    if not isinstance(schema, dict) or not isinstance(schema.get("properties"), dict):
+        return schema
+    props = dict(schema["properties"])
+    for name, prop in props.items():
+        props[name] = _bound(prop)
+    return {**schema, "properties": props}
+
+
+def _bound(prop: Any) -> Any:
+    if not isinstance(prop, dict):
+        return prop
+    for key in ("anyOf", "oneOf"):
+        if isinstance(prop.get(key), list):
+            return {**prop, key: [_bound(p) for p in prop[key]]}
+    items = prop.get("items")
+    if (
+        prop.get("type") == "array"
+        and isinstance(items, dict)
+        and isinstance(items.get("enum"), list)
+        and "maxItems" not in prop
+    ):
+        return {**prop, "maxItems": max(1, len(items["enum"]))}
+    return prop
 
 
 def _restrict(prop: dict[str, Any], allowed: list[str]) -> dict[str, Any]:
@@ -183,6 +216,7 @@ def build_grammar(
         schema = fn.get("parameters") or {"type": "object", "properties": {}}
         if req.argument_values:
             schema = narrow_schema(schema, req.argument_values)
+        schema = bound_enum_arrays(schema)
         names = [fn["name"], *(a for a, full in aliases.items() if full == fn["name"])]
         spelled = " | ".join(json.dumps(json.dumps(n)) for n in names)
         rules.append(f'fn_{i}: "{{\\"name\\": " ({spelled}) ", \\"arguments\\": " args_{i} "}}"')
