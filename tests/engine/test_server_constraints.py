@@ -230,3 +230,16 @@ async def test_house_values_stay_out_of_the_prompt(client: Client) -> None:
     plain = await client.chat(**base)
     narrowed = await client.chat(**base, hearth={"argument_values": {"name": ["A" * 200] * 50}})
     assert narrowed["usage"]["prompt_tokens"] == plain["usage"]["prompt_tokens"]
+
+
+async def test_a_call_cut_short_is_neither_a_call_nor_spoken_markup(client: Client) -> None:
+    body = {"messages": MESSAGES, "tools": TOOLS, "tool_choice": "required", "max_tokens": 6}
+    reply = await client.chat(**body)
+    choice = reply["choices"][0]
+    assert choice["finish_reason"] == "length"
+    assert "tool_calls" not in choice["message"]
+    assert not choice["message"]["content"]
+    events = await client.stream(**body)
+    assert not "".join(
+        e["choices"][0]["delta"].get("content") or "" for e in events[:-1] if e["choices"]
+    )
