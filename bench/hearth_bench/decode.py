@@ -18,6 +18,9 @@ For each model (``--models``: ``default`` is SmolLM2-135M with real weights, a n
 
   a step's time is what every stream waits per token; ``tok/s`` is ``B`` rows over
   the median step;
+* ``mask_ms_per_token``: what grammar-constrained decoding adds to a step of ``B`` rows
+  (the demo house's tool grammar, see ``mask.py``; the same for every context);
+  ``mask_pct`` is that over ``ms/tok`` (the target: at most 10%);
 * at batch 1, one request through the engine (``max_tokens=32`` on the pinned context):
   its mean decode ms per token as the engine measured it (``engine_ms_per_token``).
 
@@ -63,6 +66,7 @@ from .common import (
     token_range,
     write_json,
 )
+from .mask import MaskBench, house_tools
 from .reply import reply_row
 
 DEFAULT_MODELS = ("default", "qwen2.5-0.5b")
@@ -81,6 +85,7 @@ FIELDS = (
     "shared_ms_per_token_p50", "shared_ms_per_token_p90",
     "engine_ms_per_token", "engine_tokens", "prefill_tok_s", "steps",
     "ttft_ms", "reply_ms", "tokens", "cached_tokens",
+    "mask_ms_per_token", "mask_pct",
 )  # fmt: skip
 
 
@@ -215,7 +220,13 @@ class Plan:
 
 
 async def measure_context(
-    engine: Engine, model: str, dtype: str, threads: int, context: int, plan: Plan
+    engine: Engine,
+    model: str,
+    dtype: str,
+    threads: int,
+    context: int,
+    plan: Plan,
+    masks: dict[int, float | None],
 ) -> list[dict[str, Any]]:
     runner = engine.runner
     rng = random.Random(plan.seed + context)
@@ -250,6 +261,8 @@ async def measure_context(
             "engine_ms_per_token": round(engine_ms, 2) if engine_ms and batch == 1 else None,
             "engine_tokens": engine_tokens if batch == 1 else None,
             "prefill_tok_s": round(prefill_tok_s, 1), "steps": len(own),
+            "mask_ms_per_token": masks.get(batch),
+            "mask_pct": round(100 * masks[batch] / p50, 2) if masks.get(batch) and p50 else None,
         }))  # fmt: skip
         print(f"  {_brief(rows[-1])}", flush=True)
     return rows
@@ -258,10 +271,28 @@ async def measure_context(
 async def measure_model(
     engine: Engine, model: str, dtype: str, threads: int, plan: Plan
 ) -> list[dict[str, Any]]:
+    masks = mask_costs(engine, plan.batches)
     rows = []
     for context in plan.contexts:
-        rows += await measure_context(engine, model, dtype, threads, context, plan)
+        rows += await measure_context(engine, model, dtype, threads, context, plan, masks)
     return rows
+
+
+def mask_costs(engine: Engine, batches: Sequence[int]) -> dict[int, float | None]:
+    """Per batch size, the median ms the house grammar's masks add to a decode step
+    (empty without llguidance or the household fixture)."""
+    try:
+        bench = MaskBench(engine, house_tools())
+    except (ImportError, FileNotFoundError) as err:
+        print(f"  (no mask rows: {err})", flush=True)
+        return {}
+    costs: dict[int, float | None] = {b: bench.step_ms(b) for b in batches}
+    print(
+        f"  house grammar: tokenizer trie {bench.trie_ms:.0f} ms (once), compile"
+        f" {bench.compile_ms:.0f} ms (once per tool set); mask ms by batch {costs}",
+        flush=True,
+    )
+    return costs
 
 
 def decode_rows(model: str, dtype: str, threads: int, plan: Plan) -> list[dict[str, Any]]:
@@ -294,6 +325,7 @@ TABLE = [
     ("shared p50", "shared_ms_per_token_p50"), ("shared p90", "shared_ms_per_token_p90"),
     ("engine", "engine_ms_per_token"), ("prefill tok/s", "prefill_tok_s"),
     ("TTFT ms", "ttft_ms"), ("reply ms", "reply_ms"), ("tokens", "tokens"),
+    ("mask ms", "mask_ms_per_token"), ("mask %", "mask_pct"),
 ]  # fmt: skip
 
 

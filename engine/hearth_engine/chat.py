@@ -154,12 +154,15 @@ class StreamSplitter:
     remaining content and the parsed tool calls.
     """
 
-    def __init__(self, fmt: ToolFormat, prefix: str = "") -> None:
+    def __init__(self, fmt: ToolFormat, prefix: str = "", *, drop_broken: bool = False) -> None:
         self.fmt = fmt
         self.marker = _MARKERS[fmt]
         self._text = prefix
         self._sent = 0
         self._in_call = bool(prefix)
+        # A call that does not parse is dropped instead of returned as content (for
+        # constrained replies, where only a call cut short by max_tokens can be broken).
+        self._drop_broken = drop_broken
 
     def feed(self, delta: str) -> str:
         self._text += delta
@@ -195,6 +198,8 @@ class StreamSplitter:
         content, calls = parse_tool_calls(self._text, self.fmt)
         if calls:
             return content[self._sent :] if len(content) > self._sent else "", calls
+        if self._drop_broken and self._in_call:
+            return "", []
         return self._text[self._sent :], []
 
 

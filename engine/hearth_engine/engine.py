@@ -32,6 +32,7 @@ import torch
 
 from .cache import CacheFullError, Match, PinTooLargeError, common_prefix
 from .config import CacheMode, EngineConfig, default_kv_budget
+from .constraints.mask import Constraint, Masker
 from .detok import TextStream
 from .kv_manager import KVManager
 from .output import Counters, OutputProcessor
@@ -95,6 +96,7 @@ class Engine:
         self.scheduler = Scheduler(config.max_running, config.chunk_tokens, config.max_queue)
         self.kv = KVManager(config, runner, budget, lambda: self.scheduler.prefilling)
         self.output = OutputProcessor(config, runner, self.counters)
+        self.masker = Masker(self.info.vocab_size)  # grammar masks of constrained requests
         self.pins = PinManager(config, self.namespace, self.kv, self.counters)
         self._inbox: queue.SimpleQueue[Command] = queue.SimpleQueue()
         self._wake = threading.Event()
@@ -166,11 +168,17 @@ class Engine:
             )
 
     async def stream(
-        self, prompt: list[int], params: SamplingParams, *, salt: str | None = None
+        self,
+        prompt: list[int],
+        params: SamplingParams,
+        *,
+        salt: str | None = None,
+        constraint: Constraint | None = None,
     ) -> AsyncIterator[Event]:
         """Generate from ``prompt``; yields events, the last one ``FinishEvent`` or ``ErrorEvent``.
 
-        Leaving the iteration early (or cancelling the task) cancels the request.
+        ``constraint``: the grammar the reply must follow (its own, not shared). Leaving
+        the iteration early (or cancelling the task) cancels the request.
         """
         if not prompt:
             raise ValueError("the prompt is empty")
@@ -187,6 +195,7 @@ class Engine:
         seq = Sequence(Kind.GENERATE, list(prompt), self.namespace_for(salt), params, emit)
         seq.stream = TextStream(self.runner.tokenizer, params.stop)
         seq.sampler = Sampler(params)
+        seq.constraint = constraint
         self._submit(seq)
         try:
             while True:
@@ -204,12 +213,17 @@ class Engine:
                 self.cancel(seq)
 
     async def generate(
-        self, prompt: list[int], params: SamplingParams, *, salt: str | None = None
+        self,
+        prompt: list[int],
+        params: SamplingParams,
+        *,
+        salt: str | None = None,
+        constraint: Constraint | None = None,
     ) -> tuple[str, list[int], FinishEvent]:
         """Non-streaming convenience: the whole text, the token ids and the finish event."""
         parts: list[str] = []
         ids: list[int] = []
-        async for event in self.stream(prompt, params, salt=salt):
+        async for event in self.stream(prompt, params, salt=salt, constraint=constraint):
             if isinstance(event, TokenEvent):
                 parts.append(event.text)
                 ids.append(event.token_id)
@@ -437,6 +451,7 @@ class Engine:
             self._complete_pin(seq)
             return
         self.scheduler.prefilled(seq)
+        self.masker.apply(logits, [seq.constraint])
         self._accept(seq, seq.sampler(logits))
         if seq.has_followers and seq.state is State.DECODING:
             self.kv.store(seq)  # now, not at the end: requests wait for this prompt
@@ -449,6 +464,7 @@ class Engine:
         logits = batch.step([seq.generated[-1] for seq in rows])
         self.counters.decode_steps += 1
         self.counters.decode_seconds += time.monotonic() - t0
+        self.masker.apply(logits, [seq.constraint for seq in rows])
         for i, seq in enumerate(rows):
             if not seq.cancelled:
                 self._accept(seq, seq.sampler(logits[i]))

@@ -65,6 +65,12 @@ class OutputProcessor:
             seq.emit(TokenEvent(token, text))
         if seq.stream.stopped:
             return "stop"
+        # Constrained: the reply ends where the grammar does (after the last tool call
+        # closes: no rambling), or if the grammar refused the token.
+        if seq.constraint is not None and (
+            not seq.constraint.advance(token) or seq.constraint.done
+        ):
+            return "stop"
         if len(seq.generated) >= seq.params.max_tokens or seq.total_len >= self.context_length:
             return "length"
         return None

@@ -116,6 +116,7 @@ class Sequence:
     generated: list[int] = field(default_factory=list)
     stream: Any = None
     sampler: Any = None
+    constraint: Any = None  # a ``constraints.Constraint``: the grammar the reply must follow
     stats: RequestStats = field(default_factory=RequestStats)
     prefill_started: float = 0.0
     first_token_at: float = 0.0

@@ -357,3 +357,19 @@ async def test_prompts_are_logged_with_log_prompts(client: Client, server: Serve
     marker = f"logged-prompt-{uuid.uuid4().hex}"
     await client.chat(messages=[user(marker)], max_tokens=2)
     server.wait_for_log(marker)
+
+
+async def test_a_prefixed_tool_called_by_its_short_name_is_reported_by_its_full_name(
+    client: Client,
+) -> None:
+    """The plugin offers ``intent__HassTurnOn``; the model writes ``HassTurnOn`` (the
+    grammar allows the unambiguous short name) and the reply names the offered tool."""
+    tools = [
+        {**t, "function": {**t["function"], "name": f"intent__{t['function']['name']}"}}
+        for t in TOOLS
+    ]
+    reply = await client.chat(messages=[system(), user(TRIGGER)], tools=tools)
+    call = tool_call_of(reply)
+    assert call["function"]["name"] == "intent__HassTurnOn"
+    assert json.loads(call["function"]["arguments"]) == {"name": "Kitchen Light"}
+    assert reply["choices"][0]["finish_reason"] == "tool_calls"

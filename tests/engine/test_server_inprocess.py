@@ -55,9 +55,13 @@ class FakeEngine:
 
     tokenizer: Any
     script: Script = lambda engine: iter([finish()])
-    info: Any = field(default_factory=lambda: SimpleNamespace(name="fake", context_length=4096))
+    info: Any = field(
+        default_factory=lambda: SimpleNamespace(name="fake", context_length=4096, vocab_size=8192)
+    )
     config: Any = field(default_factory=lambda: SimpleNamespace(default_max_tokens=16))
-    output: Any = field(default_factory=lambda: SimpleNamespace(finished_listeners=[]))
+    output: Any = field(
+        default_factory=lambda: SimpleNamespace(finished_listeners=[], stop_token_ids=frozenset())
+    )
     alive: bool = True
     started_at: float = 0.0
     transport: Any = None  # the current request's, for the disconnect test
@@ -72,7 +76,9 @@ class FakeEngine:
         if prompt_tokens + max_tokens > self.info.context_length:
             raise ContextLengthError("too long")
 
-    async def stream(self, prompt: list[int], params: Any, *, salt: str | None = None) -> Any:
+    async def stream(
+        self, prompt: list[int], params: Any, *, salt: str | None = None, constraint: Any = None
+    ) -> Any:
         self.streams_opened += 1
         try:
             for item in self.script(self):

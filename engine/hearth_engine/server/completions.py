@@ -14,6 +14,8 @@ from typing import Any
 from aiohttp import web
 
 from ..chat import ChatTemplateError, StreamSplitter, ToolCall
+from ..constraints.grammar import ConstraintRequest, GrammarError, tool_aliases
+from ..constraints.mask import Constraint
 from ..engine import ContextLengthError, EngineClosedError, QueueFullError
 from ..sampling import SamplingParams
 from ..sequence import ErrorEvent, Event, FinishEvent, RequestStats, TokenEvent
@@ -34,6 +36,37 @@ class PreparedChat:
     include_usage: bool
     salt: str | None
     logged_prompt: str | None  # the prompt as text, only with --log-prompts
+    constraint: Constraint | None = None  # the grammar the reply must follow
+    aliases: dict[str, str] | None = None  # short tool name -> offered name (constrained)
+
+
+def constraint_for(state: ServerState, body: dict[str, Any], forced: str) -> Constraint | None:
+    """The request's grammar (compiled once per tool set); bad schemas are 400s.
+
+    Runs on the prepare thread. Also used when a prefix is pinned with tools, so that
+    the house's grammar is compiled before its first request.
+    """
+    tools = body.get("tools") or ()
+    request = ConstraintRequest(
+        tools=tuple(tools),
+        tool_choice=body.get("tool_choice", "auto") if tools else "none",
+        parallel_tool_calls=body.get("parallel_tool_calls") is not False,
+        response_format=body.get("response_format"),
+        argument_values=(body.get("hearth") or {}).get("argument_values"),
+    )
+    try:
+        return state.constraints.start(request, forced)
+    except GrammarError as err:
+        raise bad_request(
+            f"invalid schema: {err}", param=err.param, code="invalid_schema"
+        ) from None
+    except ImportError:
+        raise APIError(
+            501,
+            "constrained decoding (tools, response_format) needs the llguidance package",
+            type_="server_error",
+            code="constraints_unavailable",
+        ) from None
 
 
 def _prepare(state: ServerState, body: dict[str, Any]) -> PreparedChat:
@@ -81,6 +114,7 @@ def _prepare(state: ServerState, body: dict[str, Any]) -> PreparedChat:
         seed=None if seed is None else seed % (2**63),
         stop=stop,
     )
+    constraint = constraint_for(state, body, forced)
     options = body.get("stream_options") or {}
     return PreparedChat(
         prompt=prompt,
@@ -91,6 +125,8 @@ def _prepare(state: ServerState, body: dict[str, Any]) -> PreparedChat:
         include_usage=bool(options.get("include_usage")),
         salt=body.get("cache_salt"),
         logged_prompt=formatter.tokenizer.decode(prompt) if state.log_prompts else None,
+        constraint=constraint,
+        aliases=tool_aliases(tools or []) if constraint is not None else None,
     )
 
 
@@ -152,7 +188,11 @@ class ChatCompletion:
         self.id = f"chatcmpl-{uuid.uuid4().hex}"
         self.created = int(time.time())
         self.model = state.engine.info.name
-        self.splitter = StreamSplitter(state.formatter.tool_format, self.prep.forced)
+        # Constrained, the reply cannot hold markup outside a call: a call cut short
+        # (max_tokens) is dropped, never spoken as content.
+        self.splitter = StreamSplitter(
+            state.formatter.tool_format, self.prep.forced, drop_broken=prep.constraint is not None
+        )
 
     async def _first_event(self, events: AsyncIterator[Event]) -> Event:
         """Wait for the request's first event.
@@ -172,9 +212,15 @@ class ChatCompletion:
         return self.splitter.feed(text) if self.prep.parse_tools else text
 
     def _finish_text(self) -> tuple[str, list[ToolCall]]:
-        if self.prep.parse_tools:
-            return self.splitter.finish()
-        return "", []
+        if not self.prep.parse_tools:
+            return "", []
+        content, calls = self.splitter.finish()
+        aliases = self.prep.aliases or {}
+        # The grammar let the model write a prefixed tool's short name: report the tool.
+        calls = [
+            ToolCall(aliases[c.name], c.arguments, c.id) if c.name in aliases else c for c in calls
+        ]
+        return content, calls
 
     def _log(self, stats: RequestStats, reason: str) -> None:
         _LOGGER.info(
@@ -191,7 +237,12 @@ class ChatCompletion:
     async def run(self) -> web.StreamResponse:
         if self.prep.logged_prompt is not None:
             _LOGGER.info("chat %s prompt: %s", self.id[-8:], self.prep.logged_prompt)
-        events = self.state.engine.stream(self.prep.prompt, self.prep.params, salt=self.prep.salt)
+        events = self.state.engine.stream(
+            self.prep.prompt,
+            self.prep.params,
+            salt=self.prep.salt,
+            constraint=self.prep.constraint,
+        )
         try:
             first = await self._first_event(events)
             if self.prep.stream:

@@ -74,6 +74,10 @@ def engine_stats(engine: Engine) -> dict[str, Any]:
         "pin_restores_total": c.pin_restores,
         "pin_reuses_total": c.pin_reuses,
         "store_failures_total": c.store_failures,
+        # Constrained decoding: masked tokens (rows x steps) and what masking cost.
+        "constrained_tokens_total": engine.masker.tokens,
+        "mask_seconds_total": round(engine.masker.seconds, 6),
+        "mask_ms_per_token": _rate(engine.masker.seconds * 1000, engine.masker.tokens, 4),
     }
 
 
@@ -100,6 +104,18 @@ _FROM_STATS = [
         "counter",
     ),
     ("request_success", "Requests finished", "requests_total", "counter"),
+    (
+        "constrained_tokens",
+        "Tokens sampled under a grammar (tools, response_format)",
+        "constrained_tokens_total",
+        "counter",
+    ),
+    (
+        "mask_seconds",
+        "Time spent filling and applying grammar masks",
+        "mask_seconds_total",
+        "counter",
+    ),
     ("request_failure", "Requests failed by an engine error", "requests_failed", "counter"),
     ("kv_cache_evictions", "Prefix cache nodes evicted", "kv_cache_evictions_total", "counter"),
     (

@@ -11,6 +11,7 @@ from aiohttp import web
 from ..cache import CacheFullError, PinTooLargeError
 from ..chat import ChatTemplateError
 from ..engine import ContextLengthError, EngineClosedError
+from .completions import constraint_for
 from .errors import APIError, bad_request, not_found, overloaded
 from .schemas import PIN_REQUEST, check_pin_name, read_json, validate
 from .state import ServerState
@@ -32,13 +33,18 @@ def _wait_flag(request: web.Request) -> bool:
 def _pin_tokens(state: ServerState, body: dict[str, Any]) -> list[int]:
     """Render and tokenize a pin's messages (runs on the prepare thread, not the loop)."""
     try:
-        return state.prompts.encode(
+        tokens = state.prompts.encode(
             body["messages"], body.get("tools"), add_generation_prompt=False
         )
     except RecursionError:
         raise bad_request("the messages or tools are nested too deeply") from None
     except ChatTemplateError as err:
         raise bad_request(str(err), param="messages", code="invalid_messages") from None
+    if body.get("tools"):
+        # Compile the house's grammar now (tool_choice auto, the house values sent with
+        # the pin): its requests then find it cached. A bad schema is refused here too.
+        constraint_for(state, {**body, "tool_choice": "auto"}, "")
+    return tokens
 
 
 async def put_prefix(request: web.Request) -> web.Response:

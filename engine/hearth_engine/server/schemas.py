@@ -112,6 +112,82 @@ TOOL = vol.Schema(
     }
 )
 
+SCHEMA_NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}\Z")
+ARGUMENT_NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,64}\Z")
+MAX_ARGUMENTS = 32  # narrowed argument names per request
+MAX_VALUES = 10_000  # values per argument
+MAX_VALUE_LEN = 256
+
+
+def _response_format(value: Any) -> dict[str, Any] | None:
+    """OpenAI's ``response_format``: text, json_object, or json_schema (structured outputs)."""
+    if value is None:
+        return None
+    if not isinstance(value, dict) or value.get("type") not in (
+        "text",
+        "json_object",
+        "json_schema",
+    ):
+        raise vol.Invalid("expected {'type': 'text' | 'json_object' | 'json_schema'}")
+    if value["type"] != "json_schema":
+        if set(value) != {"type"}:
+            raise vol.Invalid(f"unexpected keys for type {value['type']!r}")
+        return {"type": value["type"]}
+    spec = value.get("json_schema")
+    if not isinstance(spec, dict):
+        raise vol.Invalid("type 'json_schema' needs a 'json_schema' object")
+    unknown = set(spec) - {"name", "description", "schema", "strict"}
+    if unknown:
+        raise vol.Invalid(f"json_schema: unexpected keys {sorted(unknown)}")
+    if not isinstance(spec.get("name"), str) or not SCHEMA_NAME_RE.match(spec["name"]):
+        raise vol.Invalid("json_schema.name: 1-64 letters, digits, '_' or '-'")
+    schema = spec.get("schema", {})
+    if not isinstance(schema, dict):
+        raise vol.Invalid("json_schema.schema must be a JSON schema object")
+    _json_depth(schema)
+    if spec.get("strict") is not None and not isinstance(spec["strict"], bool):
+        raise vol.Invalid("json_schema.strict must be a boolean")
+    return {"type": "json_schema", "json_schema": {**spec, "schema": schema}}
+
+
+def _argument_values(value: Any) -> dict[str, list[str]]:
+    """``hearth.argument_values``: tool argument name -> the string values it may take."""
+    if not isinstance(value, dict):
+        raise vol.Invalid("expected an object of argument name -> list of strings")
+    if len(value) > MAX_ARGUMENTS:
+        raise vol.Invalid(f"at most {MAX_ARGUMENTS} argument names")
+    out: dict[str, list[str]] = {}
+    for name, values in value.items():
+        if not ARGUMENT_NAME_RE.match(name):
+            raise vol.Invalid(f"{name!r} is not a valid argument name")
+        if not isinstance(values, list) or not all(isinstance(v, str) and v for v in values):
+            raise vol.Invalid(f"{name}: expected a list of non-empty strings")
+        if not values:
+            raise vol.Invalid(f"{name}: the list is empty (leave the argument out instead)")
+        if len(values) > MAX_VALUES:
+            raise vol.Invalid(f"{name}: at most {MAX_VALUES} values")
+        if any(len(v) > MAX_VALUE_LEN for v in values):
+            raise vol.Invalid(f"{name}: values are limited to {MAX_VALUE_LEN} characters")
+        out[name] = list(dict.fromkeys(values))
+    return out
+
+
+def _hearth(value: Any) -> dict[str, Any] | None:
+    """Hearth's request extension (docs/api.md): constraints from the house that are
+    never rendered into the prompt."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise vol.Invalid("expected an object")
+    unknown = set(value) - {"argument_values"}
+    if unknown:
+        raise vol.Invalid(f"unknown keys {sorted(unknown)}; known: ['argument_values']")
+    out: dict[str, Any] = {}
+    if value.get("argument_values") is not None:
+        out["argument_values"] = _argument_values(value["argument_values"])
+    return out
+
+
 TOOL_CHOICE = vol.Any(
     vol.In(["auto", "none", "required"]),
     vol.Schema(
@@ -145,6 +221,8 @@ CHAT_REQUEST = vol.Schema(
         vol.Optional("n"): vol.All(_strict_int, vol.In([1], msg="only n=1 is supported")),
         vol.Optional("user"): str,
         vol.Optional("cache_salt"): vol.All(str, vol.Length(max=128)),
+        vol.Optional("response_format"): _response_format,
+        vol.Optional("hearth"): _hearth,
     },
     extra=vol.ALLOW_EXTRA,
 )
@@ -155,6 +233,7 @@ PIN_REQUEST = vol.Schema(
             [MESSAGE], vol.Length(min=1, msg="messages must not be empty")
         ),
         vol.Optional("tools"): vol.Any(None, [TOOL]),
+        vol.Optional("hearth"): _hearth,
     },
     extra=vol.ALLOW_EXTRA,
 )

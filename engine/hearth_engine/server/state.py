@@ -11,6 +11,7 @@ from typing import ClassVar, TypeVar
 from aiohttp import web
 
 from ..chat import ChatFormatter
+from ..constraints.compiler import ConstraintCompiler
 from ..engine import Engine
 from .metrics import Metrics
 from .prompts import PromptEncoder
@@ -28,13 +29,24 @@ class ServerState:
     api_key: str | None
     log_prompts: bool = False
     prompts: PromptEncoder = field(init=False)
+    # Grammars of constrained requests, compiled once per tool set (prepare thread only).
+    constraints: ConstraintCompiler = field(init=False)
     # The one thread that renders and tokenizes prompts (the formatter's tokenizer is used
     # nowhere else): a 5k-token house prompt takes milliseconds the event loop can't spare.
     prepare_executor: ThreadPoolExecutor = field(init=False)
 
     def __post_init__(self) -> None:
         self.prompts = PromptEncoder(self.formatter)
+        self.constraints = ConstraintCompiler(
+            self.formatter.tokenizer,
+            self.engine.info.vocab_size,
+            self.engine.output.stop_token_ids,
+            self.formatter.tool_format,
+        )
         self.prepare_executor = ThreadPoolExecutor(1, thread_name_prefix="hearth-prepare")
+        # Build the tokenizer's trie for constrained decoding now (1-3 s), not on the
+        # first request with tools.
+        self.prepare_executor.submit(self.constraints.warm)
 
     async def prepare(self, fn: Callable[[], T]) -> T:
         """Run ``fn`` (rendering, tokenizing) on the prepare thread and wait for it.

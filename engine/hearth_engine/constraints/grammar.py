@@ -1,0 +1,224 @@
+"""What a constrained reply may be, written as an llguidance Lark grammar (text only).
+
+A request with tools, ``tool_choice`` or ``response_format`` becomes one grammar over the
+whole reply (the text after the generation prompt):
+
+* **content**: plain text that never contains tool-call or tool-response markup, or,
+  with ``response_format``, JSON (any object, or the given JSON schema);
+* **calls**: one or more (one when ``parallel_tool_calls`` is false) tool calls in the
+  model's format, each ``<tool_call>\\n{"name": "<tool>", "arguments": {...}}\\n</tool_call>``
+  (Hermes), where ``<tool>`` is an offered tool and the arguments follow its JSON schema
+  (types, enums, required keys, ``additionalProperties``). Every tool is held to its
+  schema, ``strict`` or not: a small model gains most from the non-strict ones. A
+  prefixed tool (``intent__HassTurnOn``) may also be called by its short name where that
+  is unambiguous (``tool_aliases``); the server reports the full name. An array of enum
+  values holds at most as many items as the enum has (``bound_enum_arrays``).
+
+``tool_choice`` picks the start: ``none`` content only, ``auto`` content or calls,
+``required`` calls, a named tool exactly one call to it. Once the calls close, the grammar
+allows only the end of the reply (or another call): the model cannot ramble on.
+
+JSON is held to the spacing of the training data (``", "`` and ``": "``, no newlines):
+whitespace loops are the classic failure of a constrained small model.
+
+The house's values (``hearth.argument_values``, see docs/api.md) narrow string arguments
+of those names to the listed values here, never in the prompt.
+
+Only the Hermes format is constrained to calls (the default and tiny models use it); for
+Llama 3 and Mistral templates ``tool_choice`` none and ``response_format`` are still
+honoured, and tools stay unconstrained (``tool_format_supported``).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from ..chat import ToolFormat
+
+# Spacing of JSON in the grammar: as json.dumps and the chat templates write it.
+JSON_STYLE = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
+# Plain text: anything without tool markup. Any ``<tool_`` / ``</tool_`` is refused, not
+# only the exact tags: refused ``<tool_response>``, the default model wrote
+# ``<tool_response2>``.
+TEXT_RULE = r"TEXT: /(.|\n)+/ & ~/(.|\n)*<\/?tool_(.|\n)*/"
+MARKUP = ("<tool_call>", "</tool_call>")
+
+
+class GrammarError(ValueError):
+    """The request's tools or response format cannot be made a grammar (a 400)."""
+
+    def __init__(self, message: str, param: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param
+
+
+@dataclass(frozen=True)
+class ConstraintRequest:
+    """The parts of a chat request that decide its grammar."""
+
+    tools: tuple[dict[str, Any], ...] = ()
+    tool_choice: Any = "auto"
+    parallel_tool_calls: bool = True
+    response_format: dict[str, Any] | None = None
+    argument_values: dict[str, list[str]] | None = None
+
+    @property
+    def wants_json(self) -> bool:
+        return bool(self.response_format) and self.response_format.get("type") != "text"
+
+    def needs_grammar(self, fmt: ToolFormat) -> bool:
+        """Whether the reply is constrained at all (see the module docstring)."""
+        if self.wants_json:
+            return True
+        if not self.tools:
+            return False
+        return self.tool_choice == "none" or tool_format_supported(fmt)
+
+
+def tool_format_supported(fmt: ToolFormat) -> bool:
+    return fmt is ToolFormat.HERMES
+
+
+def tool_aliases(tools: list[dict[str, Any]] | tuple[dict[str, Any], ...]) -> dict[str, str]:
+    """Short names a model may write for prefixed tools: ``HassTurnOn`` for
+    ``intent__HassTurnOn`` (the plugin prefixes each tool with its API). Only where the
+    short name is unique and no tool's full name; the server reports the full name."""
+    full = {t["function"]["name"] for t in tools}
+    short: dict[str, list[str]] = {}
+    for name in full:
+        if "__" in name:
+            short.setdefault(name.split("__", 1)[1], []).append(name)
+    return {a: names[0] for a, names in short.items() if len(names) == 1 and a and a not in full}
+
+
+def narrow_schema(schema: Any, values: dict[str, list[str]]) -> Any:
+    """``schema`` (a tool's parameters) with its string arguments named in ``values``
+    limited to those values (arrays of strings: their items).
+
+    An argument that already has an enum keeps the values both allow (its own enum if
+    none are common: the tool's own list is never widened).
+    """
+    if not isinstance(schema, dict) or not isinstance(schema.get("properties"), dict):
+        return schema
+    out = copy.deepcopy(schema)
+    for name, allowed in values.items():
+        prop = out["properties"].get(name)
+        if isinstance(prop, dict):
+            out["properties"][name] = _restrict(prop, allowed)
+    return out
+
+
+def bound_enum_arrays(schema: Any) -> Any:
+    """``schema`` with each top-level array argument of enum items limited to as many
+    items as the enum has (unless it says otherwise): a list longer than that repeats a
+    value, and a small model that starts repeating (``["tv", "tv", "tv", ...``) never
+    stops before ``max_tokens``."""
+    if not isinstance(schema, dict) or not isinstance(schema.get("properties"), dict):
+        return schema
+    props = dict(schema["properties"])
+    for name, prop in props.items():
+        props[name] = _bound(prop)
+    return {**schema, "properties": props}
+
+
+def _bound(prop: Any) -> Any:
+    if not isinstance(prop, dict):
+        return prop
+    for key in ("anyOf", "oneOf"):
+        if isinstance(prop.get(key), list):
+            return {**prop, key: [_bound(p) for p in prop[key]]}
+    items = prop.get("items")
+    if (
+        prop.get("type") == "array"
+        and isinstance(items, dict)
+        and isinstance(items.get("enum"), list)
+        and "maxItems" not in prop
+    ):
+        return {**prop, "maxItems": max(1, len(items["enum"]))}
+    return prop
+
+
+def _restrict(prop: dict[str, Any], allowed: list[str]) -> dict[str, Any]:
+    if isinstance(prop.get("enum"), list):
+        common = [v for v in prop["enum"] if v in allowed]
+        return {**prop, "enum": common} if common else prop
+    for key in ("anyOf", "oneOf"):
+        if isinstance(prop.get(key), list):
+            return {
+                **prop,
+                key: [_restrict(p, allowed) if isinstance(p, dict) else p for p in prop[key]],
+            }
+    kind = prop.get("type")
+    if kind == "string":
+        return {**prop, "enum": list(allowed)}
+    if kind == "array" and isinstance(prop.get("items"), dict):
+        return {**prop, "items": _restrict(prop["items"], allowed)}
+    return prop
+
+
+def json_rule(name: str, schema: Any) -> str:
+    if schema is True or schema == {}:
+        schema = {}
+    if not isinstance(schema, dict):
+        raise GrammarError(f"{name}: a JSON schema must be an object")
+    styled = {**schema, "x-guidance": {**JSON_STYLE, **schema.get("x-guidance", {})}}
+    return f"{name}: %json {json.dumps(styled, ensure_ascii=False)}"
+
+
+def _content_rules(response_format: dict[str, Any] | None) -> list[str]:
+    kind = (response_format or {}).get("type", "text")
+    if kind == "json_object":
+        return [json_rule("content", {"type": "object"})]
+    if kind == "json_schema":
+        spec = response_format.get("json_schema") or {}  # type: ignore[union-attr]
+        return [json_rule("content", spec.get("schema", {}))]
+    return ["content: TEXT", TEXT_RULE]
+
+
+def _markup(text: str, special: frozenset[str]) -> str:
+    """A markup string in a rule: a token reference where the tokenizer has it as one
+    special token (llguidance never lets a lexeme match those), else literal text."""
+    return text if text in special else json.dumps(text)
+
+
+def build_grammar(
+    req: ConstraintRequest, fmt: ToolFormat, special: frozenset[str] = frozenset()
+) -> str:
+    """The Lark grammar (llguidance dialect) for ``req``'s whole reply.
+
+    ``special``: the markup strings (``MARKUP``) that are single special tokens.
+    """
+    choice = req.tool_choice
+    tools = list(req.tools) if tool_format_supported(fmt) else []
+    content = _content_rules(req.response_format)
+    if choice == "none" or not tools:
+        return "\n".join(["%llguidance {}", "start: content", *content])
+    rules = ["%llguidance {}"]
+    if isinstance(choice, dict):
+        named = choice["function"]["name"]
+        tools = [t for t in tools if t["function"]["name"] == named]
+        rules.append("start: call")
+    elif choice == "required":
+        rules.append("start: calls")
+    else:
+        rules.append("start: content | calls")
+        rules.extend(content)
+    rules.append('calls: call ("\\n" call)*' if req.parallel_tool_calls else "calls: call")
+    open_, close = (_markup(m, special) for m in MARKUP)
+    rules.append(f'call: {open_} "\\n" body "\\n" {close}')
+    rules.append("body: " + " | ".join(f"fn_{i}" for i in range(len(tools))))
+    aliases = tool_aliases(tools)
+    for i, tool in enumerate(tools):
+        fn = tool["function"]
+        schema = fn.get("parameters") or {"type": "object", "properties": {}}
+        if req.argument_values:
+            schema = narrow_schema(schema, req.argument_values)
+        schema = bound_enum_arrays(schema)
+        names = [fn["name"], *(a for a, full in aliases.items() if full == fn["name"])]
+        spelled = " | ".join(json.dumps(json.dumps(n)) for n in names)
+        rules.append(f'fn_{i}: "{{\\"name\\": " ({spelled}) ", \\"arguments\\": " args_{i} "}}"')
+        rules.append(json_rule(f"args_{i}", schema))
+    return "\n".join(rules)

@@ -1,0 +1,301 @@
+"""The grammar layer (``hearth_engine.constraints``) with the tiny tokenizer: which replies
+a request's grammar lets through, token by token, through the engine's ``Masker``."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+import torch
+from transformers import AutoTokenizer
+
+from hearth_engine.chat import ChatFormatter, ToolFormat
+from hearth_engine.constraints.compiler import ConstraintCompiler
+from hearth_engine.constraints.grammar import (
+    ConstraintRequest,
+    GrammarError,
+    bound_enum_arrays,
+    build_grammar,
+    narrow_schema,
+    tool_aliases,
+)
+from hearth_engine.constraints.mask import Constraint, Masker, apply_numpy
+from hearth_engine.models.tiny import prepare_tiny_model
+
+pytest.importorskip("llguidance")
+
+LIGHT_ARGS = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string"},
+        "domain": {"type": "array", "items": {"type": "string"}},
+        "brightness": {"type": "integer", "minimum": 0, "maximum": 100},
+    },
+    "required": ["name"],
+    "additionalProperties": False,
+}
+TOOLS = (
+    {"type": "function", "function": {"name": "HassTurnOn", "parameters": LIGHT_ARGS}},
+    {
+        "type": "function",
+        "function": {
+            "name": "HassSetMode",
+            "parameters": {
+                "type": "object",
+                "properties": {"mode": {"type": "string", "enum": ["eco", "comfort"]}},
+                "required": ["mode"],
+                "additionalProperties": False,
+            },
+        },
+    },
+)
+
+
+def call(name: str, args: dict[str, Any]) -> str:
+    body = json.dumps({"name": name, "arguments": args})
+    return f"<tool_call>\n{body}\n</tool_call>"
+
+
+@pytest.fixture(scope="module")
+def tokenizer() -> Any:
+    return AutoTokenizer.from_pretrained(prepare_tiny_model())
+
+
+@pytest.fixture(scope="module")
+def compiler(tokenizer: Any) -> ConstraintCompiler:
+    return ConstraintCompiler(
+        tokenizer, len(tokenizer), [tokenizer.eos_token_id], ToolFormat.HERMES
+    )
+
+
+def walk(tokenizer: Any, constraint: Constraint, text: str) -> tuple[bool, bool]:
+    """Feed ``text``'s tokens through the masks: (all allowed, end of reply allowed after)."""
+    masker = Masker(len(tokenizer))
+    for token in tokenizer(text, add_special_tokens=False)["input_ids"]:
+        logits = torch.zeros(len(tokenizer))
+        masker.apply(logits, [constraint])
+        if logits[token] == float("-inf"):
+            return False, False
+        constraint.advance(token)
+    logits = torch.zeros(len(tokenizer))
+    masker.apply(logits, [constraint])
+    return True, bool(logits[tokenizer.eos_token_id] == 0)
+
+
+def allows(tokenizer: Any, compiler: ConstraintCompiler, req: ConstraintRequest, text: str) -> bool:
+    """Whether ``text`` is a whole reply the grammar accepts (after the forced prefix)."""
+    forced = ChatFormatter(tokenizer).forced_prefix(req.tool_choice) if req.tools else ""
+    constraint = compiler.start(req, forced)
+    assert constraint is not None
+    if not text.startswith(forced):
+        return False
+    ok, can_end = walk(tokenizer, constraint, text[len(forced) :])
+    return ok and can_end
+
+
+ON = call("HassTurnOn", {"name": "Kitchen Light", "brightness": 40})
+MODE = call("HassSetMode", {"mode": "eco"})
+
+
+@pytest.mark.parametrize(
+    ("choice", "text", "expected"),
+    [
+        ("auto", "The light is on.", True),
+        ("auto", ON, True),
+        ("auto", f"{ON}\n{MODE}", True),
+        ("auto", "Sure: <tool_call>", False),  # markup is never plain text
+        ("auto", "<tool_response>ok</tool_response>", False),
+        ("auto", "<tool_response2>ok", False),  # what the default model tried instead
+        ("auto", "Use the tool_call API: x < y", True),
+        ("auto", call("HassCatchLights", {}), False),  # not an offered tool
+        ("auto", call("HassTurnOn", {"brightness": 40}), False),  # required key missing
+        ("auto", call("HassTurnOn", {"name": "x", "brightness": 400}), False),  # range
+        ("auto", call("HassTurnOn", {"name": 3}), False),  # type
+        ("auto", call("HassTurnOn", {"name": "x", "color": "red"}), False),  # extra key
+        ("auto", call("HassSetMode", {"mode": "turbo"}), False),  # enum
+        ("required", ON, True),
+        ("required", "The light is on.", False),
+        ("none", "The light is on.", True),
+        ("none", ON, False),
+        ({"type": "function", "function": {"name": "HassSetMode"}}, MODE, True),
+        ({"type": "function", "function": {"name": "HassSetMode"}}, ON, False),
+        ({"type": "function", "function": {"name": "HassSetMode"}}, f"{MODE}\n{MODE}", False),
+    ],
+)
+def test_tool_grammar(
+    tokenizer: Any, compiler: ConstraintCompiler, choice: Any, text: str, expected: bool
+) -> None:
+    req = ConstraintRequest(tools=TOOLS, tool_choice=choice)
+    assert allows(tokenizer, compiler, req, text) is expected
+
+
+def test_one_call_when_parallel_calls_are_off(tokenizer: Any, compiler: ConstraintCompiler) -> None:
+    req = ConstraintRequest(tools=TOOLS, tool_choice="auto", parallel_tool_calls=False)
+    assert allows(tokenizer, compiler, req, ON)
+    assert not allows(tokenizer, compiler, req, f"{ON}\n{MODE}")
+    # After the call closes only the end can follow: the engine stops right there.
+    constraint = compiler.start(req, "")
+    assert constraint is not None
+    assert walk(tokenizer, constraint, ON) == (True, True)
+    assert constraint.done
+
+
+def test_house_values_narrow_string_arguments(tokenizer: Any, compiler: ConstraintCompiler) -> None:
+    values = {"name": ["Kitchen Light", "Porch"], "domain": ["light"]}
+    req = ConstraintRequest(tools=TOOLS, tool_choice="required", argument_values=values)
+    ok = call("HassTurnOn", {"name": "Porch", "domain": ["light"]})
+    assert allows(tokenizer, compiler, req, ok)
+    assert not allows(tokenizer, compiler, req, call("HassTurnOn", {"name": "Garage"}))
+    bad_domain = call("HassTurnOn", {"name": "Porch", "domain": ["switch"]})
+    assert not allows(tokenizer, compiler, req, bad_domain)
+    # Arguments of other names (the enum of HassSetMode) are left alone.
+    assert allows(tokenizer, compiler, req, MODE)
+
+
+def test_narrowing_keeps_an_own_enum() -> None:
+    schema = {
+        "type": "object",
+        "properties": {
+            "domain": {"type": "array", "items": {"type": "string", "enum": ["light"]}},
+            "area": {"anyOf": [{"type": "string"}, {"type": "integer"}]},
+            "name": {"type": "string", "enum": ["A", "B"]},
+        },
+    }
+    out = narrow_schema(schema, {"domain": ["light", "switch"], "area": ["Kitchen"], "name": ["C"]})
+    props = out["properties"]
+    assert props["domain"]["items"]["enum"] == ["light"]
+    assert props["area"]["anyOf"] == [{"type": "string", "enum": ["Kitchen"]}, {"type": "integer"}]
+    assert props["name"]["enum"] == ["A", "B"]  # nothing in common: never widened
+    assert schema["properties"]["area"] == {"anyOf": [{"type": "string"}, {"type": "integer"}]}
+
+
+def test_json_schema_response_format(tokenizer: Any, compiler: ConstraintCompiler) -> None:
+    schema = {
+        "type": "object",
+        "properties": {"on": {"type": "boolean"}, "room": {"enum": ["kitchen", "hall"]}},
+        "required": ["on", "room"],
+        "additionalProperties": False,
+    }
+    fmt = {"type": "json_schema", "json_schema": {"name": "state", "schema": schema}}
+    req = ConstraintRequest(response_format=fmt)
+    assert allows(tokenizer, compiler, req, '{"on": true, "room": "hall"}')
+    assert not allows(tokenizer, compiler, req, '{"on": true}')
+    assert not allows(tokenizer, compiler, req, "The light is on.")
+    obj = ConstraintRequest(response_format={"type": "json_object"})
+    assert allows(tokenizer, compiler, obj, '{"a": [1, 2]}')
+    assert not allows(tokenizer, compiler, obj, "[1, 2]")
+
+
+def test_grammar_is_compiled_once_per_tool_set(compiler: ConstraintCompiler) -> None:
+    req = ConstraintRequest(tools=TOOLS, tool_choice="auto", argument_values={"name": ["Z"]})
+    compiler.start(req)
+    compiles = compiler.compiles
+    for _ in range(3):
+        compiler.start(req)
+    assert compiler.compiles == compiles
+    compiler.start(
+        ConstraintRequest(tools=TOOLS, tool_choice="auto", argument_values={"name": ["Y"]})
+    )
+    assert compiler.compiles == compiles + 1
+
+
+@pytest.mark.parametrize(
+    ("parameters", "param"),
+    [
+        ({"type": "object", "properties": {"a": {"type": "strin"}}}, "tools.1.function.parameters"),
+        (
+            {"type": "object", "properties": {"a": {"$ref": "#/nope"}}},
+            "tools.1.function.parameters",
+        ),
+    ],
+)
+def test_bad_schema_names_its_tool(
+    compiler: ConstraintCompiler, parameters: dict[str, Any], param: str
+) -> None:
+    bad = {"type": "function", "function": {"name": "Broken", "parameters": parameters}}
+    with pytest.raises(GrammarError) as err:
+        compiler.start(ConstraintRequest(tools=(TOOLS[0], bad)))
+    assert err.value.param == param
+    assert str(err.value).startswith(param)
+
+
+def test_unconstrained_requests_get_no_grammar(compiler: ConstraintCompiler) -> None:
+    assert compiler.start(ConstraintRequest()) is None
+    assert compiler.start(ConstraintRequest(response_format={"type": "text"})) is None
+
+
+def test_other_tool_formats_leave_tools_unconstrained() -> None:
+    req = ConstraintRequest(tools=TOOLS, tool_choice="auto")
+    assert not req.needs_grammar(ToolFormat.LLAMA3)
+    assert ConstraintRequest(tools=TOOLS, tool_choice="none").needs_grammar(ToolFormat.LLAMA3)
+    assert "start: content" in build_grammar(req, ToolFormat.MISTRAL)
+
+
+def test_masker_masks_only_constrained_rows(tokenizer: Any, compiler: ConstraintCompiler) -> None:
+    req = ConstraintRequest(response_format={"type": "json_object"})
+    constraint = compiler.start(req)
+    logits = torch.zeros(3, len(tokenizer))
+    Masker(len(tokenizer)).apply(logits, [None, constraint, None])
+    assert bool((logits[0] == 0).all()) and bool((logits[2] == 0).all())
+    allowed = torch.nonzero(logits[1] == 0).flatten().tolist()
+    assert allowed and all(tokenizer.decode([t]).lstrip().startswith("{") for t in allowed)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_numpy_and_torch_paths_mask_the_same(tokenizer: Any, dtype: torch.dtype) -> None:
+    """The CPU (numpy) path and the accelerator (torch) path agree, bf16 logits too."""
+    vocab = len(tokenizer) + 40  # a model's logits are often wider than its tokenizer
+    wide = ConstraintCompiler(tokenizer, vocab, [tokenizer.eos_token_id], ToolFormat.HERMES)
+    constraint = wide.start(ConstraintRequest(tools=TOOLS, tool_choice="required"))
+    assert constraint is not None
+    row = torch.zeros((1, (vocab + 31) // 32), dtype=torch.int32)
+    constraint.fill(row[0])
+    by_numpy = torch.zeros(2, vocab)
+    apply_numpy(by_numpy, torch.cat([row, torch.full_like(row, -1)]))
+    by_torch = torch.zeros(2, vocab, dtype=dtype)
+    Masker(vocab)._apply_torch(by_torch, torch.cat([row, torch.full_like(row, -1)]))
+    assert torch.equal(by_numpy.isinf(), by_torch.isinf())
+    assert 0 < int((~by_numpy[0].isinf()).sum()) < len(tokenizer)
+    assert not bool(by_numpy[1].isinf().any())
+    assert bool(by_numpy[0, len(tokenizer) :].isinf().all())
+
+
+def test_prefixed_tools_may_be_called_by_their_short_name(
+    tokenizer: Any, compiler: ConstraintCompiler
+) -> None:
+    def tool(name: str) -> dict[str, Any]:
+        return {"type": "function", "function": {"name": name, "parameters": LIGHT_ARGS}}
+
+    tools = (tool("intent__HassTurnOn"), tool("a__Get"), tool("b__Get"), tool("Other"))
+    assert tool_aliases(tools) == {"HassTurnOn": "intent__HassTurnOn"}  # "Get": ambiguous
+    req = ConstraintRequest(tools=tools, tool_choice="required")
+    for name, expected in (
+        ("intent__HassTurnOn", True),
+        ("HassTurnOn", True),
+        ("a__Get", True),
+        ("Get", False),
+        ("HassTurnOff", False),
+    ):
+        assert allows(tokenizer, compiler, req, call(name, {"name": "x"})) is expected, name
+
+
+def test_arrays_of_enum_values_do_not_repeat_forever(
+    tokenizer: Any, compiler: ConstraintCompiler
+) -> None:
+    """The default model wrote ``"device_class": ["tv", "tv", "tv", ...`` to max_tokens."""
+    args = {
+        "type": "object",
+        "properties": {
+            "device_class": {
+                "type": "array",
+                "items": {"type": "string", "enum": ["tv", "speaker"]},
+            }
+        },
+    }
+    tools = ({"type": "function", "function": {"name": "Pause", "parameters": args}},)
+    req = ConstraintRequest(tools=tools, tool_choice="required")
+    assert allows(tokenizer, compiler, req, call("Pause", {"device_class": ["tv", "speaker"]}))
+    assert not allows(tokenizer, compiler, req, call("Pause", {"device_class": ["tv"] * 3}))
+    assert bound_enum_arrays(args)["properties"]["device_class"]["maxItems"] == 2
+    assert "maxItems" not in args["properties"]["device_class"]  # the tool's own is untouched

@@ -1,0 +1,245 @@
+"""Constrained replies through ``serve`` (the tiny random model, float32): tool_choice,
+response_format, the house-values extension, bad schemas, streaming."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+import pytest
+
+from .conftest import Client, ServerProcess
+from .constrained import HOUSE_NAMES, ROOMS, TOOLS, call_errors, schema_errors
+
+pytest.importorskip("llguidance")
+
+MESSAGES = [
+    {"role": "system", "content": "You control the house."},
+    {"role": "user", "content": "turn on the kitchen light please"},
+]
+HOUSE = {"argument_values": {"name": HOUSE_NAMES}}
+STATE_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "on": {"type": "boolean"},
+        "room": {"type": "string", "enum": ROOMS},
+        "level": {"type": "integer", "minimum": 1, "maximum": 9},
+    },
+    "required": ["on", "room", "level"],
+    "additionalProperties": False,
+}
+STATE_FORMAT = {
+    "type": "json_schema",
+    "json_schema": {"name": "state", "schema": STATE_SCHEMA, "strict": True},
+}
+
+
+@pytest.fixture(scope="module")
+def server(server_factory: Any) -> ServerProcess:
+    return server_factory("--model", "tiny", "--dtype", "float32")
+
+
+def sampling(seed: int) -> dict[str, Any]:
+    return {"seed": seed, "temperature": (0.0, 0.8, 1.2, 1.8)[seed % 4], "max_tokens": 120}
+
+
+def calls_of(reply: dict[str, Any]) -> list[tuple[str, str]]:
+    message = reply["choices"][0]["message"]
+    return [
+        (c["function"]["name"], c["function"]["arguments"]) for c in message.get("tool_calls") or []
+    ]
+
+
+async def test_required_gives_valid_calls_for_every_seed(client: Client) -> None:
+    before = (await client.stats())["constrained_tokens_total"]
+    for seed in range(8):
+        reply = await client.chat(
+            messages=MESSAGES, tools=TOOLS, tool_choice="required", hearth=HOUSE, **sampling(seed)
+        )
+        choice = reply["choices"][0]
+        assert choice["finish_reason"] == "tool_calls", choice
+        assert not choice["message"]["content"], choice
+        calls = calls_of(reply)
+        assert calls, choice
+        for name, arguments in calls:
+            assert call_errors(name, arguments) == [], (name, arguments)
+            value = json.loads(arguments).get("name")
+            assert value is None or value in HOUSE_NAMES, arguments
+    stats = await client.stats()
+    assert stats["constrained_tokens_total"] > before
+    assert 0 < stats["mask_ms_per_token"] < 1000
+
+
+async def test_the_random_model_alone_never_calls_a_valid_tool(client: Client) -> None:
+    """The control: with no tools offered, the same prompt never yields a valid call."""
+    for seed in range(8):
+        reply = await client.chat(messages=MESSAGES, **sampling(seed))
+        content = reply["choices"][0]["message"]["content"] or ""
+        assert "tool_calls" not in reply["choices"][0]["message"]
+        assert '{"name": "HassTurnOn"' not in content and '"HassSetMode"' not in content
+
+
+async def test_named_tool_choice_calls_exactly_that_tool(client: Client) -> None:
+    choice = {"type": "function", "function": {"name": "HassSetMode"}}
+    for seed in range(4):
+        reply = await client.chat(
+            messages=MESSAGES, tools=TOOLS, tool_choice=choice, **sampling(seed)
+        )
+        calls = calls_of(reply)
+        assert [name for name, _ in calls] == ["HassSetMode"], reply
+        assert call_errors(*calls[0]) == []
+        assert reply["choices"][0]["finish_reason"] == "tool_calls"
+
+
+async def test_tool_choice_none_never_calls_or_speaks_markup(client: Client) -> None:
+    for seed in range(6):
+        reply = await client.chat(
+            messages=MESSAGES,
+            tools=TOOLS,
+            tool_choice="none",
+            **{**sampling(seed), "max_tokens": 40},
+        )
+        message = reply["choices"][0]["message"]
+        assert "tool_calls" not in message
+        assert "tool_call>" not in (message["content"] or "")
+        assert "tool_response>" not in (message["content"] or "")
+
+
+async def test_auto_replies_are_text_or_valid_calls(client: Client) -> None:
+    for seed in range(6):
+        reply = await client.chat(
+            messages=MESSAGES, tools=TOOLS, hearth=HOUSE, **{**sampling(seed), "max_tokens": 40}
+        )
+        message = reply["choices"][0]["message"]
+        assert "tool_call>" not in (message["content"] or ""), message
+        for name, arguments in calls_of(reply):
+            assert call_errors(name, arguments) == []
+
+
+async def test_json_schema_response_format(client: Client) -> None:
+    for seed in range(6):
+        reply = await client.chat(messages=MESSAGES, response_format=STATE_FORMAT, **sampling(seed))
+        choice = reply["choices"][0]
+        assert choice["finish_reason"] == "stop", choice
+        assert schema_errors(json.loads(choice["message"]["content"]), STATE_SCHEMA) == []
+
+
+async def test_json_schema_response_format_streams(client: Client) -> None:
+    events = await client.stream(messages=MESSAGES, response_format=STATE_FORMAT, **sampling(5))
+    content = "".join(
+        e["choices"][0]["delta"].get("content") or "" for e in events[:-1] if e["choices"]
+    )
+    assert schema_errors(json.loads(content), STATE_SCHEMA) == []
+    assert events[-2]["choices"][0]["finish_reason"] == "stop"
+
+
+async def test_required_streams_tool_calls(client: Client) -> None:
+    events = await client.stream(
+        messages=MESSAGES, tools=TOOLS, tool_choice="required", hearth=HOUSE, **sampling(3)
+    )
+    deltas = [e["choices"][0]["delta"] for e in events[:-1] if e["choices"]]
+    assert not "".join(d.get("content") or "" for d in deltas)
+    calls = [c for d in deltas for c in d.get("tool_calls") or []]
+    assert calls
+    for c in calls:
+        assert call_errors(c["function"]["name"], c["function"]["arguments"]) == []
+    assert events[-2]["choices"][0]["finish_reason"] == "tool_calls"
+
+
+async def test_json_object_response_format(client: Client) -> None:
+    reply = await client.chat(
+        messages=MESSAGES,
+        response_format={"type": "json_object"},
+        **{**sampling(2), "max_tokens": 60},
+    )
+    choice = reply["choices"][0]
+    if choice["finish_reason"] == "stop":  # a random model may not close it in 60 tokens
+        assert isinstance(json.loads(choice["message"]["content"]), dict)
+    else:
+        assert choice["message"]["content"].startswith("{")
+
+
+BROKEN_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "Broken",
+        "parameters": {"type": "object", "properties": {"a": {"type": "strin"}}},
+    },
+}
+
+
+@pytest.mark.parametrize(
+    ("extra", "code", "param"),
+    [
+        ({"tools": [TOOLS[0], BROKEN_TOOL]}, "invalid_schema", "tools.1.function.parameters"),
+        (
+            {
+                "response_format": {
+                    "type": "json_schema",
+                    "json_schema": {"name": "x", "schema": {"$ref": "#/no"}},
+                }
+            },
+            "invalid_schema",
+            "response_format.json_schema.schema",
+        ),
+        ({"response_format": {"type": "yaml"}}, "invalid_value", "response_format"),
+        ({"response_format": {"type": "json_schema"}}, "invalid_value", "response_format"),
+        ({"hearth": {"argument_values": {"name": "Kitchen"}}}, "invalid_value", "hearth"),
+        ({"hearth": {"argument_values": {"name": []}}}, "invalid_value", "hearth"),
+        ({"hearth": {"values": {}}}, "invalid_value", "hearth"),
+        ({"hearth": ["name"]}, "invalid_value", "hearth"),
+    ],
+)
+async def test_bad_constraints_are_400s(
+    client: Client, extra: dict[str, Any], code: str, param: str
+) -> None:
+    body = {"messages": MESSAGES, "max_tokens": 4, **extra}
+    error = await client.error("POST", "/v1/chat/completions", 400, code, json_body=body)
+    assert error["param"] == param, error
+
+
+async def test_pin_with_bad_tool_schema_is_a_400(client: Client) -> None:
+    body = {"messages": MESSAGES[:1], "tools": [BROKEN_TOOL]}
+    error = await client.error("PUT", "/v1/prefixes/broken", 400, "invalid_schema", json_body=body)
+    assert error["param"] == "tools.0.function.parameters"
+
+
+async def test_a_pin_with_tools_compiles_the_house_grammar_once(
+    client: Client, server: ServerProcess
+) -> None:
+    tag = uuid.uuid4().hex
+    tools = [{**TOOLS[0], "function": {**TOOLS[0]["function"], "description": tag}}]
+    house = [{"role": "system", "content": f"House {tag}."}]
+    before = server.stderr().count("Grammar compiled")
+    await client.put_pin(f"house-{tag[:8]}", messages=house, tools=tools, hearth=HOUSE)
+    server.wait_for_log("Grammar compiled", timeout=5)
+    assert server.stderr().count("Grammar compiled") == before + 1
+    messages = [*house, MESSAGES[1]]
+    for seed in range(2):
+        reply = await client.chat(messages=messages, tools=tools, hearth=HOUSE, **sampling(seed))
+        assert reply["usage"]["prompt_tokens_details"]["cached_tokens"] > 0
+    assert server.stderr().count("Grammar compiled") == before + 1  # reused, not rebuilt
+    # Other house values are another grammar.
+    await client.chat(messages=messages, tools=tools, hearth={"argument_values": {"name": ["X"]}})
+    assert server.stderr().count("Grammar compiled") == before + 2
+
+
+async def test_house_values_stay_out_of_the_prompt(client: Client) -> None:
+    base = {"messages": MESSAGES, "tools": TOOLS, "max_tokens": 1}
+    plain = await client.chat(**base)
+    narrowed = await client.chat(**base, hearth={"argument_values": {"name": ["A" * 200] * 50}})
+    assert narrowed["usage"]["prompt_tokens"] == plain["usage"]["prompt_tokens"]
+
+
+async def test_a_call_cut_short_is_neither_a_call_nor_spoken_markup(client: Client) -> None:
+    body = {"messages": MESSAGES, "tools": TOOLS, "tool_choice": "required", "max_tokens": 6}
+    reply = await client.chat(**body)
+    choice = reply["choices"][0]
+    assert choice["finish_reason"] == "length"
+    assert "tool_calls" not in choice["message"]
+    assert not choice["message"]["content"]
+    events = await client.stream(**body)
+    assert not "".join(
+        e["choices"][0]["delta"].get("content") or "" for e in events[:-1] if e["choices"]
+    )
