@@ -112,7 +112,8 @@ async def test_tool_loop_turns_on_the_light(hass: HomeAssistant, entry: MockConf
     assert len(spy.bodies) == 2
     call_message, tool_message = spy.bodies[1]["messages"][-2:]
     assert call_message["tool_calls"][0]["function"] == {
-        "name": "HassTurnOn",  # as the model wrote it (resolved to intent__HassTurnOn)
+        # The model wrote the bare name; the engine reports the offered one.
+        "name": "intent__HassTurnOn",
         "arguments": '{"name": "Kitchen Light"}',
     }
     assert tool_message["role"] == "tool"
