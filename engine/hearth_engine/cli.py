@@ -74,6 +74,12 @@ def add_serve_args(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument("--max-body-kb", type=_positive, default=1024, help="request body limit")
     group.add_argument(
+        "--shutdown-grace-s",
+        type=float,
+        default=10.0,
+        help="on SIGTERM/SIGINT, how long running requests may finish (then they get 503)",
+    )
+    group.add_argument(
         "--log-prompts", action="store_true", help="log prompt text (off by default: privacy)"
     )
 

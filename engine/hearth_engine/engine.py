@@ -451,6 +451,7 @@ class Engine:
             self._complete_pin(seq)
             return
         self.scheduler.prefilled(seq)
+        self.output.hold_stops(logits[None], [seq])
         self.masker.apply(logits, [seq.constraint])
         self._accept(seq, seq.sampler(logits))
         if seq.has_followers and seq.state is State.DECODING:
@@ -464,6 +465,7 @@ class Engine:
         logits = batch.step([seq.generated[-1] for seq in rows])
         self.counters.decode_steps += 1
         self.counters.decode_seconds += time.monotonic() - t0
+        self.output.hold_stops(logits, rows)
         self.masker.apply(logits, [seq.constraint for seq in rows])
         for i, seq in enumerate(rows):
             if not seq.cancelled:
@@ -511,11 +513,12 @@ class Engine:
         if seq.state is State.FINISHED:
             return
         was_running = seq.state is not State.WAITING
+        if was_running or seq.kind is Kind.GENERATE:
+            # Counted before the release: a reader that sees the request gone sees this.
+            self.counters.requests_cancelled += 1
         if seq.kind is Kind.GENERATE and seq.kv is not None and seq.kv_len > 0:
             self.kv.store(seq)
         self._release(seq)
-        if was_running or seq.kind is Kind.GENERATE:
-            self.counters.requests_cancelled += 1
         if seq.kind is Kind.PIN and seq.pin_name is not None:
             self.pins.fail(seq.pin_name, seq.pin_generation, reason)
         seq.emit(FinishEvent("cancelled", "", seq.stats))

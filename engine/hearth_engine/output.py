@@ -13,6 +13,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import torch
+
 from .config import EngineConfig
 from .runner import ModelRunner
 from .sequence import FinishEvent, RequestStats, Sequence, TokenEvent
@@ -48,6 +50,14 @@ class OutputProcessor:
         # (the stats window: a client reading /v1/stats right after its response must
         # find its request there).
         self.finished_listeners: list[Callable[[RequestStats], None]] = []
+
+    def hold_stops(self, logits: torch.Tensor, rows: list[Sequence]) -> None:
+        """Forbid ending tokens to rows still short of ``min_tokens`` (``logits``: [B, V])."""
+        for i, seq in enumerate(rows):
+            if len(seq.generated) < seq.params.min_tokens:
+                ids = [*self.stop_token_ids, *seq.params.stop_token_ids]
+                with torch.inference_mode():  # the logits are inference tensors
+                    logits[i, ids] = float("-inf")
 
     def accept(self, seq: Sequence, token: int) -> str | None:
         """Record a sampled token and emit its text; returns a finish reason, or None."""

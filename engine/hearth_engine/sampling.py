@@ -17,10 +17,14 @@ class SamplingParams:
     seed: int | None = None
     stop: tuple[str, ...] = ()
     stop_token_ids: tuple[int, ...] = field(default=())
+    # End-of-sequence and stop token ids cannot be sampled before this many tokens.
+    min_tokens: int = 0
 
     def __post_init__(self) -> None:
         if self.max_tokens < 1:
             raise ValueError("max_tokens must be at least 1")
+        if not 0 <= self.min_tokens <= self.max_tokens:
+            raise ValueError("min_tokens must be between 0 and max_tokens")
         if not 0.0 <= self.temperature <= 2.0:
             raise ValueError("temperature must be between 0 and 2")
         if not 0.0 < self.top_p <= 1.0:

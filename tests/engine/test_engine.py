@@ -257,3 +257,19 @@ async def test_stream_yields_tokens_then_one_finish(make_engine) -> None:
     assert isinstance(events[-1], FinishEvent)
     assert events[-1].stats.completion_tokens == 5
     assert events[-1].reason == "length"
+
+
+async def test_min_tokens_holds_back_the_end(make_engine) -> None:
+    """``min_tokens`` (vLLM's extension): no stop token id before that many tokens."""
+    engine = make_engine()
+    prompt = tokens(40, 30)
+    _, ids, _ = await engine.generate(prompt, SamplingParams(max_tokens=1))
+    stop_here = SamplingParams(max_tokens=8, stop_token_ids=(ids[0],))
+    _, first, fin = await engine.generate(prompt, stop_here)
+    assert (first, fin.reason) == ([], "stop")  # the stop token itself is not returned
+    held = SamplingParams(max_tokens=8, min_tokens=6, stop_token_ids=(ids[0],))
+    _, longer, _ = await engine.generate(prompt, held)
+    assert len(longer) >= 6
+    assert ids[0] not in longer[:5]
+    with pytest.raises(ValueError, match="min_tokens"):
+        SamplingParams(max_tokens=2, min_tokens=3)

@@ -273,3 +273,9 @@ async def test_a_stopped_engine_is_a_503_not_a_500(
     assert status == 503
     assert json.loads(text)["error"]["code"] == "engine_stopped"
     assert "Retry-After" in headers
+
+
+async def test_min_tokens_above_max_tokens_is_400(http: TestClient[Any, Any]) -> None:
+    status, _, text = await post(http, max_tokens=4, min_tokens=5)
+    assert status == 400
+    assert json.loads(text)["error"]["param"] == "min_tokens"

@@ -27,7 +27,7 @@ from hearth_engine.server.main import StartupError, check_bind, is_loopback, rea
 from .conftest import Client, ServerProcess, free_port, parse_sse, run_serve
 
 CHAT = "/v1/chat/completions"
-LONG = 3000  # tokens: far longer than the 10 s shutdown grace on this machine
+LONG = 3000  # tokens (never ending early: min_tokens), longer than the shutdown grace
 # "house" sorts first: it is restored before anything else (see the xfail below).
 HOUSE = {
     "house": {"role": "system", "content": "The house has a kitchen, a hall and a study. " * 8},
@@ -190,7 +190,11 @@ async def _first_scenario(server: ServerProcess, store: Path) -> FirstRun:
         hit = await client.chat(messages=[HOUSE["house"], user("hello")], max_tokens=2)
         await late.get("/health")  # a kept-alive connection, open before the shutdown
 
-        body = {"messages": [HOUSE["yard"], user("tell me everything")], "max_tokens": LONG}
+        body = {
+            "messages": [HOUSE["yard"], user("tell me everything")],
+            "max_tokens": LONG,
+            "min_tokens": LONG,
+        }
         in_flight = asyncio.create_task(client.request("POST", CHAT, json_body=body))
         stream = await session.post(client.url(CHAT), json={**body, "stream": True})
         assert stream.status == 200
@@ -218,7 +222,10 @@ def _manifest(store: Path) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def first_run(server_factory: Callable[..., ServerProcess], store: Path) -> FirstRun:
-    server = server_factory("--model", "tiny", "--prefix-store", str(store))
+    # A 2 s grace: the long requests cannot finish in it, however fast the machine.
+    server = server_factory(
+        "--model", "tiny", "--prefix-store", str(store), "--shutdown-grace-s", "2"
+    )
     try:
         return asyncio.run(_first_scenario(server, store))
     finally:

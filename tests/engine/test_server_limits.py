@@ -103,7 +103,12 @@ def assert_released(stats: dict[str, Any]) -> None:
 async def test_full_queue_is_503_with_retry_after(idle: Client) -> None:
     client = idle
     async with OpenStream(
-        client, {"messages": messages("tell me a story about the kitchen"), "max_tokens": LONG}
+        client,
+        {
+            "messages": messages("tell me a story about the kitchen"),
+            "max_tokens": LONG,
+            "min_tokens": LONG,
+        },
     ):
         assert (await wait_for(client, "requests_running", 1))["requests_running"] == 1
         short = {"messages": messages("tell me a story about the porch"), "max_tokens": 2}
@@ -136,7 +141,9 @@ async def test_disconnect_mid_stream_releases_everything(
     await client.chat(messages=prompt, max_tokens=1)  # cached: the stream will lock it
     before = await client.stats()
     log_start = len(server.stderr())
-    async with OpenStream(client, {"messages": prompt, "max_tokens": LONG}) as stream:
+    async with OpenStream(
+        client, {"messages": prompt, "max_tokens": LONG, "min_tokens": LONG}
+    ) as stream:
         during = await client.stats()
         assert during["requests_running"] == 1
         assert during["kv_cache_locked_nodes"] >= 1
@@ -165,7 +172,9 @@ async def test_disconnect_during_a_non_streaming_request_releases_everything(
     before = await client.stats()
     log_start = len(server.stderr())
     request = asyncio.create_task(
-        client.request("POST", CHAT, json_body={"messages": prompt, "max_tokens": LONG})
+        client.request(
+            "POST", CHAT, json_body={"messages": prompt, "max_tokens": LONG, "min_tokens": LONG}
+        )
     )
     during = await wait_for(client, "requests_running", 1)
     assert during["kv_cache_locked_nodes"] >= 1
@@ -181,7 +190,12 @@ async def test_disconnect_during_a_non_streaming_request_releases_everything(
 async def test_disconnect_while_queued_frees_the_queue_slot(idle: Client) -> None:
     client = idle
     async with OpenStream(
-        client, {"messages": messages("tell me a story about the attic"), "max_tokens": LONG}
+        client,
+        {
+            "messages": messages("tell me a story about the attic"),
+            "max_tokens": LONG,
+            "min_tokens": LONG,
+        },
     ):
         queued = asyncio.create_task(
             client.request("POST", CHAT, json_body={"messages": messages(), "max_tokens": 2})

@@ -107,8 +107,12 @@ def _prepare(state: ServerState, body: dict[str, Any]) -> PreparedChat:
     if tool_choice == "none" and tools:
         stop = (*stop, formatter.stop_marker)
     seed = body.get("seed")
+    min_tokens = body.get("min_tokens") or 0
+    if min_tokens > max_tokens:
+        raise bad_request("min_tokens cannot exceed max_tokens", param="min_tokens")
     params = SamplingParams(
         max_tokens=max_tokens,
+        min_tokens=min_tokens,
         temperature=body.get("temperature") if body.get("temperature") is not None else 0.0,
         top_p=body.get("top_p") if body.get("top_p") is not None else 1.0,
         seed=None if seed is None else seed % (2**63),

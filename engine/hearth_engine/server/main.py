@@ -111,7 +111,7 @@ async def _serve(args: argparse.Namespace, api_key: str | None) -> int:
     await stop.wait()
     _LOGGER.info("Shutting down: no new requests; finishing running ones")
     await site.stop()
-    await engine.shutdown(grace_s=10)
+    await engine.shutdown(grace_s=max(0.0, args.shutdown_grace_s))
     await runner.cleanup()
     _LOGGER.info("Stopped")
     return 0

@@ -207,6 +207,8 @@ CHAT_REQUEST = vol.Schema(
         vol.Optional("stream", default=False): bool,
         vol.Optional("stream_options"): vol.Any(None, {vol.Optional("include_usage"): bool}),
         vol.Optional("max_tokens"): vol.Any(None, vol.All(_strict_int, vol.Range(min=1))),
+        # vLLM's extension: no end-of-sequence token before this many tokens.
+        vol.Optional("min_tokens"): vol.Any(None, vol.All(_strict_int, vol.Range(min=0))),
         vol.Optional("max_completion_tokens"): vol.Any(
             None, vol.All(_strict_int, vol.Range(min=1))
         ),
