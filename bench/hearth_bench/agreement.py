@@ -138,7 +138,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "model": runner.info.name,
         "dtype": runner.info.dtype,
-        "read_in_place": cached.share_prefix,
+        "read_in_place": cached.kv.share_prefix,
         "prompts": len(cases),
         "tokens": args.tokens,
         "chunk_tokens": args.chunk_tokens,
