@@ -153,6 +153,30 @@ def test_house_values_narrow_string_arguments(tokenizer: Any, compiler: Constrai
     assert allows(tokenizer, compiler, req, MODE)
 
 
+def test_house_values_can_be_scoped_to_one_tool(
+    tokenizer: Any, compiler: ConstraintCompiler
+) -> None:
+    """``Tool.arg`` narrows one tool only: ``name`` is an entity in HassTurnOn but a free
+    timer name in a timer tool."""
+    timer = {
+        "type": "function",
+        "function": {
+            "name": "HassStartTimer",
+            "parameters": {
+                "type": "object",
+                "properties": {"name": {"type": "string"}},
+                "required": ["name"],
+                "additionalProperties": False,
+            },
+        },
+    }
+    values = {"HassTurnOn.name": ["Porch"], "domain": ["light"]}
+    req = ConstraintRequest(tools=(*TOOLS, timer), tool_choice="required", argument_values=values)
+    assert allows(tokenizer, compiler, req, call("HassTurnOn", {"name": "Porch"}))
+    assert not allows(tokenizer, compiler, req, call("HassTurnOn", {"name": "Garage"}))
+    assert allows(tokenizer, compiler, req, call("HassStartTimer", {"name": "pasta"}))
+
+
 def test_narrowing_keeps_an_own_enum() -> None:
     schema = {
         "type": "object",

@@ -111,6 +111,25 @@ def narrow_schema(schema: Any, values: dict[str, list[str]]) -> Any:
     return out
 
 
+def values_for(tool: str, values: dict[str, list[str]]) -> dict[str, list[str]]:
+    """The ``argument_values`` that apply to ``tool``: bare keys (``name``) apply to every
+    tool; ``Tool.arg`` keys only to that tool (by its full or short name, as in
+    ``intent__HassTurnOn`` / ``HassTurnOn``), and win over a bare key.
+
+    Scoping matters because one argument name means different things in different tools:
+    ``name`` is an entity in ``HassTurnOn`` but a free timer name in ``HassStartTimer``.
+    """
+    general: dict[str, list[str]] = {}
+    scoped: dict[str, list[str]] = {}
+    for key, allowed in values.items():
+        owner, dot, arg = key.rpartition(".")
+        if not dot:
+            general[key] = allowed
+        elif owner == tool or tool.endswith(f"__{owner}"):
+            scoped[arg] = allowed
+    return {**general, **scoped}
+
+
 def bound_enum_arrays(schema: Any) -> Any:
     """``schema`` with each top-level array argument of enum items limited to as many
     items as the enum has (unless it says otherwise): a list longer than that repeats a
@@ -214,8 +233,8 @@ def build_grammar(
     for i, tool in enumerate(tools):
         fn = tool["function"]
         schema = fn.get("parameters") or {"type": "object", "properties": {}}
-        if req.argument_values:
-            schema = narrow_schema(schema, req.argument_values)
+        if req.argument_values and (values := values_for(fn["name"], req.argument_values)):
+            schema = narrow_schema(schema, values)
         schema = bound_enum_arrays(schema)
         names = [fn["name"], *(a for a, full in aliases.items() if full == fn["name"])]
         spelled = " | ".join(json.dumps(json.dumps(n)) for n in names)
