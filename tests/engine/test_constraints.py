@@ -177,6 +177,21 @@ def test_house_values_can_be_scoped_to_one_tool(
     assert allows(tokenizer, compiler, req, call("HassStartTimer", {"name": "pasta"}))
 
 
+def test_bare_house_values_can_be_limited_to_some_tools(
+    tokenizer: Any, compiler: ConstraintCompiler
+) -> None:
+    """``argument_tools`` says which tools bare keys narrow (the entity tools)."""
+    renamed = {"type": "function", "function": {**TOOLS[0]["function"], "name": "HassTurnOff"}}
+    req = ConstraintRequest(
+        tools=(*TOOLS, renamed),
+        tool_choice="required",
+        argument_values={"name": ["Porch"]},
+        argument_tools=("HassTurnOn",),
+    )
+    assert not allows(tokenizer, compiler, req, call("HassTurnOn", {"name": "Garage"}))
+    assert allows(tokenizer, compiler, req, call("HassTurnOff", {"name": "Garage"}))
+
+
 def test_narrowing_keeps_an_own_enum() -> None:
     schema = {
         "type": "object",

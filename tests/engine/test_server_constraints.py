@@ -188,6 +188,8 @@ BROKEN_TOOL = {
         ({"hearth": {"argument_values": {"name": "Kitchen"}}}, "invalid_value", "hearth"),
         ({"hearth": {"argument_values": {"name": []}}}, "invalid_value", "hearth"),
         ({"hearth": {"values": {}}}, "invalid_value", "hearth"),
+        ({"hearth": {"argument_tools": "HassTurnOn"}}, "invalid_value", "hearth"),
+        ({"hearth": {"argument_tools": [""]}}, "invalid_value", "hearth"),
         ({"hearth": ["name"]}, "invalid_value", "hearth"),
     ],
 )

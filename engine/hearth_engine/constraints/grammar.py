@@ -64,6 +64,8 @@ class ConstraintRequest:
     parallel_tool_calls: bool = True
     response_format: dict[str, Any] | None = None
     argument_values: dict[str, list[str]] | None = None
+    # The tools that bare ``argument_values`` keys apply to (None: every tool).
+    argument_tools: tuple[str, ...] | None = None
 
     @property
     def wants_json(self) -> bool:
@@ -111,21 +113,30 @@ def narrow_schema(schema: Any, values: dict[str, list[str]]) -> Any:
     return out
 
 
-def values_for(tool: str, values: dict[str, list[str]]) -> dict[str, list[str]]:
+def _names(tool: str, owner: str) -> bool:
+    """Whether ``owner`` names ``tool``, by its full or short name."""
+    return owner == tool or tool.endswith(f"__{owner}")
+
+
+def values_for(
+    tool: str, values: dict[str, list[str]], tools: tuple[str, ...] | None = None
+) -> dict[str, list[str]]:
     """The ``argument_values`` that apply to ``tool``: bare keys (``name``) apply to every
-    tool; ``Tool.arg`` keys only to that tool (by its full or short name, as in
-    ``intent__HassTurnOn`` / ``HassTurnOn``), and win over a bare key.
+    tool in ``tools`` (all when None); ``Tool.arg`` keys only to that tool (by its full
+    or short name, as in ``intent__HassTurnOn`` / ``HassTurnOn``), and win over a bare key.
 
     Scoping matters because one argument name means different things in different tools:
     ``name`` is an entity in ``HassTurnOn`` but a free timer name in ``HassStartTimer``.
     """
     general: dict[str, list[str]] = {}
     scoped: dict[str, list[str]] = {}
+    in_scope = tools is None or any(_names(tool, owner) for owner in tools)
     for key, allowed in values.items():
         owner, dot, arg = key.rpartition(".")
         if not dot:
-            general[key] = allowed
-        elif owner == tool or tool.endswith(f"__{owner}"):
+            if in_scope:
+                general[key] = allowed
+        elif _names(tool, owner):
             scoped[arg] = allowed
     return {**general, **scoped}
 
@@ -233,7 +244,8 @@ def build_grammar(
     for i, tool in enumerate(tools):
         fn = tool["function"]
         schema = fn.get("parameters") or {"type": "object", "properties": {}}
-        if req.argument_values and (values := values_for(fn["name"], req.argument_values)):
+        values = values_for(fn["name"], req.argument_values or {}, req.argument_tools)
+        if values:
             schema = narrow_schema(schema, values)
         schema = bound_enum_arrays(schema)
         names = [fn["name"], *(a for a, full in aliases.items() if full == fn["name"])]

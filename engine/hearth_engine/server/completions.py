@@ -53,6 +53,7 @@ def constraint_for(state: ServerState, body: dict[str, Any], forced: str) -> Con
         parallel_tool_calls=body.get("parallel_tool_calls") is not False,
         response_format=body.get("response_format"),
         argument_values=(body.get("hearth") or {}).get("argument_values"),
+        argument_tools=(body.get("hearth") or {}).get("argument_tools"),
     )
     try:
         return state.constraints.start(request, forced)

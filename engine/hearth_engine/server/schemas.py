@@ -115,6 +115,7 @@ TOOL = vol.Schema(
 SCHEMA_NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}\Z")
 ARGUMENT_NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,64}\Z")
 MAX_ARGUMENTS = 32  # narrowed argument names per request
+MAX_ARGUMENT_TOOLS = 512
 MAX_VALUES = 10_000  # values per argument
 MAX_VALUE_LEN = 256
 
@@ -179,13 +180,25 @@ def _hearth(value: Any) -> dict[str, Any] | None:
         return None
     if not isinstance(value, dict):
         raise vol.Invalid("expected an object")
-    unknown = set(value) - {"argument_values"}
+    known = ["argument_tools", "argument_values"]
+    unknown = set(value) - set(known)
     if unknown:
-        raise vol.Invalid(f"unknown keys {sorted(unknown)}; known: ['argument_values']")
+        raise vol.Invalid(f"unknown keys {sorted(unknown)}; known: {known}")
     out: dict[str, Any] = {}
     if value.get("argument_values") is not None:
         out["argument_values"] = _argument_values(value["argument_values"])
+    if value.get("argument_tools") is not None:
+        out["argument_tools"] = _argument_tools(value["argument_tools"])
     return out
+
+
+def _argument_tools(value: Any) -> tuple[str, ...]:
+    """``hearth.argument_tools``: the tools that bare ``argument_values`` keys narrow."""
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise vol.Invalid("argument_tools: expected a list of tool names")
+    if len(value) > MAX_ARGUMENT_TOOLS:
+        raise vol.Invalid(f"argument_tools: at most {MAX_ARGUMENT_TOOLS} tools")
+    return tuple(sorted(set(value)))
 
 
 TOOL_CHOICE = vol.Any(
