@@ -206,6 +206,8 @@ class HearthLLMEntity(Entity):
         }
         if prefix.tools:
             body["tools"] = list(prefix.tools)
+        if prefix.hearth:
+            body["hearth"] = prefix.hearth
         return body
 
     async def _async_handle_chat_log(self, chat_log: conversation.ChatLog) -> TurnUsage:

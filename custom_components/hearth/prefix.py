@@ -72,6 +72,7 @@ from .const import (
 )
 from .coordinator import EngineStatus, HearthCoordinator
 from .data import HearthConfigEntry
+from .house_values import house_values
 
 # Template variables that differ per request (see ChatLog.async_provide_llm_data).
 _PER_REQUEST_VARIABLES = re.compile(r"\b(user_name|llm_context)\b")
@@ -106,6 +107,9 @@ class HousePrefix:
 
     system: str
     tools: tuple[dict[str, Any], ...]
+    # The ``hearth`` request extension: the house's names for the engine's grammar
+    # (house_values.py); sent with the pin and every request, never in the prompt.
+    hearth: dict[str, Any] | None = None
 
     @property
     def messages(self) -> list[dict[str, Any]]:
@@ -117,12 +121,17 @@ class HousePrefix:
         body: dict[str, Any] = {"messages": self.messages}
         if self.tools:
             body["tools"] = list(self.tools)
+        if self.hearth:
+            body["hearth"] = self.hearth
         return body
 
     @cached_property
     def data(self) -> bytes:
-        """The exact bytes of the prefix (compact JSON of the pin body)."""
-        return json.dumps(self.pin_body(), ensure_ascii=False, separators=(",", ":")).encode()
+        """The exact bytes of the prefix: compact JSON of the messages and tools (the
+        ``hearth`` values are not part of the prompt: a new empty area re-pins nothing;
+        requests carry the current values)."""
+        body = {k: v for k, v in self.pin_body().items() if k != "hearth"}
+        return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
 
     @cached_property
     def digest(self) -> str:
@@ -248,7 +257,8 @@ async def async_render_prefix(hass: HomeAssistant, options: Mapping[str, Any]) -
                     key=lambda spec: str(spec["function"]["name"]),
                 )
             )
-    return HousePrefix(system="\n".join(parts), tools=tools)
+    hearth = house_values(hass, tools) if tools else None
+    return HousePrefix(system="\n".join(parts), tools=tools, hearth=hearth)
 
 
 class PinReason(StrEnum):

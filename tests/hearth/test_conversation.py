@@ -10,15 +10,18 @@ from __future__ import annotations
 
 import asyncio
 import json
+from datetime import timedelta
 
 from freezegun.api import FrozenDateTimeFactory
 from homeassistant.components.conversation import trace as conversation_trace
 from homeassistant.core import HomeAssistant
 from homeassistant.helpers import area_registry as ar
 from homeassistant.helpers import device_registry as dr
+from homeassistant.helpers import entity_registry as er
 from homeassistant.helpers import intent, llm
 from homeassistant.setup import async_setup_component
-from pytest_homeassistant_custom_component.common import MockConfigEntry
+from homeassistant.util import dt as dt_util
+from pytest_homeassistant_custom_component.common import MockConfigEntry, async_fire_time_changed
 
 from custom_components.hearth.const import CONF_MAX_TOKENS
 from custom_components.hearth.prefix import HousePrefix, async_render_prefix, pin_name
@@ -223,3 +226,26 @@ async def test_engine_error_is_a_spoken_error(
         "Sorry, this conversation is too long for the model. "
         "Start a new one or lower the history setting."
     )
+
+
+async def test_requests_carry_the_house_names_for_the_grammar(
+    hass: HomeAssistant, entry: MockConfigEntry
+) -> None:
+    """Tool calls may only name what the house has: exposed entities (with aliases),
+    areas, floors and domains go to the engine's grammar, scoped to the entity tools
+    (a timer's name stays free). Unexposed entities are not among them."""
+    er.async_get(hass).async_update_entity(KITCHEN_LIGHT, aliases={"Cooker Light"})
+    async_fire_time_changed(hass, dt_util.utcnow() + timedelta(seconds=60))  # the re-pin
+    await hass.async_block_till_done(wait_background_tasks=True)
+    with ChatSpy() as spy:
+        await converse(hass, "hello")
+    extension = spy.bodies[0]["hearth"]
+    values = extension["argument_values"]
+    assert values["name"] == ["Cooker Light", "Kitchen Light"]  # not "Power" (unexposed)
+    assert values["area"] == ["Kitchen", "Living Room"]
+    assert values["domain"] == ["light"]
+    tools = extension["argument_tools"]
+    assert "intent__HassTurnOn" in tools
+    assert not [name for name in tools if "Timer" in name]
+    offered = {tool["function"]["name"] for tool in spy.bodies[0]["tools"]}
+    assert set(tools) <= offered

@@ -1,0 +1,90 @@
+"""The house's names for the engine's grammar: tool calls can only name what exists.
+
+The engine narrows string arguments of the offered tools to these values (the ``hearth``
+request extension, see docs/api.md). They are never rendered into the prompt, so the
+pinned prefix stays byte-identical; a small model then cannot call ``HassTurnOn`` on a
+"porch light" the house does not have.
+
+Only Home Assistant's own intent tools that target entities are narrowed
+(``argument_tools``): a timer's ``name`` is free text, and a script tool's arguments are
+whatever its author chose.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from homeassistant.components import conversation
+from homeassistant.components.homeassistant.exposed_entities import async_should_expose
+from homeassistant.core import HomeAssistant
+from homeassistant.helpers import area_registry as ar
+from homeassistant.helpers import entity_registry as er
+from homeassistant.helpers import floor_registry as fr
+
+# Arguments of the intent tools that name a part of the house.
+HOUSE_ARGUMENTS = ("name", "area", "floor", "domain")
+MAX_VALUES = 10_000  # the engine's limit per argument
+MAX_VALUE_LEN = 256
+
+
+def entity_tools(tools: Iterable[Mapping[str, Any]]) -> list[str]:
+    """Names of the offered intent tools whose house arguments name entities."""
+    names = []
+    for tool in tools:
+        function = tool.get("function") or {}
+        name = str(function.get("name", ""))
+        short = name.rsplit("__", 1)[-1]
+        properties = (function.get("parameters") or {}).get("properties") or {}
+        if (
+            short.startswith("Hass")
+            and "Timer" not in short
+            and set(properties) & {*HOUSE_ARGUMENTS}
+        ):
+            names.append(name)
+    return sorted(names)
+
+
+def _clean(values: Iterable[object]) -> list[str]:
+    """Distinct, non-empty strings within the engine's limits (aliases may also hold
+    non-string markers, such as "the entity's own name")."""
+    texts = {v.strip() for v in values if isinstance(v, str)}
+    return sorted(v for v in texts if v and len(v) <= MAX_VALUE_LEN)[:MAX_VALUES]
+
+
+def house_values(hass: HomeAssistant, tools: Iterable[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """The ``hearth`` extension for requests with ``tools``, or None if nothing applies."""
+    scoped = entity_tools(tools)
+    if not scoped:
+        return None
+    entities = er.async_get(hass)
+    names: list[object] = []
+    domains: set[str] = set()
+    for state in hass.states.async_all():
+        if not async_should_expose(hass, conversation.DOMAIN, state.entity_id):
+            continue
+        names.append(state.name)
+        domains.add(state.domain)
+        if (entry := entities.async_get(state.entity_id)) is not None:
+            names.extend(entry.aliases)
+    areas = [
+        name
+        for area in ar.async_get(hass).async_list_areas()
+        for name in (area.name, *area.aliases)
+    ]
+    floors = [
+        name
+        for floor in fr.async_get(hass).async_list_floors()
+        for name in (floor.name, *floor.aliases)
+    ]
+    values = {
+        "name": _clean(names),
+        "area": _clean(areas),
+        "floor": _clean(floors),
+        "domain": _clean(domains),
+    }
+    # The engine refuses empty lists: an argument with nothing to name stays free.
+    values = {key: found for key, found in values.items() if found}
+    if not values:
+        return None
+    return {"argument_values": values, "argument_tools": scoped}
