@@ -91,7 +91,7 @@ class HearthConversationEntity(
             return err.as_conversation_result()
 
         try:
-            await self._async_handle_chat_log(chat_log)
+            await self._async_handle_chat_log(chat_log, user_input.language)
         except HearthError as err:
             LOGGER.warning("Hearth engine request failed: %s", err)
             if isinstance(err, HearthAuthError):

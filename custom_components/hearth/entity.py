@@ -32,8 +32,10 @@ from .const import (
 )
 from .coordinator import HearthCoordinator
 from .data import HearthConfigEntry, TurnUsage
+from .errors import async_error_message
 from .prefix import HousePrefix, pin_name
 from .prompt import HearthNative, build_messages, volatile_context
+from .speech import MarkupFilter
 
 MANUFACTURER = "Hearth"
 
@@ -135,8 +137,14 @@ async def _transform_stream(
     reply: _Reply,
     tool_names: list[str],
     context: str | None,
+    markup_only: str,
 ) -> AsyncGenerator[conversation.AssistantContentDeltaDict]:
-    """Engine chunks as chat log deltas; the raw message ends up in ``native``."""
+    """Engine chunks as chat log deltas; the raw message ends up in ``native``.
+
+    Tool markup written as text is not spoken (``speech``); a reply that was nothing but
+    markup says ``markup_only`` instead.
+    """
+    speech = MarkupFilter()
     yield {"role": "assistant"}
     async with aclosing(chunks):
         async for chunk in chunks:
@@ -147,13 +155,18 @@ async def _transform_stream(
                 if text := delta.get("content"):
                     reply.first_output()
                     reply.content += text
-                    yield {"content": text}
+                    if spoken := speech.feed(text):
+                        yield {"content": spoken}
                 for call in delta.get("tool_calls") or ():
                     reply.first_output()
                     reply.add_tool_call_delta(call)
                 if finish := choice.get("finish_reason"):
                     reply.finish_reason = finish
+    if tail := speech.finish():
+        yield {"content": tail}
     raw_calls = reply.raw_tool_calls()
+    if speech.removed and not speech.spoken and not raw_calls:
+        yield {"content": markup_only}
     if raw_calls:
         yield {
             "tool_calls": [
@@ -210,7 +223,9 @@ class HearthLLMEntity(Entity):
             body["hearth"] = prefix.hearth
         return body
 
-    async def _async_handle_chat_log(self, chat_log: conversation.ChatLog) -> TurnUsage:
+    async def _async_handle_chat_log(
+        self, chat_log: conversation.ChatLog, language: str | None = None
+    ) -> TurnUsage:
         """Run the tool loop for the chat log's last user message.
 
         Every request starts with the agent's house prefix (pinned in the engine),
@@ -225,6 +240,9 @@ class HearthLLMEntity(Entity):
         context = volatile_context(system_prompt, prefix.system)
         max_history = int(self.options.get(CONF_MAX_HISTORY, DEFAULT_MAX_HISTORY))
         tool_names = [tool.name for tool in chat_log.llm_api.tools] if chat_log.llm_api else []
+        markup_only = await async_error_message(
+            self.hass, language or self.hass.config.language, "markup_only"
+        )
         requests: list[RequestUsage] = []
         client_ttfts: list[float | None] = []
         try:
@@ -236,6 +254,7 @@ class HearthLLMEntity(Entity):
                     reply,
                     tool_names,
                     context if iteration == 0 else None,
+                    markup_only,
                 )
                 async for _content in chat_log.async_add_delta_content_stream(
                     self.entity_id, stream

@@ -1,0 +1,81 @@
+"""What may be spoken: tool-call markup never reaches text-to-speech.
+
+A model that writes a tool call (or a fake tool response) as text instead of calling the
+tool would otherwise have Assist read ``<tool_call> {"name": ...`` aloud. The engine's
+grammar prevents this for Hermes-style models; Llama 3 and Mistral formats, and other
+OpenAI-compatible servers, are not constrained. ``MarkupFilter`` removes such markup from
+the streamed reply (the raw text still goes into the conversation history, so the
+engine's cache keeps matching it).
+"""
+
+from __future__ import annotations
+
+# opener -> what ends the markup: a closing tag, None (the rest of the reply), or ""
+# (the tag alone: a stray closer).
+MARKUP: dict[str, str | None] = {
+    "<tool_call>": "</tool_call>",
+    "<tool_response>": "</tool_response>",
+    "</tool_call>": "",
+    "</tool_response>": "",
+    "[TOOL_CALLS]": None,
+    "<|python_tag|>": None,
+}
+
+
+def _partial_suffix(text: str, tags: list[str]) -> int:
+    """Length of the longest end of ``text`` that could begin one of ``tags``."""
+    best = 0
+    for tag in tags:
+        for size in range(min(len(tag) - 1, len(text)), best, -1):
+            if tag.startswith(text[-size:]):
+                best = size
+                break
+    return best
+
+
+class MarkupFilter:
+    """Streams text through, dropping tool markup; splits across chunks are handled."""
+
+    def __init__(self) -> None:
+        self._held = ""  # text that may be the start of a tag
+        self._until: str | None = ""  # "" outside markup; a closer, or None (to the end)
+        self.removed = False  # some markup was dropped
+        self.spoken = False  # some non-blank text was let through
+
+    def feed(self, text: str) -> str:
+        """The part of ``text`` that may be spoken now."""
+        buf, self._held = self._held + text, ""
+        out: list[str] = []
+        while buf:
+            if self._until is None:  # inside markup that runs to the end
+                return self._spoken(out)
+            if self._until:  # inside a block: skip to its closer
+                end = buf.find(self._until)
+                if end < 0:
+                    self._held = buf[len(buf) - _partial_suffix(buf, [self._until]) :]
+                    return self._spoken(out)
+                buf, self._until = buf[end + len(self._until) :], ""
+                continue
+            hits = [(buf.find(tag), tag) for tag in MARKUP if tag in buf]
+            if hits:
+                start, tag = min(hits)
+                out.append(buf[:start])
+                buf, self._until = buf[start + len(tag) :], MARKUP[tag]
+                self.removed = True
+                continue
+            keep = _partial_suffix(buf, list(MARKUP))
+            out.append(buf[: len(buf) - keep])
+            self._held = buf[len(buf) - keep :]
+            break
+        return self._spoken(out)
+
+    def finish(self) -> str:
+        """What is left at the end (held text that never became a tag)."""
+        held, self._held = self._held, ""
+        return self._spoken([held]) if self._until == "" else ""
+
+    def _spoken(self, parts: list[str]) -> str:
+        text = "".join(parts)
+        if text.strip():
+            self.spoken = True
+        return text
