@@ -8,6 +8,7 @@ from typing import Any
 from homeassistant.const import CONF_API_KEY, CONF_URL, Platform
 from homeassistant.core import HomeAssistant
 from homeassistant.helpers import config_validation as cv
+from homeassistant.helpers import device_registry as dr
 from homeassistant.helpers.aiohttp_client import async_get_clientsession
 from homeassistant.helpers.dispatcher import async_dispatcher_send
 from homeassistant.helpers.typing import ConfigType
@@ -16,6 +17,7 @@ from .api import HearthClient, HearthError
 from .const import DOMAIN, LOGGER, SIGNAL_AGENT_OPTIONS_UPDATED, SUBENTRY_CONVERSATION
 from .coordinator import HearthCoordinator
 from .data import HearthConfigEntry, HearthData
+from .entity import engine_device_info
 from .prefix import PrefixManager, pin_name
 from .services import async_setup_services
 
@@ -43,6 +45,12 @@ async def async_setup_entry(hass: HomeAssistant, entry: HearthConfigEntry) -> bo
         loaded_data=dict(entry.data),
         loaded_subentries=_subentry_signature(entry),
         subentry_options={sid: dict(sub.data) for sid, sub in entry.subentries.items()},
+    )
+    # The engine's device first: agent devices name it as the device that serves them.
+    data = coordinator.data
+    dr.async_get(hass).async_get_or_create(
+        config_entry_id=entry.entry_id,
+        **engine_device_info(entry, data.model if data else None, data.version if data else None),
     )
     await hass.config_entries.async_forward_entry_setups(entry, PLATFORMS)
 

@@ -19,6 +19,9 @@ from .entity import HearthLLMEntity
 from .errors import async_error_message, error_key
 from .prefix import llm_api_ids
 
+# Conversations run concurrently: the engine batches them (and queues beyond its limit).
+PARALLEL_UPDATES = 0
+
 
 async def async_setup_entry(
     hass: HomeAssistant,

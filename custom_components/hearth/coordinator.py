@@ -34,6 +34,12 @@ class EngineStatus:
         model = self.stats.get("model")
         return str(model) if model is not None else None
 
+    @property
+    def version(self) -> str | None:
+        """The engine's software version (older engines do not report it)."""
+        version = self.stats.get("version")
+        return str(version) if version is not None else None
+
 
 class HearthCoordinator(DataUpdateCoordinator[EngineStatus]):
     """Engine counters every ``SCAN_INTERVAL``; client errors become HA errors here."""

@@ -40,13 +40,16 @@ from .speech import MarkupFilter
 MANUFACTURER = "Hearth"
 
 
-def engine_device_info(entry: HearthConfigEntry, model: str | None) -> dr.DeviceInfo:
+def engine_device_info(
+    entry: HearthConfigEntry, model: str | None, version: str | None = None
+) -> dr.DeviceInfo:
     """The service device of an engine entry (named "Hearth")."""
     return dr.DeviceInfo(
         identifiers={(DOMAIN, entry.entry_id)},
         name=DEFAULT_NAME,
         manufacturer=MANUFACTURER,
         model=model,
+        sw_version=version,
         configuration_url=entry.runtime_data.client.url,
         entry_type=dr.DeviceEntryType.SERVICE,
     )
@@ -63,8 +66,10 @@ class HearthCoordinatorEntity(CoordinatorEntity[HearthCoordinator]):
         super().__init__(coordinator)
         self.entry = entry
         self._attr_unique_id = f"{entry.entry_id}_{key}"
-        model = coordinator.data.model if coordinator.data else None
-        self._attr_device_info = engine_device_info(entry, model)
+        data = coordinator.data
+        self._attr_device_info = engine_device_info(
+            entry, data.model if data else None, data.version if data else None
+        )
 
 
 @dataclass
@@ -201,6 +206,7 @@ class HearthLLMEntity(Entity):
             manufacturer=MANUFACTURER,
             model="Conversation agent",
             entry_type=dr.DeviceEntryType.SERVICE,
+            via_device=(DOMAIN, entry.entry_id),  # served by the engine's device
         )
 
     @property

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from homeassistant.config_entries import ConfigEntryState
 from homeassistant.core import HomeAssistant
+from homeassistant.helpers import device_registry as dr
 from pytest_homeassistant_custom_component.common import MockConfigEntry
 
+from custom_components.hearth.const import DOMAIN
 from custom_components.hearth.prefix import pin_name
 
 from .common import (
@@ -62,3 +64,18 @@ async def test_removed_agent_and_entry_drop_their_pins(
     await hass.config_entries.async_remove(second.entry_id)
     await hass.async_block_till_done()
     assert second_pin not in keyed.pins()
+
+
+async def test_devices_show_the_engine_version_and_who_serves_the_agent(
+    hass: HomeAssistant, entry: MockConfigEntry, engine: EngineProcess
+) -> None:
+    devices = dr.async_get(hass)
+    engine_device = devices.async_get_device_by_identifier((DOMAIN, entry.entry_id), entry.entry_id)
+    assert engine_device is not None
+    reported = engine.request("GET", "/v1/stats")["version"]
+    assert engine_device.sw_version == reported != "unknown"
+    agent = devices.async_get_device_by_identifier(
+        (DOMAIN, next(iter(entry.subentries))), entry.entry_id
+    )
+    assert agent is not None
+    assert agent.via_device_id == engine_device.id

@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Iterator
+from importlib import metadata
 from statistics import median
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +25,14 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.2, 0.35, 0.5, 0.75, 1, 2, 5, 10, 20, 40, 80, 160)
 
 
+def engine_version() -> str:
+    """The installed hearth-engine package's version ("unknown" when run from a tree)."""
+    try:
+        return metadata.version("hearth-engine")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
 def _rate(part: float, whole: float, digits: int = 6) -> float:
     return round(part / whole, digits) if whole else 0.0
 
@@ -36,6 +45,7 @@ def engine_stats(engine: Engine) -> dict[str, Any]:
     return {
         "instance_id": engine.instance_id,
         "uptime_s": round(time.time() - engine.started_at, 3),
+        "version": engine_version(),
         "model": engine.info.name,
         "device": engine.info.device,
         "dtype": engine.info.dtype,
