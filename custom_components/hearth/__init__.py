@@ -14,7 +14,13 @@ from homeassistant.helpers.dispatcher import async_dispatcher_send
 from homeassistant.helpers.typing import ConfigType
 
 from .api import HearthClient, HearthError
-from .const import DOMAIN, LOGGER, SIGNAL_AGENT_OPTIONS_UPDATED, SUBENTRY_CONVERSATION
+from .const import (
+    DOMAIN,
+    LOGGER,
+    SIGNAL_AGENT_OPTIONS_UPDATED,
+    SUBENTRY_AI_TASK,
+    SUBENTRY_CONVERSATION,
+)
 from .coordinator import HearthCoordinator
 from .data import HearthConfigEntry, HearthData
 from .entity import engine_device_info
@@ -22,7 +28,7 @@ from .prefix import PrefixManager, pin_name
 from .services import async_setup_services
 
 CONFIG_SCHEMA = cv.config_entry_only_config_schema(DOMAIN)
-PLATFORMS = (Platform.BINARY_SENSOR, Platform.CONVERSATION, Platform.SENSOR)
+PLATFORMS = (Platform.AI_TASK, Platform.BINARY_SENSOR, Platform.CONVERSATION, Platform.SENSOR)
 
 
 async def async_setup(hass: HomeAssistant, config: ConfigType) -> bool:
@@ -103,4 +109,4 @@ async def _async_delete_pins(client: HearthClient, subentry_ids: Any) -> None:
             LOGGER.debug("Could not delete the pin of %s: %s", subentry_id, err)
 
 
-__all__ = ["DOMAIN", "SUBENTRY_CONVERSATION", "HearthConfigEntry"]
+__all__ = ["DOMAIN", "SUBENTRY_AI_TASK", "SUBENTRY_CONVERSATION", "HearthConfigEntry"]

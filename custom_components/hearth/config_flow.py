@@ -1,4 +1,4 @@
-"""Config flow: the engine (URL + optional API key) and its conversation agents."""
+"""Config flow: the engine (URL + optional API key), its conversation agents and AI Tasks."""
 
 from __future__ import annotations
 
@@ -38,11 +38,14 @@ from .const import (
     CONF_MAX_TOKENS,
     CONF_REPIN_DEBOUNCE,
     CONF_TEMPERATURE,
+    DEFAULT_AI_TASK_NAME,
     DEFAULT_CONVERSATION_NAME,
     DEFAULT_URL,
     DOMAIN,
     LOGGER,
+    RECOMMENDED_AI_TASK_OPTIONS,
     RECOMMENDED_CONVERSATION_OPTIONS,
+    SUBENTRY_AI_TASK,
     SUBENTRY_CONVERSATION,
 )
 from .prefix import llm_api_ids
@@ -216,8 +219,11 @@ class HearthConfigFlow(ConfigFlow, domain=DOMAIN):
     def async_get_supported_subentry_types(
         cls, config_entry: ConfigEntry
     ) -> dict[str, type[ConfigSubentryFlow]]:
-        """Conversation agents are subentries."""
-        return {SUBENTRY_CONVERSATION: ConversationFlowHandler}
+        """Conversation agents and AI Tasks are subentries."""
+        return {
+            SUBENTRY_CONVERSATION: ConversationFlowHandler,
+            SUBENTRY_AI_TASK: AITaskFlowHandler,
+        }
 
 
 class ConversationFlowHandler(ConfigSubentryFlow):
@@ -255,6 +261,75 @@ class ConversationFlowHandler(ConfigSubentryFlow):
     async_step_reconfigure = async_step_set_options
 
 
+class AITaskFlowHandler(ConfigSubentryFlow):
+    """Add or reconfigure an AI Task entity (``ai_task.generate_data``)."""
+
+    @property
+    def _is_new(self) -> bool:
+        return self.source == "user"
+
+    async def async_step_set_options(
+        self, user_input: dict[str, Any] | None = None
+    ) -> SubentryFlowResult:
+        """Sampling and reply length; each task brings its own instructions."""
+        if user_input is None:
+            options: Mapping[str, Any] = (
+                RECOMMENDED_AI_TASK_OPTIONS
+                if self._is_new
+                else self._get_reconfigure_subentry().data
+            )
+            return self.async_show_form(
+                step_id="set_options",
+                data_schema=ai_task_options_schema(options, is_new=self._is_new),
+            )
+        data = dict(user_input)
+        title = str(data.pop(CONF_NAME, DEFAULT_AI_TASK_NAME))
+        data[CONF_TEMPERATURE] = float(
+            data.get(CONF_TEMPERATURE, RECOMMENDED_AI_TASK_OPTIONS[CONF_TEMPERATURE])
+        )
+        data[CONF_MAX_TOKENS] = int(
+            data.get(CONF_MAX_TOKENS, RECOMMENDED_AI_TASK_OPTIONS[CONF_MAX_TOKENS])
+        )
+        if self._is_new:
+            return self.async_create_entry(title=title, data=data)
+        return self.async_update_and_abort(
+            self._get_entry(), self._get_reconfigure_subentry(), data=data
+        )
+
+    async_step_user = async_step_set_options
+    async_step_reconfigure = async_step_set_options
+
+
+def _temperature_selector() -> NumberSelector:
+    return NumberSelector(
+        NumberSelectorConfig(min=0, max=2, step=0.05, mode=NumberSelectorMode.SLIDER)
+    )
+
+
+def _max_tokens_selector() -> NumberSelector:
+    return NumberSelector(
+        NumberSelectorConfig(min=1, max=8192, step=1, mode=NumberSelectorMode.BOX)
+    )
+
+
+def ai_task_options_schema(options: Mapping[str, Any], *, is_new: bool) -> probatio.Schema:
+    """Form of an AI Task's options, pre-filled with ``options``."""
+    schema: dict[Any, Any] = {}
+    if is_new:
+        schema[probatio.Required(CONF_NAME, default=DEFAULT_AI_TASK_NAME)] = str
+
+    def suggested(key: str) -> dict[str, Any]:
+        return {"suggested_value": options.get(key, RECOMMENDED_AI_TASK_OPTIONS[key])}
+
+    schema[probatio.Optional(CONF_TEMPERATURE, description=suggested(CONF_TEMPERATURE))] = (
+        _temperature_selector()
+    )
+    schema[probatio.Optional(CONF_MAX_TOKENS, description=suggested(CONF_MAX_TOKENS))] = (
+        _max_tokens_selector()
+    )
+    return probatio.Schema(schema)
+
+
 def agent_options_schema(
     hass: HomeAssistant, options: Mapping[str, Any], *, is_new: bool
 ) -> probatio.Schema:
@@ -287,14 +362,10 @@ def agent_options_schema(
                 )
             ),
             probatio.Optional(CONF_TEMPERATURE, description=suggested(CONF_TEMPERATURE)): (
-                NumberSelector(
-                    NumberSelectorConfig(min=0, max=2, step=0.05, mode=NumberSelectorMode.SLIDER)
-                )
+                _temperature_selector()
             ),
             probatio.Optional(CONF_MAX_TOKENS, description=suggested(CONF_MAX_TOKENS)): (
-                NumberSelector(
-                    NumberSelectorConfig(min=1, max=8192, step=1, mode=NumberSelectorMode.BOX)
-                )
+                _max_tokens_selector()
             ),
             probatio.Optional(CONF_REPIN_DEBOUNCE, description=suggested(CONF_REPIN_DEBOUNCE)): (
                 NumberSelector(

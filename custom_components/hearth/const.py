@@ -14,6 +14,8 @@ DEFAULT_URL: Final = "http://127.0.0.1:8765"
 DEFAULT_NAME: Final = "Hearth"
 DEFAULT_CONVERSATION_NAME: Final = "Hearth"
 SUBENTRY_CONVERSATION: Final = "conversation"
+SUBENTRY_AI_TASK: Final = "ai_task_data"  # the subentry type HA core's LLM integrations use
+DEFAULT_AI_TASK_NAME: Final = "Hearth AI Task"
 
 # Conversation agent (subentry) options.
 CONF_MAX_HISTORY: Final = "max_history"
@@ -33,6 +35,13 @@ RECOMMENDED_CONVERSATION_OPTIONS: Final = {
     CONF_TEMPERATURE: DEFAULT_TEMPERATURE,
     CONF_MAX_TOKENS: DEFAULT_MAX_TOKENS,
     CONF_REPIN_DEBOUNCE: DEFAULT_REPIN_DEBOUNCE,
+}
+
+# AI Task (subentry) options: the instructions come from each task, not the subentry.
+DEFAULT_AI_TASK_MAX_TOKENS: Final = 1024  # structured data is longer than a spoken reply
+RECOMMENDED_AI_TASK_OPTIONS: Final = {
+    CONF_TEMPERATURE: DEFAULT_TEMPERATURE,
+    CONF_MAX_TOKENS: DEFAULT_AI_TASK_MAX_TOKENS,
 }
 
 # The chat loop: at most this many engine requests (tool rounds) per user turn.

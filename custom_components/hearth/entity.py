@@ -190,10 +190,11 @@ async def _transform_stream(
 
 
 class HearthLLMEntity(Entity):
-    """A Hearth conversation agent (one per ``conversation`` subentry)."""
+    """A Hearth LLM entity: a conversation agent or an AI Task (one per subentry)."""
 
     _attr_has_entity_name = True
     _attr_name = None
+    _device_model = "Conversation agent"
 
     def __init__(self, entry: HearthConfigEntry, subentry: ConfigSubentry) -> None:
         """Initialize the agent of ``subentry``."""
@@ -204,7 +205,7 @@ class HearthLLMEntity(Entity):
             identifiers={(DOMAIN, subentry.subentry_id)},
             name=subentry.title,
             manufacturer=MANUFACTURER,
-            model="Conversation agent",
+            model=self._device_model,
             entry_type=dr.DeviceEntryType.SERVICE,
             via_device=(DOMAIN, entry.entry_id),  # served by the engine's device
         )
@@ -214,7 +215,16 @@ class HearthLLMEntity(Entity):
         """The agent's current options (read fresh: they change without a reload)."""
         return self.entry.subentries[self.subentry_id].data
 
-    def _request_body(self, prefix: HousePrefix, messages: list[dict[str, Any]]) -> dict[str, Any]:
+    async def _async_request_prefix(self, chat_log: conversation.ChatLog) -> HousePrefix:
+        """The stable prefix the requests of this turn start with (the agent's pin)."""
+        return await self.entry.runtime_data.prefixes.async_prefix_for_request(self.subentry_id)
+
+    def _request_body(
+        self,
+        prefix: HousePrefix,
+        messages: list[dict[str, Any]],
+        response_format: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
         options = self.options
         body: dict[str, Any] = {
             "messages": messages,
@@ -227,10 +237,15 @@ class HearthLLMEntity(Entity):
             body["tools"] = list(prefix.tools)
         if prefix.hearth:
             body["hearth"] = prefix.hearth
+        if response_format is not None:
+            body["response_format"] = dict(response_format)
         return body
 
     async def _async_handle_chat_log(
-        self, chat_log: conversation.ChatLog, language: str | None = None
+        self,
+        chat_log: conversation.ChatLog,
+        language: str | None = None,
+        response_format: Mapping[str, Any] | None = None,
     ) -> TurnUsage:
         """Run the tool loop for the chat log's last user message.
 
@@ -238,9 +253,10 @@ class HearthLLMEntity(Entity):
         then the history exactly as sent before, then this turn's context message
         and user text. Tool calls run through HA's LLM API (chat log) and their
         results go back to the engine, up to ``MAX_TOOL_ITERATIONS`` requests.
+        ``response_format`` (an AI Task's structure) constrains every reply.
         """
         data = self.entry.runtime_data
-        prefix = await data.prefixes.async_prefix_for_request(self.subentry_id)
+        prefix = await self._async_request_prefix(chat_log)
         first = chat_log.content[0] if chat_log.content else None
         system_prompt = first.content if isinstance(first, conversation.SystemContent) else ""
         context = volatile_context(system_prompt, prefix.system)
@@ -256,7 +272,9 @@ class HearthLLMEntity(Entity):
                 messages = build_messages(prefix, chat_log.content, context, max_history)
                 reply = _Reply()
                 stream = _transform_stream(
-                    data.client.async_chat_stream(self._request_body(prefix, messages)),
+                    data.client.async_chat_stream(
+                        self._request_body(prefix, messages, response_format)
+                    ),
                     reply,
                     tool_names,
                     context if iteration == 0 else None,
