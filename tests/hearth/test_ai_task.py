@@ -157,6 +157,11 @@ async def test_prefix_is_stable_and_first(hass: HomeAssistant, task_entry: MockC
     assert AI_TASK_SYSTEM_PROMPT not in context["content"]
     assert first["messages"][-1] == {"role": "user", "content": "First task."}
     assert second["messages"][-1] == {"role": "user", "content": "Second task."}
+    # The engine served the second task's prefix from its cache; the turn is recorded.
+    turn = task_entry.runtime_data.last_turn
+    assert turn is not None
+    assert turn.agent_id == TASK_ENTITY
+    assert turn.cached_tokens > 0
 
 
 async def test_reply_cut_short_is_a_clear_error(
