@@ -19,6 +19,7 @@ from homeassistant.const import CONF_NAME, CONF_URL
 from homeassistant.core import HomeAssistant
 from homeassistant.data_entry_flow import FlowResultType
 from homeassistant.exceptions import HomeAssistantError
+from homeassistant.setup import async_setup_component
 from pytest_homeassistant_custom_component.common import MockConfigEntry
 
 from custom_components.hearth.ai_task import response_format
@@ -103,9 +104,27 @@ async def task_entry(hass: HomeAssistant, house: None, engine: EngineProcess) ->
 async def test_structured_data_fits_the_structure(
     hass: HomeAssistant, task_entry: MockConfigEntry
 ) -> None:
-    """A structure becomes a strict json_schema response format; the data fits it."""
+    """An automation's generate_data with a structure (run by a real script, as the YAML
+    is written): a strict json_schema response format; the data fits the structure."""
+    action = {
+        "action": "ai_task.generate_data",
+        "data": {
+            "task_name": "House summary",
+            "entity_id": TASK_ENTITY,
+            "instructions": "Summarize the house.",
+            "structure": STRUCTURE,
+        },
+        "response_variable": "summary",
+    }
+    sequence = [action, {"stop": "done", "response_variable": "summary"}]
+    assert await async_setup_component(
+        hass, "script", {"script": {"summarize": {"sequence": sequence}}}
+    )
     with ChatSpy() as spy:
-        response = await _generate(hass, instructions="Summarize the house.", structure=STRUCTURE)
+        response = await hass.services.async_call(
+            "script", "summarize", blocking=True, return_response=True
+        )
+    assert response is not None
 
     (body,) = spy.bodies
     fmt = body["response_format"]
