@@ -26,7 +26,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
@@ -43,6 +43,7 @@ from .scheduler import QueueFullError, Scheduler
 from .sequence import ErrorEvent, Event, FinishEvent, Kind, Sequence, State, TokenEvent
 
 _LOGGER = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # How often a waiter checks that the worker is still alive (seconds).
 LIVENESS_S = 1.0
@@ -115,7 +116,10 @@ class Engine:
 
         tune_cpu_allocator()
         set_threads(config.threads)
-        return cls(config, ModelRunner.load(config.model, config.device, config.dtype))
+        runner = ModelRunner.load(
+            config.model, config.device, config.dtype, config.quantize, config.forward
+        )
+        return cls(config, runner)
 
     def start(self) -> None:
         """Restore stored pins, then start the worker thread."""
@@ -280,10 +284,19 @@ class Engine:
 
     async def clear_cache(self) -> int:
         """Drop every cached prefix that is neither pinned nor in use; returns bytes freed."""
+        return await self._call(self.kv.cache.clear)
+
+    async def settled(self) -> None:
+        """Return once the worker has run every command posted before this call (an
+        ``unpin``'s release, say), so counters read afterwards include them."""
+        await self._call(lambda: None)
+
+    async def _call(self, run: Callable[[], T]) -> T:
+        """Run ``run`` on the worker thread and await its result (bounded waits)."""
         self._check_alive()
-        result: Future[int] = Future()
+        result: Future[T] = Future()
         self._post(
-            lambda: result.set_result(self.kv.cache.clear()),
+            lambda: result.set_result(run()),
             fail=lambda message: result.set_exception(EngineFailedError(message)),
         )
         while True:

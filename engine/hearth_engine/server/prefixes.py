@@ -102,6 +102,8 @@ async def list_prefixes(request: web.Request) -> web.Response:
 
 async def delete_prefix(request: web.Request) -> web.Response:
     name = check_pin_name(request.match_info["name"])
-    if not _state(request).engine.unpin(name):
+    engine = _state(request).engine
+    if not engine.unpin(name):
         raise not_found(f"no prefix named {name!r}")
+    await engine.settled()  # the pin's bytes are released when the reply says deleted
     return web.json_response({"name": name, "deleted": True})
