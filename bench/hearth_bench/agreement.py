@@ -13,6 +13,12 @@ a random length and a random split point), three greedy continuations of ``--tok
 In float32/float64 all three should agree; in bfloat16 rounding flips some greedy
 choices, and the bar is that *cached* agrees with *cold* at least as well as
 *cold-other* does.
+
+``--quantize int8`` and ``--forward`` choose how the model runs (all three engines);
+``--against FORWARD:QUANTIZE`` (e.g. ``auto:none``) adds a fourth continuation, cold
+on a second copy of the model run that way: the pair **against_vs_cold** says how far
+int8 weights (or transformers' forward against Hearth's) move greedy text, next to
+the dtype's own noise.
 """
 
 from __future__ import annotations
@@ -95,14 +101,20 @@ def make_cases(
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
-    runner = ModelRunner.load(args.model, args.device, args.dtype)
+    runner = ModelRunner.load(args.model, args.device, args.dtype, args.quantize, args.forward)
     budget = args.kv_cache_mb * MIB
 
-    def engine(**overrides: Any) -> Engine:
+    def engine(on: ModelRunner = runner, **overrides: Any) -> Engine:
         config = EngineConfig(model=args.model, kv_cache_bytes=budget, **overrides)
-        started = Engine(config, runner)
+        started = Engine(config, on)
         started.start()
         return started
+
+    against: Engine | None = None
+    if args.against:
+        forward, _, quantize = args.against.partition(":")
+        second = ModelRunner.load(args.model, args.device, args.dtype, quantize or "none", forward)
+        against = engine(second, cache_mode=CacheMode.NONE, chunk_tokens=args.chunk_tokens)
 
     cold = engine(cache_mode=CacheMode.NONE, chunk_tokens=args.chunk_tokens)
     other = engine(cache_mode=CacheMode.NONE, chunk_tokens=args.other_chunk_tokens)
@@ -110,6 +122,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     params = SamplingParams(max_tokens=args.tokens)
     cases = make_cases(runner, args.prompts, args.min_tokens, args.max_tokens, args.seed)
     results = {"cached_vs_cold": Agreement(), "cold_other_vs_cold": Agreement()}
+    if against is not None:
+        results["against_vs_cold"] = Agreement()
     started = time.monotonic()
     try:
         for n, case in enumerate(cases):
@@ -124,6 +138,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 )
             results["cached_vs_cold"].add(reference, hit)
             results["cold_other_vs_cold"].add(reference, noise)
+            if against is not None:
+                _, theirs, _ = await against.generate(case.prompt, params)
+                results["against_vs_cold"].add(reference, theirs)
             if (n + 1) % 10 == 0:  # running figures: a long run can be read as it goes
                 shares = "; ".join(
                     f"{name} {a.identical}/{a.cases} identical, "
@@ -133,11 +150,15 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                 elapsed = time.monotonic() - started
                 print(f"{n + 1}/{len(cases)} prompts, {elapsed:.0f} s: {shares}", flush=True)
     finally:
-        for e in (cold, other, cached):
-            e.close()
+        for e in (cold, other, cached, against):
+            if e is not None:
+                e.close()
     return {
         "model": runner.info.name,
         "dtype": runner.info.dtype,
+        "quantization": runner.info.quantization,
+        "forward": runner.info.forward,
+        "against": args.against,
         "read_in_place": cached.kv.share_prefix,
         "prompts": len(cases),
         "tokens": args.tokens,
@@ -152,6 +173,11 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--model", default="default", help="default, tiny or a folder")
     parser.add_argument("--device", default="auto")
     parser.add_argument("--dtype", default="bfloat16")
+    parser.add_argument("--quantize", default="none", choices=["none", "int8"])
+    parser.add_argument("--forward", default="auto", choices=["auto", "lean", "transformers"])
+    parser.add_argument(
+        "--against", default=None, metavar="FORWARD:QUANTIZE", help="e.g. auto:none"
+    )
     parser.add_argument("--prompts", type=int, default=100)
     parser.add_argument("--tokens", type=int, default=32, help="greedy continuation length")
     parser.add_argument("--min-tokens", type=int, default=64, help="shortest prompt")
@@ -164,12 +190,15 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     report = asyncio.run(run(args))
     print(
-        f"\n{report['model']} {report['dtype']}, {report['prompts']} prompts, "
+        f"\n{report['model']} {report['dtype']} ({report['forward']} forward, quantize "
+        f"{report['quantization']}), {report['prompts']} prompts, "
         f"{report['tokens']} tokens, read in place: {report['read_in_place']}"
     )
     headers = ["pair", "identical", "identical %", "tokens to 1st diff %", "tokens equal %"]
     rows = []
-    for name in ("cached_vs_cold", "cold_other_vs_cold"):
+    for name in ("cached_vs_cold", "cold_other_vs_cold", "against_vs_cold"):
+        if name not in report:
+            continue
         r = report[name]
         rows.append([
             name, f"{r['identical']}/{r['cases']}", 100 * r["identical_share"],

@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import itertools
 import random
 import tempfile
 import time
@@ -80,7 +81,7 @@ ENGINE_TOKENS = 32
 REPLY_TOKENS = 30
 PIN = "decode-bench"
 FIELDS = (
-    "kind", "model", "dtype", "threads", "context", "batch",
+    "kind", "model", "dtype", "forward", "threads", "context", "batch",
     "ms_per_token_p50", "ms_per_token_p90", "tok_s",
     "shared_ms_per_token_p50", "shared_ms_per_token_p90",
     "engine_ms_per_token", "engine_tokens", "prefill_tok_s", "steps",
@@ -100,16 +101,17 @@ class Precision:
 PRECISIONS = {
     "bfloat16": Precision({"dtype": "bfloat16"}, ("--dtype", "bfloat16")),
     "float32": Precision({"dtype": "float32"}, ("--dtype", "float32")),
-    # Weight-only int8 (issue 12, item 3) goes here once the engine has it, e.g.
-    # "int8": Precision({"dtype": "bfloat16", "quantize": "int8"},
-    #                   ("--dtype", "bfloat16", "--quantize", "int8")),
+    # Weight-only int8 linears, bfloat16 activations and KV (``--quantize int8``).
+    "int8": Precision(
+        {"dtype": "bfloat16", "quantize": "int8"}, ("--dtype", "bfloat16", "--quantize", "int8")
+    ),
 }
 
 
 def host_dtypes() -> list[str]:
-    """The dtypes this host computes natively: bf16 (CUDA or a bf16 CPU) and fp32."""
+    """The dtypes this host computes natively: bf16 and int8 (CUDA or a bf16 CPU), fp32."""
     native_bf16 = torch.cuda.is_available() or cpu_has_native_bf16()
-    return ["bfloat16", "float32"] if native_bf16 else ["float32"]
+    return ["bfloat16", "float32", "int8"] if native_bf16 else ["float32"]
 
 
 # ------------------------------------------------------------------ measurement
@@ -254,6 +256,7 @@ async def measure_context(
         shared_p50, shared_p90 = _p50_p90(shared)
         rows.append(full_row({
             "kind": "decode", "model": model, "dtype": dtype, "threads": threads,
+            "forward": runner.info.forward,
             "context": context, "batch": batch,
             "ms_per_token_p50": p50, "ms_per_token_p90": p90,
             "tok_s": round(batch * 1000 / p50, 1) if p50 else None,
@@ -295,11 +298,13 @@ def mask_costs(engine: Engine, batches: Sequence[int]) -> dict[int, float | None
     return costs
 
 
-def decode_rows(model: str, dtype: str, threads: int, plan: Plan) -> list[dict[str, Any]]:
+def decode_rows(
+    model: str, dtype: str, threads: int, plan: Plan, forward: str = "auto"
+) -> list[dict[str, Any]]:
     """All decode rows of one model in one dtype (one engine, closed afterwards)."""
     needed = max(plan.contexts) + ENGINE_TOKENS + 2
     engine = load_engine(
-        model_spec(model), threads=threads, max_running=max(plan.batches),
+        model_spec(model), threads=threads, max_running=max(plan.batches), forward=forward,
         **PRECISIONS[dtype].config,
     )  # fmt: skip
     try:
@@ -350,7 +355,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--dtypes", nargs="+", choices=list(PRECISIONS), default=None, metavar="DTYPE",
         help=f"of {', '.join(PRECISIONS)} (default: what the host computes natively)",
     )  # fmt: skip
-    parser.add_argument("--threads", type=int, default=None, help="default: torch's")
+    parser.add_argument(
+        "--threads", nargs="+", type=int, default=None, metavar="N",
+        help="thread counts to measure, each in turn (default: the engine's default)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--forward", default="auto", choices=["auto", "lean", "transformers"],
+        help="the engine's forward pass (transformers: the one before the lean forward)",
+    )  # fmt: skip
     parser.add_argument("--steps", type=int, default=16, help="timed decode steps (>= 16)")
     parser.add_argument("--quick", action="store_true", help="default model, 512/2048, B 1/4")
     parser.add_argument(
@@ -381,7 +393,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
-    threads = args.threads or torch.get_num_threads()
+    thread_counts = args.threads or [torch.get_num_threads()]
     plan = Plan(
         tuple(args.contexts), tuple(args.batches), args.steps, not args.no_engine_check, args.seed
     )
@@ -395,19 +407,20 @@ def main(argv: list[str]) -> int:
     started = time.monotonic()
     rows: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="hearth-decode-") as workdir:
-        for model in args.models:
-            for dtype in args.dtypes:
-                print(f"# {model} {dtype}, {threads} threads", flush=True)
-                rows += decode_rows(model, dtype, threads, plan)
-                if fixture is not None and model in args.reply_models:
-                    log = Path(workdir) / f"engine-{model}-{dtype}.log"
-                    rows.append(
-                        full_row(reply_row(
-                            model, model_spec(model), dtype, PRECISIONS[dtype].serve_args,
-                            threads, fixture, args.reply_tokens, args.reply_runs, log,
-                        ))
-                    )  # fmt: skip
-                    print(f"  {_brief(rows[-1])}", flush=True)
+        for model, dtype, threads in itertools.product(args.models, args.dtypes, thread_counts):
+            print(f"# {model} {dtype}, {threads} threads, {args.forward} forward", flush=True)
+            rows += decode_rows(model, dtype, threads, plan, args.forward)
+            if fixture is not None and model in args.reply_models:
+                log = Path(workdir) / f"engine-{model}-{dtype}.log"
+                rows.append(
+                    full_row(reply_row(
+                        model, model_spec(model), dtype,
+                        (*PRECISIONS[dtype].serve_args, "--forward", args.forward),
+                        threads, fixture, args.reply_tokens, args.reply_runs, log,
+                    ))
+                )  # fmt: skip
+                rows[-1]["forward"] = args.forward
+                print(f"  {_brief(rows[-1])}", flush=True)
     print()
     print_report(rows)
     print(f"\n{len(rows)} rows in {time.monotonic() - started:.0f} s")

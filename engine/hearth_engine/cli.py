@@ -58,6 +58,18 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument("--cache-salt", default="", help="isolates this engine's cache namespace")
     group.add_argument("--threads", type=_positive, default=None, help="CPU threads for torch")
+    group.add_argument(
+        "--quantize",
+        choices=["none", "int8"],
+        default="none",
+        help="int8: weight-only int8 linears (half the weight bytes; bfloat16 activations)",
+    )
+    group.add_argument(
+        "--forward",
+        choices=["auto", "lean", "transformers"],
+        default="auto",
+        help="auto: Hearth's lean forward where the model is supported, else transformers'",
+    )
 
 
 def add_serve_args(parser: argparse.ArgumentParser) -> None:
@@ -97,4 +109,6 @@ def engine_config_from_args(args: argparse.Namespace) -> EngineConfig:
         cache_mode=CacheMode(args.cache_mode),
         cache_salt=args.cache_salt,
         threads=args.threads,
+        quantize=args.quantize,
+        forward=args.forward,
     )

@@ -40,6 +40,8 @@ class EngineConfig:
     # Read cached prefixes in place (False: copy them into each request's buffer).
     share_prefix: bool = True
     threads: int | None = None
+    quantize: str = "none"  # none | int8 (linear.Quantization)
+    forward: str = "auto"  # auto | lean | transformers (runner.Forward)
     default_max_tokens: int = 512
     extra_stop_tokens: tuple[str, ...] = field(
         default=("<|im_end|>", "<|endoftext|>", "<|eot_id|>")

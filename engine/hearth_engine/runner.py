@@ -7,6 +7,7 @@ else (which tokens, which cache, which rows) is decided by the engine.
 
 from __future__ import annotations
 
+import enum
 import functools
 import inspect
 import logging
@@ -18,9 +19,11 @@ from typing import Any
 import torch
 
 from .attention import PARTS_KWARG, PrefixPart
+from .decoder import LeanDecoder, unsupported_reason
 from .hardware import pick_device, pick_dtype
 from .kv import KVBuffer, KVLayout, segment_tokens
-from .loader import LoadedModel, load_model
+from .linear import Quantization, int8_unsupported
+from .loader import LoadedModel, ModelLoadError, load_model
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -43,17 +46,51 @@ class ModelInfo:
     context_length: int
     bytes_per_token: int
     vocab_size: int
+    quantization: str = Quantization.NONE.value
+    forward: str = "transformers"
 
     @property
     def namespace(self) -> str:
-        """Cache namespace: different models or dtypes never share KV."""
-        return f"{self.fingerprint}:{self.dtype}"
+        """Cache namespace: different models, dtypes or quantizations never share KV."""
+        if self.quantization == Quantization.NONE:
+            return f"{self.fingerprint}:{self.dtype}"
+        return f"{self.fingerprint}:{self.dtype}:{self.quantization}"
+
+
+class Forward(enum.StrEnum):
+    """Which forward pass runs the model (``--forward``)."""
+
+    AUTO = "auto"  # the lean one where the model is supported (decoder.py)
+    LEAN = "lean"  # the lean one, or refuse to start
+    TRANSFORMERS = "transformers"
+
+
+def pick_lean(model: Any, forward: Forward, quantization: Quantization) -> bool:
+    """Whether to run the lean forward; a one-line ``ModelLoadError`` when impossible."""
+    reason = unsupported_reason(model)
+    if quantization != Quantization.NONE:
+        if forward == Forward.TRANSFORMERS:
+            raise ModelLoadError(f"--quantize {quantization} needs --forward auto or lean")
+        if reason is not None:
+            raise ModelLoadError(f"--quantize {quantization} is not supported for {reason}")
+    if forward == Forward.LEAN and reason is not None:
+        raise ModelLoadError(f"--forward lean is not supported for {reason}")
+    if forward == Forward.AUTO and reason is not None:
+        _LOGGER.info("transformers forward: the lean one does not support %s", reason)
+    return forward != Forward.TRANSFORMERS and reason is None
 
 
 class ModelRunner:
     """Owns the model; all its methods run on the engine's worker thread."""
 
-    def __init__(self, loaded: LoadedModel, device: torch.device, dtype: torch.dtype) -> None:
+    def __init__(
+        self,
+        loaded: LoadedModel,
+        device: torch.device,
+        dtype: torch.dtype,
+        quantization: Quantization = Quantization.NONE,
+        forward: Forward = Forward.AUTO,
+    ) -> None:
         self.loaded = loaded
         self.model = loaded.model
         self.tokenizer = loaded.tokenizer
@@ -69,6 +106,11 @@ class ModelRunner:
         )
         params = inspect.signature(self.model.forward).parameters
         self._cache_kwarg = "cache" if "cache" in params else "past_key_values"
+        if quantization == Quantization.INT8 and (problem := int8_unsupported(device, dtype)):
+            raise ModelLoadError(f"--quantize int8: {problem}")
+        self.lean: LeanDecoder | None = None
+        if pick_lean(self.model, forward, quantization):
+            self.lean = LeanDecoder(self.model, quantization)
         self.info = ModelInfo(
             name=loaded.name,
             path=str(loaded.path),
@@ -78,18 +120,34 @@ class ModelRunner:
             context_length=loaded.context_length,
             bytes_per_token=self.layout.bytes_per_token,
             vocab_size=int(text_config.vocab_size),
+            quantization=quantization.value,
+            forward="lean" if self.lean is not None else "transformers",
         )
 
     @classmethod
-    def load(cls, spec: str, device: str = "auto", dtype: str = "auto") -> ModelRunner:
+    def load(
+        cls,
+        spec: str,
+        device: str = "auto",
+        dtype: str = "auto",
+        quantize: str = "none",
+        forward: str = "auto",
+    ) -> ModelRunner:
         dev = pick_device(device)
         dt = pick_dtype(dev, dtype)
         started = time.monotonic()
         loaded = load_model(spec, dev, dt)
+        runner = cls(loaded, dev, dt, Quantization(quantize), Forward(forward))
         _LOGGER.info(
-            "Loaded %s on %s as %s in %.1f s", loaded.name, dev, dt, time.monotonic() - started
+            "Loaded %s on %s as %s (%s forward, quantize %s) in %.1f s",
+            loaded.name,
+            dev,
+            dt,
+            runner.info.forward,
+            quantize,
+            time.monotonic() - started,
         )
-        return cls(loaded, dev, dt)
+        return runner
 
     @functools.cached_property
     def shares_prefix(self) -> bool:
@@ -107,6 +165,9 @@ class ModelRunner:
         attention_mask: torch.Tensor | None,
         parts: Sequence[PrefixPart] = (),
     ) -> torch.Tensor:
+        if self.lean is not None:
+            with torch.inference_mode():
+                return self.lean.forward(ids, positions, cache, attention_mask, parts)
         kwargs: dict[str, Any] = {self._cache_kwarg: cache}
         if parts:  # reaches the attention function (see attention.py)
             kwargs[PARTS_KWARG] = tuple(parts)

@@ -1,8 +1,9 @@
 """Ask Assist through Home Assistant's REST API and report the engine's figures.
 
-Used by `scripts/develop --once`. Each answer is printed with the time to first token
-and the cached prompt tokens, read from the engine's `GET /v1/stats` around the request
-(Home Assistant's conversation response carries no usage). Standard library only.
+Used by `scripts/develop --once`. Each answer is printed with the time to first token,
+the cached prompt tokens, the decode speed over the turn and the answer time, read from
+the engine's `GET /v1/stats` around the request (Home Assistant's conversation response
+carries no usage). Standard library only.
 """
 
 from __future__ import annotations
@@ -90,11 +91,14 @@ def ask(client: Client, number: int, question: str, agent_id: str) -> None:
     last = after["last_request"]
     queried = after["prefix_cache_queries_tokens"] - before["prefix_cache_queries_tokens"]
     hits = after["prefix_cache_hits_tokens"] - before["prefix_cache_hits_tokens"]
+    generated = after["generation_tokens_total"] - before["generation_tokens_total"]
+    decode_s = after["decode_seconds_total"] - before["decode_seconds_total"]
+    speed = f"{generated / decode_s:.1f} tok/s" if decode_s > 0 else "-"
     print(
         f"    TTFT {last['ttft_ms']:.0f} ms, cached {last['cached_tokens']}/"
         f"{last['prompt_tokens']} prompt tokens (last of {requests} engine request"
-        f"{'s' if requests > 1 else ''}; turn total {hits}/{queried} cached), "
-        f"answer in {elapsed:.1f} s"
+        f"{'s' if requests > 1 else ''}; turn total {hits}/{queried} cached)\n"
+        f"    decode {speed} ({generated} tokens in the turn), answer in {elapsed:.1f} s"
     )
 
 

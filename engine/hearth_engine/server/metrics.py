@@ -49,6 +49,8 @@ def engine_stats(engine: Engine) -> dict[str, Any]:
         "model": engine.info.name,
         "device": engine.info.device,
         "dtype": engine.info.dtype,
+        "quantization": engine.info.quantization,
+        "forward": engine.info.forward,
         "cache_mode": engine.config.cache_mode.value,
         "requests_total": c.requests,
         "requests_failed": c.requests_failed,

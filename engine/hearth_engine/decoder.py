@@ -1,0 +1,208 @@
+"""A lean forward pass for Llama-family decoders (Llama, SmolLM2, Qwen2/2.5, Qwen3).
+
+transformers' forward is general: per layer it checks options, builds masks, routes
+keywords and hooks, and each projection is its own kernel call. On a CPU the decode
+step of a small model is made of thousands of such small calls, so their overhead is
+a large share of the step (SmolLM2-135M, bfloat16, 512 tokens: ~14 of ~38 ms). This
+module runs the same arithmetic with the model's own weights and embeddings:
+
+* q/k/v and gate/up are fused into one matrix each (one kernel call, same results);
+* weights are prepared once for the fastest kernel here (``linear.FrozenLinear``:
+  oneDNN-packed bfloat16, or int8 with ``--quantize int8``);
+* RoPE is applied to q and k together; the RMS norms are one fused op each;
+* attention is Hearth's (``attention.py``): grouped heads inside the kernel, shared
+  prefixes read in place.
+
+Anything it does not know (another architecture, a rope it cannot take from the
+model, biases on the MLP, a non-SiLU activation) keeps transformers' forward.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from . import attention
+from .attention import PrefixPart
+from .kv import KVBuffer
+from .linear import FrozenLinear, Quantization, fuse
+
+_LOGGER = logging.getLogger(__name__)
+
+SUPPORTED_TYPES = ("llama", "qwen2", "qwen3")
+
+
+class UnsupportedModelError(ValueError):
+    """The lean forward cannot run this model (the message says why, in one line)."""
+
+
+def unsupported_reason(model: Any) -> str | None:
+    """Why the lean forward cannot run ``model``, or ``None`` when it can."""
+    config = model.config.get_text_config(decoder=True)
+    kind = getattr(config, "model_type", "?")
+    if kind not in SUPPORTED_TYPES:
+        return f"architecture {kind!r} (the lean forward knows {', '.join(SUPPORTED_TYPES)})"
+    if getattr(config, "hidden_act", "silu") != "silu":
+        return f"activation {config.hidden_act!r}"
+    if getattr(config, "mlp_bias", False):
+        return "MLP biases"
+    if getattr(config, "pretraining_tp", 1) not in (None, 1):
+        return "pretraining_tp > 1"
+    inner = getattr(model, "model", None)
+    if inner is None or not hasattr(inner, "rotary_emb") or not hasattr(inner, "layers"):
+        return "an unexpected module layout"
+    return None
+
+
+@dataclass
+class _Layer:
+    in_norm: torch.Tensor
+    in_eps: float
+    qkv: FrozenLinear
+    q_norm: tuple[torch.Tensor, float] | None
+    k_norm: tuple[torch.Tensor, float] | None
+    o: FrozenLinear
+    post_norm: torch.Tensor
+    post_eps: float
+    gate_up: FrozenLinear
+    down: FrozenLinear
+
+
+def _release_linears(model: Any) -> None:
+    """Drop transformers' copies of the weights the lean forward now holds its own way.
+
+    Fused, packed or int8 weights are new tensors; keeping the originals too would
+    double the model's memory. Afterwards only the lean forward can run the model. The
+    embedding stays (also when the output layer shares it).
+    """
+    embed = model.model.embed_tokens.weight
+    linears = [model.lm_head] if model.lm_head.weight is not embed else []
+    for layer in model.model.layers:
+        attn, mlp = layer.self_attn, layer.mlp
+        linears += [attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj]
+        linears += [mlp.gate_proj, mlp.up_proj, mlp.down_proj]
+    for linear in linears:
+        empty = torch.empty(0, dtype=linear.weight.dtype, device=linear.weight.device)
+        linear.weight = torch.nn.Parameter(empty, requires_grad=False)
+
+
+def _norm_of(module: torch.nn.Module) -> tuple[torch.Tensor, float]:
+    eps = getattr(module, "variance_epsilon", None) or getattr(module, "eps", 1e-6)
+    return module.weight.detach(), float(eps)
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """transformers' Llama RMSNorm: normalise in float32, round, then scale."""
+    normed = torch.nn.functional.rms_norm(x.float(), (x.shape[-1],), eps=eps)
+    return weight * normed.to(x.dtype)
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return x * cos + rotated * sin
+
+
+class LeanDecoder:
+    """The forward pass of a supported model; built once, then called per step."""
+
+    def __init__(self, model: Any, quantization: Quantization = Quantization.NONE) -> None:
+        reason = unsupported_reason(model)
+        if reason is not None:
+            raise UnsupportedModelError(reason)
+        config = model.config.get_text_config(decoder=True)
+        inner = model.model
+        self.heads = int(config.num_attention_heads)
+        self.kv_heads = int(getattr(config, "num_key_value_heads", None) or self.heads)
+        self.head_dim = int(getattr(config, "head_dim", None) or config.hidden_size // self.heads)
+        self.scale = self.head_dim**-0.5
+        self.embed = inner.embed_tokens
+        self.rotary = inner.rotary_emb
+        self.norm, self.norm_eps = _norm_of(inner.norm)
+        self.lm_head = fuse([model.lm_head], quantization)
+        self.layers = [self._layer(layer, quantization) for layer in inner.layers]
+        self.quantization = quantization
+        _release_linears(model)
+        kinds = sorted({layer.qkv.kind for layer in self.layers})
+        _LOGGER.info("Lean forward: %d layers, %s linears", len(self.layers), "/".join(kinds))
+
+    @staticmethod
+    def _layer(layer: Any, quantization: Quantization) -> _Layer:
+        attn, mlp = layer.self_attn, layer.mlp
+        q_norm = _norm_of(attn.q_norm) if hasattr(attn, "q_norm") else None
+        k_norm = _norm_of(attn.k_norm) if hasattr(attn, "k_norm") else None
+        in_norm, in_eps = _norm_of(layer.input_layernorm)
+        post_norm, post_eps = _norm_of(layer.post_attention_layernorm)
+        return _Layer(
+            in_norm=in_norm,
+            in_eps=in_eps,
+            qkv=fuse([attn.q_proj, attn.k_proj, attn.v_proj], quantization),
+            q_norm=q_norm,
+            k_norm=k_norm,
+            o=fuse([attn.o_proj], quantization),
+            post_norm=post_norm,
+            post_eps=post_eps,
+            gate_up=fuse([mlp.gate_proj, mlp.up_proj], quantization),
+            down=fuse([mlp.down_proj], quantization),
+        )
+
+    def forward(
+        self,
+        ids: torch.Tensor,  # [B, Q]
+        positions: torch.Tensor,  # [B, Q]
+        cache: KVBuffer,
+        attention_mask: torch.Tensor | None,  # [B, K] bool (decode of a padded batch)
+        parts: Sequence[PrefixPart] = (),
+    ) -> torch.Tensor:
+        """Logits of each row's last position, float32 ``[B, V]``."""
+        b, q_len = ids.shape
+        if attention_mask is not None and q_len != 1:
+            raise ValueError("a padding mask is only supported for one-token steps")
+        mask = None if attention_mask is None else attention_mask[:, None, None, :]
+        past = cache.length
+        if mask is None and q_len > 1 and past and not parts:
+            # A chunk after earlier ones: causal, aligned bottom-right (SDPA's own causal
+            # flag aligns top-left). With parts, merged_attention builds it itself.
+            rows = torch.arange(q_len, device=ids.device)[:, None]
+            cols = torch.arange(past + q_len, device=ids.device)[None, :]
+            mask = (cols <= rows + past)[None, None]
+        hidden = self.embed(ids)
+        cos, sin = self.rotary(hidden, positions)  # [B, Q, D]
+        cos, sin = cos[:, :, None], sin[:, :, None]  # [B, Q, 1, D]
+        nq, nkv, d = self.heads, self.kv_heads, self.head_dim
+        for index, layer in enumerate(self.layers):
+            x = rms_norm(hidden, layer.in_norm, layer.in_eps)
+            qkv = layer.qkv(x).view(b, q_len, nq + 2 * nkv, d)
+            if layer.q_norm is not None and layer.k_norm is not None:
+                q = rms_norm(qkv[:, :, :nq], *layer.q_norm)
+                k = rms_norm(qkv[:, :, nq : nq + nkv], *layer.k_norm)
+                q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
+            else:
+                qk = _rotate(qkv[:, :, : nq + nkv], cos, sin)
+                q, k = qk[:, :, :nq], qk[:, :, nq:]
+            v = qkv[:, :, nq + nkv :]
+            keys, values = cache.layers[index].update(k.transpose(1, 2), v.transpose(1, 2))
+            query = q.transpose(1, 2)
+            if parts:
+                out = attention.merged_attention(
+                    query, keys, values, mask, self.scale, parts, index
+                )
+            else:
+                out = attention.plain_attention(query, keys, values, mask, self.scale)
+            hidden = hidden + layer.o(out.view(b, q_len, nq * d))
+            x = rms_norm(hidden, layer.post_norm, layer.post_eps)
+            gate, up = layer.gate_up(x).chunk(2, dim=-1)
+            hidden = hidden + layer.down(torch.nn.functional.silu(gate) * up)
+        last = rms_norm(hidden[:, -1:], self.norm, self.norm_eps)
+        return self.lm_head(last)[:, 0].float()
+
+    @property
+    def weight_bytes(self) -> int:
+        linears = [self.lm_head]
+        for layer in self.layers:
+            linears += [layer.qkv, layer.o, layer.gate_up, layer.down]
+        return sum(linear.nbytes for linear in linears)
