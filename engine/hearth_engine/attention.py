@@ -123,6 +123,47 @@ SPLIT_MIN_TOKENS = 512
 _FLASH_CPU = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
 
 
+def _partials(  # noqa: PLR0917
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor | None,
+    scale: float,
+    exact: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Softmax attention with equal head counts, as unmerged partials over slices of the
+    keys: ``q`` ``[B, H, N, D]``, ``k``/``v`` ``[B, H, T, D]``, ``mask`` additive
+    ``[B|1, 1, N, T]`` or ``None``.
+
+    Returns outputs ``[P, B, H, N, D]`` and log-sum-exps ``[P, B, H, N, 1]`` of ``P``
+    slices (see ``merge``), in the merge dtype (float32, or float64 for float64 inputs).
+    ``exact`` computes in that dtype throughout (the CPU kernel rounds its output to the
+    input dtype).
+    """
+    work = torch.float64 if q.dtype == torch.float64 else torch.float32
+    if not exact and q.device.type == "cpu" and _FLASH_CPU is not None:
+        if mask is None and q.shape[0] == 1:
+            chunks = _kv_chunks(k.shape[2])
+            if chunks > 1:
+                return _split_partials(q, k, v, scale, chunks, work)
+        out, lse = _FLASH_CPU(q, k, v, 0.0, False, attn_mask=mask, scale=scale)[:2]
+        return out.to(work)[None], lse.unsqueeze(-1).to(work)[None]
+    scores = torch.matmul(q.to(work), k.to(work).transpose(-1, -2)).mul_(scale)
+    if mask is not None:
+        scores = scores + mask.to(work)
+    lse = torch.logsumexp(scores, -1, keepdim=True)
+    return torch.matmul(torch.exp(scores - lse), v.to(work))[None], lse[None]
+
+
+def merge(outs: torch.Tensor, lses: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Exact softmax merge of partials over disjoint keys (flash attention's rescaling):
+    ``[P, ...]`` -> the output and log-sum-exp over all of them."""
+    if outs.shape[0] == 1:
+        return outs[0], lses[0]
+    lse = torch.logsumexp(lses, 0)
+    return (outs * torch.exp(lses - lse)).sum(0), lse
+
+
 def _attend(  # noqa: PLR0917
     q: torch.Tensor,
     k: torch.Tensor,
@@ -131,26 +172,8 @@ def _attend(  # noqa: PLR0917
     scale: float,
     exact: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Softmax attention with equal head counts: ``q`` ``[B, H, N, D]``, ``k``/``v``
-    ``[B, H, T, D]``, ``mask`` additive ``[B|1, 1, N, T]`` or ``None``.
-
-    Returns the output ``[B, H, N, D]`` and the log-sum-exp of the scores ``[B, H, N, 1]``,
-    both in the merge dtype (float32, or float64 for float64 inputs). ``exact`` computes
-    in that dtype throughout (the CPU kernel rounds its output to the input dtype).
-    """
-    work = torch.float64 if q.dtype == torch.float64 else torch.float32
-    if not exact and q.device.type == "cpu" and _FLASH_CPU is not None:
-        if mask is None and q.shape[0] == 1:
-            chunks = _kv_chunks(k.shape[2])
-            if chunks > 1:
-                return _attend_split(q, k, v, scale, chunks, work)
-        out, lse = _FLASH_CPU(q, k, v, 0.0, False, attn_mask=mask, scale=scale)
-        return out.to(work), lse.unsqueeze(-1).to(work)
-    scores = torch.matmul(q.to(work), k.to(work).transpose(-1, -2)).mul_(scale)
-    if mask is not None:
-        scores = scores + mask.to(work)
-    lse = torch.logsumexp(scores, -1, keepdim=True)
-    return torch.matmul(torch.exp(scores - lse), v.to(work)), lse
+    """``_partials`` merged: the output ``[B, H, N, D]`` and log-sum-exp ``[B, H, N, 1]``."""
+    return merge(*_partials(q, k, v, mask, scale, exact))
 
 
 def _kv_chunks(tokens: int) -> int:
@@ -168,7 +191,7 @@ def _kv_chunks(tokens: int) -> int:
     return max(1, min(2 * torch.get_num_threads(), tokens // SPLIT_MIN_TOKENS))
 
 
-def _attend_split(  # noqa: PLR0917
+def _split_partials(  # noqa: PLR0917
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
@@ -176,7 +199,7 @@ def _attend_split(  # noqa: PLR0917
     chunks: int,
     work: torch.dtype,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``_attend`` over ``chunks`` equal slices of the keys in one kernel call (``q``
+    """``_partials`` of ``chunks`` equal slices of the keys, in one kernel call (``q``
     ``[1, H, N, D]``); the remainder of an uneven split is one more slice."""
     _, h, n, d = q.shape
     total = k.shape[2]
@@ -194,9 +217,7 @@ def _attend_split(  # noqa: PLR0917
         rest, rest_lse = _FLASH_CPU(q, k[:, :, even:], v[:, :, even:], 0.0, False, scale=scale)[:2]
         outs = torch.cat([outs, rest.to(work)])
         lses = torch.cat([lses, rest_lse.unsqueeze(-1).to(work)])
-    lse = torch.logsumexp(lses, 0, keepdim=True)  # [1, H, N, 1]
-    out = (outs * torch.exp(lses - lse)).sum(0, keepdim=True)
-    return out, lse
+    return outs[:, None], lses[:, None]  # [P, 1, H, N, D|1]
 
 
 def _own_mask(
@@ -246,7 +267,10 @@ def merged_attention(  # noqa: PLR0917 - the attention call's own arguments
     # The working KV is short in decode and warm prefill: its partial is computed in
     # float32 there, so a bf16 result is rounded once less than the kernel would.
     exact = key.shape[2] * n_q <= EXACT_OWN_SCORES
-    acc, lse = _attend(q, key, value, mask, scale, exact)  # float32 from here on
+    outs, lses = [], []
+    own = _partials(q, key, value, mask, scale, exact)  # float32 from here on
+    outs.append(own[0])
+    lses.append(own[1])
     for part in parts:
         idx = part.rows
         qs = q if idx is None else q.index_select(0, idx)
@@ -254,18 +278,18 @@ def merged_attention(  # noqa: PLR0917 - the attention call's own arguments
         folded = qs.permute(1, 0, 2, 3).reshape(1, hkv, n * n_q, d)
         k = part.segment[layer, 0][None]  # [1, Hkv, T, D]
         v = part.segment[layer, 1][None]
-        out, part_lse = _attend(folded, k, v, None, scale)
-        out = out.reshape(hkv, n, n_q, d).permute(1, 0, 2, 3)
-        part_lse = part_lse.reshape(hkv, n, n_q, 1).permute(1, 0, 2, 3)
-        old_lse = lse if idx is None else lse.index_select(0, idx)
-        old_acc = acc if idx is None else acc.index_select(0, idx)
-        new_lse = torch.logaddexp(old_lse, part_lse)
-        merged = old_acc * torch.exp(old_lse - new_lse) + out * torch.exp(part_lse - new_lse)
-        if idx is None:
-            acc, lse = merged, new_lse
-        else:
-            acc = acc.index_copy(0, idx, merged)
-            lse = lse.index_copy(0, idx, new_lse)
+        out, part_lse = _partials(folded, k, v, None, scale)  # [P, 1, Hkv, n*g*Q, D|1]
+        slices = out.shape[0]
+        out = out.reshape(slices, hkv, n, n_q, d).transpose(1, 2)  # [P, n, Hkv, g*Q, D]
+        part_lse = part_lse.reshape(slices, hkv, n, n_q, 1).transpose(1, 2)
+        if idx is not None:  # the other rows get an empty partial: weight exp(-inf) = 0
+            full = out.new_zeros(slices, b, hkv, n_q, d)
+            full_lse = part_lse.new_full((slices, b, hkv, n_q, 1), float("-inf"))
+            full[:, idx], full_lse[:, idx] = out, part_lse
+            out, part_lse = full, full_lse
+        outs.append(out)
+        lses.append(part_lse)
+    acc, _ = merge(torch.cat(outs), torch.cat(lses))
     out = acc.to(query.dtype).view(b, hq, q_len, d)
     return out.transpose(1, 2).contiguous()
 
