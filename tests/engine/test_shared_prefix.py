@@ -210,3 +210,29 @@ async def test_a_burst_over_one_uncached_prefix_prefills_it_once(
     assert sorted(fin.stats.cached_tokens for _, _, fin in results)[1:] == [len(house)] * 3
     assert [ids for _, ids, _ in results] == [(await cold.generate(p, params))[1] for p in prompts]
     assert stats["kv_cache_locked_nodes"] == 0
+
+
+@pytest.mark.parametrize("tokens", [1024, 2 * 512 * 2 + 77])  # an even and an uneven split
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_long_part_is_read_in_slices_and_merged_exactly(tokens: int, dtype: torch.dtype) -> None:
+    """Past SPLIT_MIN_TOKENS x 2 a part's keys are split over threads (split-K); the
+    slices' softmaxes merge to the attention over the whole part."""
+    assert attention._kv_chunks(tokens) > 1
+    gen = torch.Generator().manual_seed(5)
+    query = torch.randn(2, 4, 1, 16, generator=gen).to(dtype)  # decode: two rows
+    key = torch.randn(2, 2, 1, 16, generator=gen).to(dtype)
+    value = torch.randn(2, 2, 1, 16, generator=gen).to(dtype)
+    house = torch.randn(1, 2, 2, tokens, 16, generator=gen).to(dtype)
+    got = attention.merged_attention(
+        query, key, value, None, None, [attention.PrefixPart(house)], 0
+    )
+    for row in range(2):
+        k = torch.cat([house[0, 0], key[row]], dim=1)[None].float()
+        v = torch.cat([house[0, 1], value[row]], dim=1)[None].float()
+        expected = torch.nn.functional.scaled_dot_product_attention(
+            query[row : row + 1].float(), k, v, enable_gqa=True
+        )
+        tol = 1e-2 if dtype == torch.bfloat16 else 1e-5
+        torch.testing.assert_close(
+            got[row].float(), expected[0].transpose(0, 1), atol=tol, rtol=tol
+        )
