@@ -18,7 +18,7 @@ from .const import DOMAIN, LOGGER, SIGNAL_AGENT_OPTIONS_UPDATED, SUBENTRY_CONVER
 from .coordinator import HearthCoordinator
 from .data import HearthConfigEntry, HearthData
 from .entity import engine_device_info
-from .prefix import PrefixManager, pin_name
+from .pins import PrefixManager, pin_name
 from .services import async_setup_services
 
 CONFIG_SCHEMA = cv.config_entry_only_config_schema(DOMAIN)

@@ -1,4 +1,10 @@
-"""Typed config entry and the runtime data of a Hearth engine entry."""
+"""Types only: the typed config entry, its runtime data and a turn's usage.
+
+The coordinator and the pin manager take a plain ``ConfigEntry`` and never import
+this module, so imports go one way (``data`` names them for type checking only) and
+there is no cycle coordinator -> data -> pins -> coordinator (integration_blueprint's
+habit; ``tests/hearth/test_structure.py`` checks it).
+"""
 
 from __future__ import annotations
 
@@ -12,7 +18,7 @@ from .api import HearthClient, RequestUsage
 
 if TYPE_CHECKING:
     from .coordinator import HearthCoordinator
-    from .prefix import PrefixManager
+    from .pins import PrefixManager
 
 type HearthConfigEntry = ConfigEntry[HearthData]
 

@@ -33,7 +33,8 @@ from .const import (
 from .coordinator import HearthCoordinator
 from .data import HearthConfigEntry, TurnUsage
 from .errors import async_error_message
-from .prefix import HousePrefix, pin_name
+from .pins import pin_name
+from .prefix import HousePrefix
 from .prompt import HearthNative, build_messages, volatile_context
 from .speech import MarkupFilter
 
