@@ -63,6 +63,16 @@ class TurnUsage:
 
 
 @dataclass(slots=True)
+class AgentStats:
+    """What one agent's turns came to since the entry loaded (its sensors)."""
+
+    requests: int = 0  # user turns the agent handled
+    errors: int = 0  # turns that ended in an engine error
+    last_error: str | None = None
+    last_turn: TurnUsage | None = None
+
+
+@dataclass(slots=True)
 class HearthData:
     """Everything a loaded engine entry holds (``entry.runtime_data``)."""
 
@@ -75,3 +85,5 @@ class HearthData:
     loaded_subentries: frozenset[tuple[str, str, str]]
     subentry_options: dict[str, Mapping[str, Any]] = field(default_factory=dict)
     last_turn: TurnUsage | None = None
+    agents: dict[str, AgentStats] = field(default_factory=dict)  # by subentry id
+    engine_device_id: str | None = None  # the engine's device: agents' ``via_device_id``

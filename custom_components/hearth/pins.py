@@ -7,14 +7,21 @@ disappearing or being renamed, and the agent's options. It re-pins only when the
 rendered prefix really changed (a SHA-256 of its bytes), never on a plain state change.
 When the engine restarts (its ``instance_id`` changes) or the pin is missing, it pins
 again.
+
+It also keeps what the UI shows of each pin: its state (``PinState``), its tokens and
+last error, the rebuilds by cause (``PinHistory`` makes the first pin after a Home
+Assistant restart or upgrade count when it replaced an earlier run's pin), and the
+Repairs issues of a refused pin or one rebuilt too often (``issues.py``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 from enum import StrEnum
 from functools import partial
 from typing import Any
@@ -37,18 +44,23 @@ from homeassistant.helpers import entity_registry as er
 from homeassistant.helpers import floor_registry as fr
 from homeassistant.helpers.event import async_call_later
 from homeassistant.helpers.start import async_at_started
+from homeassistant.util import dt as dt_util
 
+from . import issues
 from .api import HearthClient, HearthError, HearthResponseError
 from .const import (
     CONF_REPIN_DEBOUNCE,
     DEFAULT_REPIN_DEBOUNCE,
     DOMAIN,
     LOGGER,
+    REBUILD_ISSUE_COUNT,
+    REBUILD_ISSUE_WINDOW,
     REPIN_MAX_DELAY_FACTOR,
     STALE_PREFIX_MAX_S,
     SUBENTRY_CONVERSATION,
 )
 from .coordinator import EngineStatus, HearthCoordinator
+from .pin_history import PinHistory
 from .prefix import HousePrefix, async_render_prefix
 
 # Registry changes that can change the static context or the tools.
@@ -85,6 +97,25 @@ class PinReason(StrEnum):
     MANUAL = "manual"  # the refresh_prefix action
 
 
+class PinState(StrEnum):
+    """What the UI shows of an agent's pin."""
+
+    READY = "ready"  # the engine holds the agent's prefix
+    WARMING = "warming"  # not pinned yet, or a PUT is in flight (the old pin still serves)
+    FAILED = "failed"  # the last PUT failed (engine down, busy...); retried
+    REFUSED = "refused"  # the engine refused it for good (e.g. larger than the KV budget)
+
+
+class RebuildCause(StrEnum):
+    """Why a pin replaced an earlier pin of the same agent (counted as a rebuild)."""
+
+    CHANGED = "changed"  # the house or the agent's options changed
+    ENGINE_RESTARTED = "engine_restarted"  # the engine restarted and lost it
+    MISSING = "missing"  # the engine no longer had it
+    HA_RESTART = "ha_restart"  # the first pin after an HA restart differs from the last run's
+    HA_UPGRADE = "ha_upgrade"  # ... after Home Assistant was upgraded
+
+
 @dataclass
 class AgentPin:
     """Pin bookkeeping of one conversation agent (subentry)."""
@@ -94,6 +125,10 @@ class AgentPin:
     digest: str | None = None  # digest pinned in the engine (None: not pinned yet)
     tokens: int | None = None
     error: str | None = None
+    refused: bool = False  # the last PUT was refused for good
+    putting: bool = False  # a PUT is in flight
+    rebuilds: int = 0
+    rebuilt_at: deque[datetime] = field(default_factory=deque)  # within the issue window
     blocked_digest: str | None = None  # refused by the engine for good (e.g. too large)
     blocked_instance: str | None = None  # ... by this engine instance (a restart retries)
     pinned: HousePrefix | None = None  # the prefix the engine holds for this agent
@@ -125,6 +160,8 @@ class PrefixManager:
         self.client = client
         self.coordinator = coordinator
         self.repins = 0
+        self.repin_causes: dict[str, int] = {cause.value: 0 for cause in RebuildCause}
+        self.history = PinHistory(hass, entry.entry_id)
         self._agents: dict[str, AgentPin] = {}
         self._instance_id: str | None = None
         self._checked: EngineStatus | None = None
@@ -132,6 +169,10 @@ class PrefixManager:
         self._unsubs: list[CALLBACK_TYPE] = []
 
     # ------------------------------------------------------------ lifecycle
+
+    async def async_load(self) -> None:
+        """Read what the agents pinned in the previous run (before ``async_start``)."""
+        await self.history.async_load()
 
     @callback
     def async_start(self) -> None:
@@ -176,6 +217,7 @@ class PrefixManager:
             self._unsubs.pop()()
         for agent in self._agents.values():
             _cancel_timer(agent)
+            issues.async_delete_all(self.hass, agent.subentry_id)
 
     @callback
     def _async_hass_started(self, hass: HomeAssistant) -> None:
@@ -188,6 +230,18 @@ class PrefixManager:
     def agent(self, subentry_id: str) -> AgentPin | None:
         """Pin bookkeeping of an agent."""
         return self._agents.get(subentry_id)
+
+    def state(self, subentry_id: str) -> PinState | None:
+        """What the UI shows of the agent's pin (None: not an agent of this entry)."""
+        if (agent := self._agents.get(subentry_id)) is None:
+            return None
+        if agent.putting:
+            return PinState.WARMING
+        if agent.refused:
+            return PinState.REFUSED
+        if agent.error is not None:
+            return PinState.FAILED
+        return PinState.WARMING if agent.digest is None else PinState.READY
 
     async def async_render(self, subentry_id: str) -> HousePrefix:
         """Render an agent's prefix from its current options."""
@@ -241,10 +295,14 @@ class PrefixManager:
         """Pin state for diagnostics (no prompt text)."""
         return {
             "repins": self.repins,
+            "repin_causes": self.repin_causes,
+            "upgraded": self.history.upgraded,
             "instance_id": self._instance_id,
             "agents": {
                 agent.subentry_id: {
                     "pin": agent.name,
+                    "state": self.state(agent.subentry_id),
+                    "rebuilds": agent.rebuilds,
                     "digest": agent.digest,
                     "tokens": agent.tokens,
                     "error": agent.error,
@@ -309,6 +367,8 @@ class PrefixManager:
         ):
             return
         self._checked = status
+        for agent in self._agents.values():
+            self._async_check_rebuilds(agent)
         restarted = self._instance_id is not None and status.instance_id != self._instance_id
         for agent in self._agents.values():
             if agent.lock.locked():
@@ -334,8 +394,7 @@ class PrefixManager:
 
         A change is PUT only if the digest differs from the pinned one. A restarted
         engine, a missing pin and the refresh action PUT it regardless. ``repins``
-        counts the PUTs that replace a pin of this agent made earlier in this run
-        because the prefix changed or the engine lost it.
+        counts the PUTs that replace an earlier pin of this agent (see ``_cause``).
         """
         async with agent.lock:
             prefix = await self.async_render(agent.subentry_id)
@@ -350,33 +409,32 @@ class PrefixManager:
             )
             if reason is not PinReason.MANUAL and blocked:
                 return False
+            agent.putting = True
+            self.coordinator.async_update_listeners()
             try:
                 info = await self.client.async_put_prefix(agent.name, prefix.pin_body())
             except HearthError as err:
-                agent.error = str(err)
-                if isinstance(err, HearthResponseError) and err.status in _REFUSED_FOR_GOOD:
-                    agent.blocked_digest = prefix.digest  # e.g. larger than the KV budget
-                    agent.blocked_instance = instance_id
-                    if instance_id:
-                        self._instance_id = instance_id  # not a restart at every poll
+                self._async_pin_failed(agent, prefix, instance_id, err)
                 if reason is PinReason.MANUAL:
                     raise
-                LOGGER.warning("Could not pin the prefix %s: %s", agent.name, err)
                 return False
-            counted = agent.digest is not None and (
-                changed or reason in (PinReason.RESTARTED, PinReason.MISSING)
-            )
+            finally:
+                agent.putting = False
+                self.coordinator.async_update_listeners()
+            cause = self._cause(agent, prefix, reason, changed)
             agent.digest = prefix.digest
             agent.pinned = prefix
             agent.stale_since = None
             agent.pinned_at = time.monotonic()
             agent.tokens = _int_or_none(info.get("tokens"))
             agent.error = None
+            agent.refused = False
             agent.blocked_digest = None
             if instance_id:
                 self._instance_id = instance_id
-            if counted:
-                self.repins += 1
+            issues.async_delete(self.hass, issues.PIN_REFUSED, agent.subentry_id)
+            if cause is not None:
+                self._async_count_rebuild(agent, cause)
             LOGGER.debug(
                 "Pinned %s (%s): %s tokens, digest %s",
                 agent.name,
@@ -384,8 +442,73 @@ class PrefixManager:
                 agent.tokens,
                 prefix.digest[:12],
             )
+            await self.history.async_record(agent.subentry_id, prefix.digest)
         self.coordinator.async_update_listeners()
         return True
+
+    def _cause(
+        self, agent: AgentPin, prefix: HousePrefix, reason: PinReason, changed: bool
+    ) -> RebuildCause | None:
+        """Why this PUT replaces an earlier pin of the agent (None: it does not).
+
+        In this run: the prefix changed, or the engine lost the pin. The first pin of
+        this run counts only if it differs from what the previous run pinned: Home
+        Assistant was upgraded, or the house or options changed while it was down. The
+        same prefix PUT again after a restart is found cached by the engine: no rebuild.
+        """
+        if agent.digest is not None:
+            if reason is PinReason.RESTARTED:
+                return RebuildCause.ENGINE_RESTARTED
+            if reason is PinReason.MISSING:
+                return RebuildCause.MISSING
+            return RebuildCause.CHANGED if changed else None
+        previous = self.history.previous(agent.subentry_id)
+        if reason is not PinReason.INITIAL or previous in (None, prefix.digest):
+            return None
+        return RebuildCause.HA_UPGRADE if self.history.upgraded else RebuildCause.HA_RESTART
+
+    @callback
+    def _async_pin_failed(
+        self, agent: AgentPin, prefix: HousePrefix, instance_id: str | None, err: HearthError
+    ) -> None:
+        agent.error = str(err)
+        agent.refused = isinstance(err, HearthResponseError) and err.status in _REFUSED_FOR_GOOD
+        if agent.refused:
+            agent.blocked_digest = prefix.digest  # e.g. larger than the KV budget
+            agent.blocked_instance = instance_id
+            if instance_id:
+                self._instance_id = instance_id  # not a restart at every poll
+            issues.async_pin_refused(self.hass, agent.subentry_id, self._title(agent), str(err))
+        LOGGER.warning("Could not pin the prefix %s: %s", agent.name, err)
+
+    @callback
+    def _async_count_rebuild(self, agent: AgentPin, cause: RebuildCause) -> None:
+        self.repins += 1
+        self.repin_causes[cause.value] += 1
+        agent.rebuilds += 1
+        agent.rebuilt_at.append(dt_util.utcnow())
+        self._async_check_rebuilds(agent)
+
+    @callback
+    def _async_check_rebuilds(self, agent: AgentPin) -> None:
+        """Raise or clear the "rebuilt too often" issue from the rebuilds in the window."""
+        horizon = dt_util.utcnow() - REBUILD_ISSUE_WINDOW
+        while agent.rebuilt_at and agent.rebuilt_at[0] < horizon:
+            agent.rebuilt_at.popleft()
+        if len(agent.rebuilt_at) >= REBUILD_ISSUE_COUNT:
+            issues.async_pin_rebuilt_often(
+                self.hass,
+                agent.subentry_id,
+                self._title(agent),
+                len(agent.rebuilt_at),
+                REBUILD_ISSUE_WINDOW,
+            )
+        else:
+            issues.async_delete(self.hass, issues.PIN_REBUILT_OFTEN, agent.subentry_id)
+
+    def _title(self, agent: AgentPin) -> str:
+        subentry = self.entry.subentries.get(agent.subentry_id)
+        return subentry.title if subentry is not None else agent.subentry_id
 
 
 def _debounce(options: Mapping[str, Any]) -> float:
