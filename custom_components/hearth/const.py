@@ -54,6 +54,7 @@ STALE_PREFIX_MAX_S: Final = 180.0
 # Services.
 SERVICE_REFRESH_PREFIX: Final = "refresh_prefix"
 SERVICE_CLEAR_CACHE: Final = "clear_cache"
+SERVICE_DASHBOARD: Final = "dashboard"
 ATTR_CONFIG_ENTRY_ID: Final = "config_entry_id"
 
 MIB: Final = 1024 * 1024
