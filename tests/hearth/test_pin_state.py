@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
+from unittest.mock import patch
 
 import pytest
 from freezegun.api import FrozenDateTimeFactory
@@ -20,6 +21,7 @@ from pytest_homeassistant_custom_component.common import (
     async_fire_time_changed,
 )
 
+from custom_components.hearth.api import HearthClient
 from custom_components.hearth.const import (
     CONF_REPIN_DEBOUNCE,
     DOMAIN,
@@ -84,6 +86,21 @@ async def test_ready_pin_and_the_agents_turn_figures(
     assert float(_state(hass, TTFT).state) == round(hearth_traces()[-1]["ttft_ms"], 3)
     assert _state(hass, REQUESTS).state == "2"
     assert _state(hass, ERRORS).state == "0"
+
+
+async def test_warming_while_a_pin_is_computed(hass: HomeAssistant, entry: MockConfigEntry) -> None:
+    """While the engine computes a pin, the agent shows "warming"; then "ready"."""
+    seen: list[str] = []
+    original = HearthClient.async_put_prefix
+
+    async def spy(client: HearthClient, name: str, body: Any) -> dict[str, Any]:
+        seen.append(_state(hass, PIN).state)
+        return await original(client, name, body)
+
+    with patch.object(HearthClient, "async_put_prefix", spy):
+        await hass.services.async_call(DOMAIN, SERVICE_REFRESH_PREFIX, blocking=True)
+    assert seen == ["warming"]
+    assert _state(hass, PIN).state == "ready"
 
 
 async def test_failed_pin_and_errors_then_recovery(
