@@ -24,7 +24,9 @@ from .const import (
 from .coordinator import HearthCoordinator
 from .data import HearthConfigEntry, HearthData
 from .entity import engine_device_info
-from .prefix import PrefixManager, pin_name
+from .issues import async_delete_all as async_delete_issues
+from .pin_history import PinHistory
+from .pins import PrefixManager, pin_name
 from .services import async_setup_services
 
 CONFIG_SCHEMA = cv.config_entry_only_config_schema(DOMAIN)
@@ -44,6 +46,7 @@ async def async_setup_entry(hass: HomeAssistant, entry: HearthConfigEntry) -> bo
     await coordinator.async_config_entry_first_refresh()
 
     prefixes = PrefixManager(hass, entry, client, coordinator)
+    await prefixes.async_load()
     entry.runtime_data = HearthData(
         client=client,
         coordinator=coordinator,
@@ -54,10 +57,11 @@ async def async_setup_entry(hass: HomeAssistant, entry: HearthConfigEntry) -> bo
     )
     # The engine's device first: agent devices name it as the device that serves them.
     data = coordinator.data
-    dr.async_get(hass).async_get_or_create(
+    engine_device = dr.async_get(hass).async_get_or_create(
         config_entry_id=entry.entry_id,
         **engine_device_info(entry, data.model if data else None, data.version if data else None),
     )
+    entry.runtime_data.engine_device_id = engine_device.id
     await hass.config_entries.async_forward_entry_setups(entry, PLATFORMS)
 
     prefixes.async_start()
@@ -74,6 +78,7 @@ async def async_unload_entry(hass: HomeAssistant, entry: HearthConfigEntry) -> b
 async def async_remove_entry(hass: HomeAssistant, entry: HearthConfigEntry) -> None:
     """The entry is deleted: drop its agents' pins from the engine (best effort)."""
     await _async_delete_pins(_client(hass, entry.data), entry.subentries)
+    await PinHistory(hass, entry.entry_id).async_remove()
 
 
 async def _async_update_listener(hass: HomeAssistant, entry: HearthConfigEntry) -> None:
@@ -82,6 +87,9 @@ async def _async_update_listener(hass: HomeAssistant, entry: HearthConfigEntry) 
     removed = {sid for sid, *_ in data.loaded_subentries} - set(entry.subentries)
     if removed:
         await _async_delete_pins(data.client, removed)
+        await data.prefixes.history.async_forget(removed)
+        for subentry_id in removed:
+            async_delete_issues(hass, subentry_id)
     if dict(entry.data) != data.loaded_data or _subentry_signature(entry) != data.loaded_subentries:
         hass.config_entries.async_schedule_reload(entry.entry_id)
         return

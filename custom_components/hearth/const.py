@@ -63,9 +63,16 @@ STALE_PREFIX_MAX_S: Final = 180.0
 # Services.
 SERVICE_REFRESH_PREFIX: Final = "refresh_prefix"
 SERVICE_CLEAR_CACHE: Final = "clear_cache"
+SERVICE_DASHBOARD: Final = "dashboard"
 ATTR_CONFIG_ENTRY_ID: Final = "config_entry_id"
 
 MIB: Final = 1024 * 1024
 
 # Dispatcher signal (format with the subentry id): an agent's options changed.
 SIGNAL_AGENT_OPTIONS_UPDATED: Final = f"{DOMAIN}_agent_options_updated_{{}}"
+
+# Repairs: a pin rebuilt this many times within this window raises an issue (something
+# keeps changing the house, or the engine keeps losing the pin); it clears itself once
+# the window holds fewer rebuilds.
+REBUILD_ISSUE_COUNT: Final = 10
+REBUILD_ISSUE_WINDOW: Final = timedelta(hours=1)

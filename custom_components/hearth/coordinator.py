@@ -6,13 +6,13 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from homeassistant.config_entries import ConfigEntry
 from homeassistant.core import HomeAssistant
 from homeassistant.exceptions import ConfigEntryAuthFailed
 from homeassistant.helpers.update_coordinator import DataUpdateCoordinator, UpdateFailed
 
 from .api import HearthAuthError, HearthClient, HearthError
 from .const import DOMAIN, LOGGER, SCAN_INTERVAL
-from .data import HearthConfigEntry
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,10 +44,10 @@ class EngineStatus:
 class HearthCoordinator(DataUpdateCoordinator[EngineStatus]):
     """Engine counters every ``SCAN_INTERVAL``; client errors become HA errors here."""
 
-    config_entry: HearthConfigEntry
+    config_entry: ConfigEntry
 
     def __init__(
-        self, hass: HomeAssistant, config_entry: HearthConfigEntry, client: HearthClient
+        self, hass: HomeAssistant, config_entry: ConfigEntry, client: HearthClient
     ) -> None:
         """Poll ``client`` for ``config_entry``."""
         super().__init__(

@@ -1,4 +1,10 @@
-"""Typed config entry and the runtime data of a Hearth engine entry."""
+"""Types only: the typed config entry, its runtime data and a turn's usage.
+
+The coordinator and the pin manager take a plain ``ConfigEntry`` and never import
+this module, so imports go one way (``data`` names them for type checking only) and
+there is no cycle coordinator -> data -> pins -> coordinator (integration_blueprint's
+habit; ``tests/hearth/test_structure.py`` checks it).
+"""
 
 from __future__ import annotations
 
@@ -12,7 +18,7 @@ from .api import HearthClient, RequestUsage
 
 if TYPE_CHECKING:
     from .coordinator import HearthCoordinator
-    from .prefix import PrefixManager
+    from .pins import PrefixManager
 
 type HearthConfigEntry = ConfigEntry[HearthData]
 
@@ -57,6 +63,16 @@ class TurnUsage:
 
 
 @dataclass(slots=True)
+class AgentStats:
+    """What one agent's turns came to since the entry loaded (its sensors)."""
+
+    requests: int = 0  # user turns the agent handled
+    errors: int = 0  # turns that ended in an engine error
+    last_error: str | None = None
+    last_turn: TurnUsage | None = None
+
+
+@dataclass(slots=True)
 class HearthData:
     """Everything a loaded engine entry holds (``entry.runtime_data``)."""
 
@@ -69,3 +85,5 @@ class HearthData:
     loaded_subentries: frozenset[tuple[str, str, str]]
     subentry_options: dict[str, Mapping[str, Any]] = field(default_factory=dict)
     last_turn: TurnUsage | None = None
+    agents: dict[str, AgentStats] = field(default_factory=dict)  # by subentry id
+    engine_device_id: str | None = None  # the engine's device: agents' ``via_device_id``

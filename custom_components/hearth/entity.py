@@ -18,7 +18,7 @@ from homeassistant.helpers.entity import Entity
 from homeassistant.helpers.update_coordinator import CoordinatorEntity
 from homeassistant.util.ulid import ulid_now
 
-from .api import RequestUsage
+from .api import HearthError, RequestUsage
 from .const import (
     CONF_MAX_HISTORY,
     CONF_MAX_TOKENS,
@@ -31,9 +31,10 @@ from .const import (
     MAX_TOOL_ITERATIONS,
 )
 from .coordinator import HearthCoordinator
-from .data import HearthConfigEntry, TurnUsage
+from .data import AgentStats, HearthConfigEntry, TurnUsage
 from .errors import async_error_message
-from .prefix import HousePrefix, pin_name
+from .pins import pin_name
+from .prefix import HousePrefix
 from .prompt import HearthNative, build_messages, volatile_context
 from .speech import MarkupFilter
 
@@ -53,6 +54,22 @@ def engine_device_info(
         configuration_url=entry.runtime_data.client.url,
         entry_type=dr.DeviceEntryType.SERVICE,
     )
+
+
+def agent_device_info(
+    entry: HearthConfigEntry, subentry: ConfigSubentry, model: str = "Conversation agent"
+) -> dr.DeviceInfo:
+    """The service device of an agent or AI task (subentry), served by the engine's device."""
+    info = dr.DeviceInfo(
+        identifiers={(DOMAIN, subentry.subentry_id)},
+        name=subentry.title,
+        manufacturer=MANUFACTURER,
+        model=model,
+        entry_type=dr.DeviceEntryType.SERVICE,
+    )
+    if (engine_device_id := entry.runtime_data.engine_device_id) is not None:
+        info["via_device_id"] = engine_device_id  # the engine device is registered first
+    return info
 
 
 class HearthCoordinatorEntity(CoordinatorEntity[HearthCoordinator]):
@@ -201,14 +218,7 @@ class HearthLLMEntity(Entity):
         self.entry = entry
         self.subentry_id = subentry.subentry_id
         self._attr_unique_id = subentry.subentry_id
-        self._attr_device_info = dr.DeviceInfo(
-            identifiers={(DOMAIN, subentry.subentry_id)},
-            name=subentry.title,
-            manufacturer=MANUFACTURER,
-            model=self._device_model,
-            entry_type=dr.DeviceEntryType.SERVICE,
-            via_device=(DOMAIN, entry.entry_id),  # served by the engine's device
-        )
+        self._attr_device_info = agent_device_info(entry, subentry, self._device_model)
 
     @property
     def options(self) -> Mapping[str, Any]:
@@ -267,6 +277,7 @@ class HearthLLMEntity(Entity):
         )
         requests: list[RequestUsage] = []
         client_ttfts: list[float | None] = []
+        error: HearthError | None = None
         try:
             for iteration in range(MAX_TOOL_ITERATIONS):
                 messages = build_messages(prefix, chat_log.content, context, max_history)
@@ -289,10 +300,12 @@ class HearthLLMEntity(Entity):
                     requests.append(reply.usage)
                 if not chat_log.unresponded_tool_results:
                     break
+        except HearthError as err:
+            error = err
+            raise
         finally:
             turn = TurnUsage(agent_id=self.entity_id, requests=tuple(requests))
-            if requests:
-                self._async_record_turn(turn)
+            self._async_record_turn(turn, error)
             chat_log.async_trace(
                 {
                     "hearth": {
@@ -308,11 +321,19 @@ class HearthLLMEntity(Entity):
         return turn
 
     @callback
-    def _async_record_turn(self, turn: TurnUsage) -> None:
+    def _async_record_turn(self, turn: TurnUsage, error: HearthError | None) -> None:
         """Push the turn's figures to the sensors; refresh the engine's counters soon."""
         data = self.entry.runtime_data
-        data.last_turn = turn
+        stats = data.agents.setdefault(self.subentry_id, AgentStats())
+        stats.requests += 1
+        if error is not None:
+            stats.errors += 1
+            stats.last_error = str(error)
+        if turn.requests:
+            stats.last_turn = data.last_turn = turn
         data.coordinator.async_update_listeners()
+        if not turn.requests:
+            return
         self.entry.async_create_background_task(
             self.hass, data.coordinator.async_request_refresh(), f"{DOMAIN} refresh after turn"
         )

@@ -1,4 +1,9 @@
-"""Cache and latency sensors of a Hearth engine (its service device, "Hearth")."""
+"""Cache and latency sensors of a Hearth engine (its service device, "Hearth"), and
+each agent's sensors (``agent_sensor.py``).
+
+The prompt and reused-token counters change on every request: they are disabled by
+default (enable them for the dashboard's counters).
+"""
 
 from __future__ import annotations
 
@@ -17,7 +22,8 @@ from homeassistant.core import HomeAssistant
 from homeassistant.helpers.entity_platform import AddConfigEntryEntitiesCallback
 from homeassistant.helpers.typing import StateType
 
-from .const import MIB
+from .agent_sensor import AGENT_SENSORS, HearthAgentSensor
+from .const import MIB, SUBENTRY_CONVERSATION
 from .data import HearthConfigEntry, HearthData
 from .entity import HearthCoordinatorEntity
 
@@ -116,6 +122,7 @@ SENSORS: tuple[HearthSensorEntityDescription, ...] = (
         translation_key="reused_tokens",
         native_unit_of_measurement=UNIT_TOKENS,
         state_class=SensorStateClass.TOTAL_INCREASING,
+        entity_registry_enabled_default=False,  # changes on every request
         value_fn=lambda data: _stat(data, "prefix_cache_hits_tokens"),
     ),
     HearthSensorEntityDescription(
@@ -123,6 +130,7 @@ SENSORS: tuple[HearthSensorEntityDescription, ...] = (
         translation_key="prompt_tokens",
         native_unit_of_measurement=UNIT_TOKENS,
         state_class=SensorStateClass.TOTAL_INCREASING,
+        entity_registry_enabled_default=False,  # changes on every request
         value_fn=lambda data: _stat(data, "prompt_tokens_total"),
     ),
     HearthSensorEntityDescription(
@@ -181,6 +189,7 @@ SENSORS: tuple[HearthSensorEntityDescription, ...] = (
         state_class=SensorStateClass.TOTAL_INCREASING,
         entity_category=EntityCategory.DIAGNOSTIC,
         value_fn=lambda data: data.prefixes.repins,
+        attributes_fn=lambda data: dict(data.prefixes.repin_causes),
     ),
 )
 
@@ -190,8 +199,15 @@ async def async_setup_entry(
     entry: HearthConfigEntry,
     async_add_entities: AddConfigEntryEntitiesCallback,
 ) -> None:
-    """Set up the engine's sensors."""
+    """Set up the engine's sensors, then each agent's."""
     async_add_entities(HearthSensor(entry, description) for description in SENSORS)
+    for subentry in entry.subentries.values():
+        if subentry.subentry_type != SUBENTRY_CONVERSATION:
+            continue
+        async_add_entities(
+            (HearthAgentSensor(entry, subentry, description) for description in AGENT_SENSORS),
+            config_subentry_id=subentry.subentry_id,
+        )
 
 
 class HearthSensor(HearthCoordinatorEntity, SensorEntity):
@@ -216,7 +232,7 @@ class HearthSensor(HearthCoordinatorEntity, SensorEntity):
 
     @property
     def extra_state_attributes(self) -> dict[str, Any] | None:
-        """Per-turn figures (last TTFT only)."""
+        """Per-turn figures (last TTFT), re-pins by cause."""
         if self.entity_description.attributes_fn is None:
             return None
         return self.entity_description.attributes_fn(self.entry.runtime_data)

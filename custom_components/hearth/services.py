@@ -1,4 +1,4 @@
-"""Actions: ``hearth.refresh_prefix`` and ``hearth.clear_cache``."""
+"""Actions: ``hearth.refresh_prefix``, ``hearth.clear_cache`` and ``hearth.dashboard``."""
 
 from __future__ import annotations
 
@@ -14,7 +14,14 @@ from homeassistant.helpers import config_validation as cv
 from homeassistant.helpers import service
 
 from .api import HearthError
-from .const import ATTR_CONFIG_ENTRY_ID, DOMAIN, SERVICE_CLEAR_CACHE, SERVICE_REFRESH_PREFIX
+from .const import (
+    ATTR_CONFIG_ENTRY_ID,
+    DOMAIN,
+    SERVICE_CLEAR_CACHE,
+    SERVICE_DASHBOARD,
+    SERVICE_REFRESH_PREFIX,
+)
+from .dashboard import build_dashboard
 from .data import HearthConfigEntry
 from .errors import as_ha_error
 
@@ -50,6 +57,12 @@ async def _async_clear_cache(call: ServiceCall) -> ServiceResponse:
 
 
 @callback
+def _async_dashboard(call: ServiceCall) -> ServiceResponse:
+    """A dashboard of every loaded engine and agent, with this install's entity ids."""
+    return build_dashboard(call.hass)
+
+
+@callback
 def async_setup_services(hass: HomeAssistant) -> None:
     """Register the actions (once, for all entries)."""
     hass.services.async_register(
@@ -61,4 +74,7 @@ def async_setup_services(hass: HomeAssistant) -> None:
         _async_clear_cache,
         schema=SERVICE_SCHEMA,
         supports_response=SupportsResponse.OPTIONAL,
+    )
+    hass.services.async_register(
+        DOMAIN, SERVICE_DASHBOARD, _async_dashboard, supports_response=SupportsResponse.ONLY
     )

@@ -17,6 +17,7 @@ import custom_components.hearth  # noqa: F401  # isort: skip
 import socket
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from unittest.mock import PropertyMock, patch
 
 import pytest
 import pytest_socket
@@ -114,6 +115,17 @@ def private_engine_factory(
     yield factory
     for engine in started:
         engine.stop()
+
+
+@pytest.fixture
+def entity_registry_enabled_by_default() -> Iterator[None]:
+    """Every entity enabled, including those disabled by default (as in HA core's tests)."""
+    with patch(
+        "homeassistant.helpers.entity.Entity.entity_registry_enabled_default",
+        new_callable=PropertyMock,
+        return_value=True,
+    ):
+        yield
 
 
 @pytest.fixture(autouse=True)

@@ -24,7 +24,8 @@ from homeassistant.util import dt as dt_util
 from pytest_homeassistant_custom_component.common import MockConfigEntry, async_fire_time_changed
 
 from custom_components.hearth.const import CONF_MAX_TOKENS
-from custom_components.hearth.prefix import HousePrefix, async_render_prefix, pin_name
+from custom_components.hearth.pins import pin_name
+from custom_components.hearth.prefix import HousePrefix, async_render_prefix
 
 from .common import (
     KITCHEN_LIGHT,

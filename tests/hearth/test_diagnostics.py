@@ -31,6 +31,9 @@ async def test_diagnostics_redact(hass: HomeAssistant, house: None, keyed: Engin
     agent = diagnostics["prefixes"]["agents"][next(iter(entry.subentries))]
     assert agent["digest"] == prefix.digest
     assert agent["tokens"] > 0
+    assert agent["state"] == "ready"
+    assert agent["rebuilds"] == 0
+    assert diagnostics["prefixes"]["repin_causes"]["ha_upgrade"] == 0
     assert diagnostics["engine"]["connected"] is True
     assert diagnostics["engine"]["stats"]["model"] == "tiny-tools"
     assert diagnostics["last_turn"]["prompt_tokens"] > 0

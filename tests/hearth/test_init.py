@@ -8,7 +8,7 @@ from homeassistant.helpers import device_registry as dr
 from pytest_homeassistant_custom_component.common import MockConfigEntry
 
 from custom_components.hearth.const import DOMAIN
-from custom_components.hearth.prefix import pin_name
+from custom_components.hearth.pins import pin_name
 
 from .common import (
     ENGINE_KEY,

@@ -26,7 +26,7 @@ from pytest_homeassistant_custom_component.common import (
 
 from custom_components.hearth.api import HearthClient
 from custom_components.hearth.const import CONF_REPIN_DEBOUNCE
-from custom_components.hearth.prefix import pin_name
+from custom_components.hearth.pins import pin_name
 
 from .common import (
     KITCHEN_LIGHT,

@@ -1,4 +1,4 @@
-"""Sensors of the engine's service device (real engine)."""
+"""Sensors of the engine's service device and of each agent's (real engine)."""
 
 from __future__ import annotations
 
@@ -29,6 +29,13 @@ SENSORS = (
     "pinned_prefix_tokens",
     "prefix_re_pins",
 )
+AGENT_SENSORS = ("prefix_pin", "ttft", "requests", "errors")
+# Change on every request: disabled by default (the recorder would store each value).
+DISABLED_BY_DEFAULT = {
+    "sensor.hearth_prompt_tokens",
+    "sensor.hearth_reused_tokens",
+    "sensor.hearth_requests",
+}
 
 
 def _describe(hass: HomeAssistant, entry: er.RegistryEntry) -> dict[str, Any]:
@@ -37,7 +44,9 @@ def _describe(hass: HomeAssistant, entry: er.RegistryEntry) -> dict[str, Any]:
     assert state is not None
     return {
         "entity_id": entry.entity_id,
-        "unique_id": entry.unique_id.removeprefix(f"{entry.config_entry_id}_"),
+        "unique_id": entry.unique_id.removeprefix(f"{entry.config_entry_id}_").removeprefix(
+            f"{entry.config_subentry_id}_"
+        ),
         "translation_key": entry.translation_key,
         "device_class": entry.original_device_class,
         "unit": entry.unit_of_measurement,
@@ -46,15 +55,20 @@ def _describe(hass: HomeAssistant, entry: er.RegistryEntry) -> dict[str, Any]:
         "attributes": {
             key: value
             for key, value in state.attributes.items()
-            if key not in ("prompt_tokens", "cached_tokens", "completion_tokens", "requests")
+            if key
+            not in ("prompt_tokens", "cached_tokens", "completion_tokens", "requests", "tokens")
         },
     }
 
 
 async def test_entities(
-    hass: HomeAssistant, entry: MockConfigEntry, snapshot: SnapshotAssertion
+    hass: HomeAssistant,
+    entity_registry_enabled_by_default: None,
+    entry: MockConfigEntry,
+    snapshot: SnapshotAssertion,
 ) -> None:
-    """The entity set: names, units, state classes, categories (snapshot)."""
+    """The entity set: names, units, state classes, categories (snapshot); the engine's
+    on its device, the agent's on the agent's."""
     registry = er.async_get(hass)
     entities = sorted(
         (
@@ -65,7 +79,10 @@ async def test_entities(
         key=lambda e: e.entity_id,
     )
     assert [e.entity_id for e in entities] == sorted(
-        ["binary_sensor.hearth_engine_connected", *(f"sensor.hearth_{key}" for key in SENSORS)]
+        [
+            "binary_sensor.hearth_engine_connected",
+            *(f"sensor.hearth_{key}" for key in SENSORS + AGENT_SENSORS),
+        ]
     )
     assert [_describe(hass, e) for e in entities] == snapshot
 
@@ -76,10 +93,34 @@ async def test_entities(
     assert device.name == "Hearth"
     assert device.entry_type is dr.DeviceEntryType.SERVICE
     assert device.model == "tiny-tools"
-    assert {e.device_id for e in entities} == {device.id}
+    agent_device = dr.async_get(hass).async_get_device_by_identifier(
+        (DOMAIN, next(iter(entry.subentries))), entry.entry_id
+    )
+    assert agent_device is not None
+    for e in entities:
+        is_agent = e.entity_id in {f"sensor.hearth_{key}" for key in AGENT_SENSORS}
+        assert e.device_id == (agent_device.id if is_agent else device.id)
+        assert e.config_subentry_id == (next(iter(entry.subentries)) if is_agent else None)
 
 
-async def test_sensors_update_after_a_turn(hass: HomeAssistant, entry: MockConfigEntry) -> None:
+async def test_counters_of_every_request_are_disabled_by_default(
+    hass: HomeAssistant, entry: MockConfigEntry
+) -> None:
+    """Counters that change on every request would fill the recorder: disabled."""
+    registry = er.async_get(hass)
+    entities = er.async_entries_for_config_entry(registry, entry.entry_id)
+    disabled = {e.entity_id for e in entities if e.disabled_by is not None}
+    assert disabled == DISABLED_BY_DEFAULT
+    assert all(
+        e.disabled_by is er.RegistryEntryDisabler.INTEGRATION
+        for e in entities
+        if e.entity_id in disabled
+    )
+
+
+async def test_sensors_update_after_a_turn(
+    hass: HomeAssistant, entity_registry_enabled_by_default: None, entry: MockConfigEntry
+) -> None:
     """A turn pushes its TTFT at once; the engine counters follow with a refresh."""
     prompt_before = float(hass.states.get("sensor.hearth_prompt_tokens").state)
     reused_before = float(hass.states.get("sensor.hearth_reused_tokens").state)

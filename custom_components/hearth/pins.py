@@ -1,0 +1,549 @@
+"""The pin lifecycle of each agent's house prefix in the engine.
+
+``PrefixManager`` pins each agent's prefix (rendered by ``prefix.py``) in the engine when
+the entry loads and re-pins it, after a debounce, when the house changes: the entity,
+device, area and floor registries, the exposed-entity settings, entities appearing,
+disappearing or being renamed, and the agent's options. It re-pins only when the
+rendered prefix really changed (a SHA-256 of its bytes), never on a plain state change.
+When the engine restarts (its ``instance_id`` changes) or the pin is missing, it pins
+again.
+
+It also keeps what the UI shows of each pin: its state (``PinState``), its tokens and
+last error, the rebuilds by cause (``PinHistory`` makes the first pin after a Home
+Assistant restart or upgrade count when it replaced an earlier run's pin), and the
+Repairs issues of a refused pin or one rebuilt too often (``issues.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from functools import partial
+from typing import Any
+
+from homeassistant.components import conversation
+from homeassistant.components.homeassistant import exposed_entities
+from homeassistant.config_entries import ConfigEntry
+from homeassistant.const import EVENT_STATE_CHANGED
+from homeassistant.core import (
+    CALLBACK_TYPE,
+    Event,
+    EventStateChangedData,
+    HassJob,
+    HomeAssistant,
+    callback,
+)
+from homeassistant.helpers import area_registry as ar
+from homeassistant.helpers import device_registry as dr
+from homeassistant.helpers import entity_registry as er
+from homeassistant.helpers import floor_registry as fr
+from homeassistant.helpers.event import async_call_later
+from homeassistant.helpers.start import async_at_started
+from homeassistant.util import dt as dt_util
+
+from . import issues
+from .api import HearthClient, HearthError, HearthResponseError
+from .const import (
+    CONF_REPIN_DEBOUNCE,
+    DEFAULT_REPIN_DEBOUNCE,
+    DOMAIN,
+    LOGGER,
+    REBUILD_ISSUE_COUNT,
+    REBUILD_ISSUE_WINDOW,
+    REPIN_MAX_DELAY_FACTOR,
+    STALE_PREFIX_MAX_S,
+    SUBENTRY_CONVERSATION,
+)
+from .coordinator import EngineStatus, HearthCoordinator
+from .pin_history import PinHistory
+from .prefix import HousePrefix, async_render_prefix
+
+# Registry changes that can change the static context or the tools.
+_ENTITY_CHANGES = frozenset(
+    {
+        "aliases",
+        "area_id",
+        "device_id",
+        "disabled_by",
+        "entity_id",
+        "hidden_by",
+        "name",
+        "original_name",
+    }
+)
+_DEVICE_CHANGES = frozenset({"area_id", "disabled_by", "name", "name_by_user"})
+
+# Engine answers to a PUT that the same prefix would get again (invalid, too large).
+_REFUSED_FOR_GOOD = frozenset({400, 413, 422})
+
+
+def pin_name(subentry_id: str) -> str:
+    """Engine pin name of an agent: stable across HA restarts (from the subentry id)."""
+    return f"{DOMAIN}.{subentry_id}"
+
+
+class PinReason(StrEnum):
+    """Why a prefix is (re)pinned."""
+
+    INITIAL = "initial"  # first pin of the agent since the entry loaded
+    CHANGED = "changed"  # the rendered prefix changed (registry, exposure, options)
+    RESTARTED = "restarted"  # the engine restarted (new instance_id)
+    MISSING = "missing"  # the engine no longer has the pin
+    MANUAL = "manual"  # the refresh_prefix action
+
+
+class PinState(StrEnum):
+    """What the UI shows of an agent's pin."""
+
+    READY = "ready"  # the engine holds the agent's prefix
+    WARMING = "warming"  # not pinned yet, or a PUT is in flight (the old pin still serves)
+    FAILED = "failed"  # the last PUT failed (engine down, busy...); retried
+    REFUSED = "refused"  # the engine refused it for good (e.g. larger than the KV budget)
+
+
+class RebuildCause(StrEnum):
+    """Why a pin replaced an earlier pin of the same agent (counted as a rebuild)."""
+
+    CHANGED = "changed"  # the house or the agent's options changed
+    ENGINE_RESTARTED = "engine_restarted"  # the engine restarted and lost it
+    MISSING = "missing"  # the engine no longer had it
+    HA_RESTART = "ha_restart"  # the first pin after an HA restart differs from the last run's
+    HA_UPGRADE = "ha_upgrade"  # ... after Home Assistant was upgraded
+
+
+@dataclass
+class AgentPin:
+    """Pin bookkeeping of one conversation agent (subentry)."""
+
+    subentry_id: str
+    debounce: float
+    digest: str | None = None  # digest pinned in the engine (None: not pinned yet)
+    tokens: int | None = None
+    error: str | None = None
+    refused: bool = False  # the last PUT was refused for good
+    putting: bool = False  # a PUT is in flight
+    rebuilds: int = 0
+    rebuilt_at: deque[datetime] = field(default_factory=deque)  # within the issue window
+    blocked_digest: str | None = None  # refused by the engine for good (e.g. too large)
+    blocked_instance: str | None = None  # ... by this engine instance (a restart retries)
+    pinned: HousePrefix | None = None  # the prefix the engine holds for this agent
+    stale_since: float | None = None  # time.monotonic() a request first saw a newer house
+    pinned_at: float | None = None  # time.monotonic() of the last successful PUT
+    pending_since: float | None = None
+    timer: CALLBACK_TYPE | None = None
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    @property
+    def name(self) -> str:
+        """Engine pin name."""
+        return pin_name(self.subentry_id)
+
+
+class PrefixManager:
+    """Pins each agent's house prefix and keeps it current."""
+
+    def __init__(
+        self,
+        hass: HomeAssistant,
+        entry: ConfigEntry,
+        client: HearthClient,
+        coordinator: HearthCoordinator,
+    ) -> None:
+        """Manage the pins of ``entry``'s conversation agents."""
+        self.hass = hass
+        self.entry = entry
+        self.client = client
+        self.coordinator = coordinator
+        self.repins = 0
+        self.repin_causes: dict[str, int] = {cause.value: 0 for cause in RebuildCause}
+        self.history = PinHistory(hass, entry.entry_id)
+        self._agents: dict[str, AgentPin] = {}
+        self._instance_id: str | None = None
+        self._checked: EngineStatus | None = None
+        self._started = False
+        self._unsubs: list[CALLBACK_TYPE] = []
+
+    # ------------------------------------------------------------ lifecycle
+
+    async def async_load(self) -> None:
+        """Read what the agents pinned in the previous run (before ``async_start``)."""
+        await self.history.async_load()
+
+    @callback
+    def async_start(self) -> None:
+        """Listen for house changes; pin every agent once Home Assistant has started."""
+        for subentry in self.entry.subentries.values():
+            if subentry.subentry_type == SUBENTRY_CONVERSATION:
+                self._agents[subentry.subentry_id] = AgentPin(
+                    subentry.subentry_id, _debounce(subentry.data)
+                )
+        if self.coordinator.data is not None:
+            self._instance_id = self.coordinator.data.instance_id
+        bus = self.hass.bus
+        self._unsubs += [
+            bus.async_listen(
+                er.EVENT_ENTITY_REGISTRY_UPDATED,
+                self._async_house_changed,
+                event_filter=_entity_registry_filter,
+            ),
+            bus.async_listen(
+                dr.EVENT_DEVICE_REGISTRY_UPDATED,
+                self._async_house_changed,
+                event_filter=_device_registry_filter,
+            ),
+            bus.async_listen(ar.EVENT_AREA_REGISTRY_UPDATED, self._async_house_changed),
+            bus.async_listen(fr.EVENT_FLOOR_REGISTRY_UPDATED, self._async_house_changed),
+            bus.async_listen(
+                EVENT_STATE_CHANGED,
+                self._async_house_changed,
+                event_filter=_state_changed_filter,
+            ),
+            exposed_entities.async_listen_entity_updates(
+                self.hass, conversation.DOMAIN, self._async_house_changed
+            ),
+            self.coordinator.async_add_listener(self._async_engine_updated),
+            async_at_started(self.hass, self._async_hass_started),
+        ]
+
+    @callback
+    def async_stop(self) -> None:
+        """Stop listening and cancel pending re-pins."""
+        while self._unsubs:
+            self._unsubs.pop()()
+        for agent in self._agents.values():
+            _cancel_timer(agent)
+            issues.async_delete_all(self.hass, agent.subentry_id)
+
+    @callback
+    def _async_hass_started(self, hass: HomeAssistant) -> None:
+        self._started = True
+        for agent in self._agents.values():
+            self._async_pin_in_background(agent, PinReason.INITIAL)
+
+    # -------------------------------------------------------------- public
+
+    def agent(self, subentry_id: str) -> AgentPin | None:
+        """Pin bookkeeping of an agent."""
+        return self._agents.get(subentry_id)
+
+    def state(self, subentry_id: str) -> PinState | None:
+        """What the UI shows of the agent's pin (None: not an agent of this entry)."""
+        if (agent := self._agents.get(subentry_id)) is None:
+            return None
+        if agent.putting:
+            return PinState.WARMING
+        if agent.refused:
+            return PinState.REFUSED
+        if agent.error is not None:
+            return PinState.FAILED
+        return PinState.WARMING if agent.digest is None else PinState.READY
+
+    async def async_render(self, subentry_id: str) -> HousePrefix:
+        """Render an agent's prefix from its current options."""
+        return await async_render_prefix(self.hass, self.entry.subentries[subentry_id].data)
+
+    async def async_prefix_for_request(self, subentry_id: str) -> HousePrefix:
+        """The prefix to send now.
+
+        Normally the freshly rendered prefix, which is the pinned one. When the house
+        changed and its re-pin is still pending (debounce) or warming, the pinned prefix
+        is sent instead, for at most ``STALE_PREFIX_MAX_S``: a cold prefill of the whole
+        house per request would stall every turn (tens of seconds on a CPU), and the
+        changed lines are not lost, since the caller moves every line of HA's prompt
+        that the prefix lacks into the context message. A difference no event announced
+        (e.g. the location name) schedules a re-pin as a safety net.
+        """
+        prefix = await self.async_render(subentry_id)
+        agent = self._agents.get(subentry_id)
+        if agent is None or agent.pinned is None or prefix.digest == agent.pinned.digest:
+            if agent is not None:
+                agent.stale_since = None
+            return prefix
+        now = time.monotonic()
+        if agent.stale_since is None:
+            agent.stale_since = now
+        if agent.timer is None and not agent.lock.locked():
+            self._async_schedule(agent)
+        usable = prefix.digest != agent.blocked_digest
+        if usable and now - agent.stale_since <= STALE_PREFIX_MAX_S:
+            return agent.pinned
+        return prefix
+
+    @callback
+    def async_options_changed(self, subentry_id: str) -> None:
+        """An agent's options changed: re-pin after its (possibly new) debounce."""
+        if (agent := self._agents.get(subentry_id)) is None:
+            return
+        agent.debounce = _debounce(self.entry.subentries[subentry_id].data)
+        self._async_schedule(agent)
+
+    async def async_refresh_all(self) -> None:
+        """Re-render and re-PUT every agent's prefix now (the refresh_prefix action).
+
+        Raises ``HearthError`` if the engine refuses or cannot be reached.
+        """
+        await asyncio.gather(
+            *(self._async_pin(agent, PinReason.MANUAL) for agent in self._agents.values())
+        )
+
+    def as_diagnostics(self) -> dict[str, Any]:
+        """Pin state for diagnostics (no prompt text)."""
+        return {
+            "repins": self.repins,
+            "repin_causes": self.repin_causes,
+            "upgraded": self.history.upgraded,
+            "instance_id": self._instance_id,
+            "agents": {
+                agent.subentry_id: {
+                    "pin": agent.name,
+                    "state": self.state(agent.subentry_id),
+                    "rebuilds": agent.rebuilds,
+                    "digest": agent.digest,
+                    "tokens": agent.tokens,
+                    "error": agent.error,
+                    "debounce": agent.debounce,
+                }
+                for agent in self._agents.values()
+            },
+        }
+
+    # --------------------------------------------------------- invalidation
+
+    @callback
+    def _async_house_changed(self, event: Event[Any] | None = None) -> None:
+        for agent in self._agents.values():
+            self._async_schedule(agent)
+
+    @callback
+    def _async_schedule(self, agent: AgentPin) -> None:
+        """Trailing debounce: re-render once the house has been quiet for a while.
+
+        A steady stream of changes cannot postpone it forever: it runs at the latest
+        ``REPIN_MAX_DELAY_FACTOR`` debounce periods after the first change.
+        """
+        if not self._started:
+            return  # the first pin, at start, renders the latest house
+        now = self.hass.loop.time()
+        if agent.pending_since is None:
+            agent.pending_since = now
+        deadline = agent.pending_since + agent.debounce * REPIN_MAX_DELAY_FACTOR
+        _cancel_timer(agent)
+        agent.timer = async_call_later(
+            self.hass,
+            max(0.0, min(agent.debounce, deadline - now)),
+            HassJob(
+                partial(self._async_debounced, agent.subentry_id),
+                f"{DOMAIN} re-pin {agent.name}",
+                cancel_on_shutdown=True,
+            ),
+        )
+
+    @callback
+    def _async_debounced(self, subentry_id: str, _now: Any) -> None:
+        if (agent := self._agents.get(subentry_id)) is None:
+            return
+        agent.timer = None
+        agent.pending_since = None
+        self._async_pin_in_background(agent, PinReason.CHANGED)
+
+    @callback
+    def _async_engine_updated(self) -> None:
+        """After each poll: pin again what a restarted engine lost or no longer has.
+
+        Runs once per poll result (listeners are also called for pushed values), and
+        ignores agents pinned after the poll started: the poll cannot show them.
+        """
+        status = self.coordinator.data
+        if (
+            not self._started
+            or not self.coordinator.last_update_success
+            or status is None
+            or status is self._checked
+        ):
+            return
+        self._checked = status
+        for agent in self._agents.values():
+            self._async_check_rebuilds(agent)
+        restarted = self._instance_id is not None and status.instance_id != self._instance_id
+        for agent in self._agents.values():
+            if agent.lock.locked():
+                continue  # a pin is in flight; the next poll looks again
+            if agent.pinned_at is not None and agent.pinned_at >= status.fetched_at:
+                continue
+            pin = status.pins.get(agent.name)
+            if restarted:
+                self._async_pin_in_background(agent, PinReason.RESTARTED)
+            elif pin is None or pin.get("state") == "failed":
+                self._async_pin_in_background(agent, PinReason.MISSING)
+
+    # ------------------------------------------------------------- pinning
+
+    @callback
+    def _async_pin_in_background(self, agent: AgentPin, reason: PinReason) -> None:
+        self.entry.async_create_background_task(
+            self.hass, self._async_pin(agent, reason), f"{DOMAIN} pin {agent.name} ({reason})"
+        )
+
+    async def _async_pin(self, agent: AgentPin, reason: PinReason) -> bool:
+        """Render the prefix and PUT it if needed; returns True if it was PUT.
+
+        A change is PUT only if the digest differs from the pinned one. A restarted
+        engine, a missing pin and the refresh action PUT it regardless. ``repins``
+        counts the PUTs that replace an earlier pin of this agent (see ``_cause``).
+        """
+        async with agent.lock:
+            prefix = await self.async_render(agent.subentry_id)
+            changed = prefix.digest != agent.digest
+            if reason is PinReason.CHANGED and not changed:
+                return False
+            instance_id = self.coordinator.data.instance_id if self.coordinator.data else None
+            # Refused for good by this engine: retried only by the refresh action, or by a
+            # restarted engine (perhaps given a bigger KV budget).
+            blocked = (
+                prefix.digest == agent.blocked_digest and instance_id == agent.blocked_instance
+            )
+            if reason is not PinReason.MANUAL and blocked:
+                return False
+            agent.putting = True
+            self.coordinator.async_update_listeners()
+            try:
+                info = await self.client.async_put_prefix(agent.name, prefix.pin_body())
+            except HearthError as err:
+                self._async_pin_failed(agent, prefix, instance_id, err)
+                if reason is PinReason.MANUAL:
+                    raise
+                return False
+            finally:
+                agent.putting = False
+                self.coordinator.async_update_listeners()
+            cause = self._cause(agent, prefix, reason, changed)
+            agent.digest = prefix.digest
+            agent.pinned = prefix
+            agent.stale_since = None
+            agent.pinned_at = time.monotonic()
+            agent.tokens = _int_or_none(info.get("tokens"))
+            agent.error = None
+            agent.refused = False
+            agent.blocked_digest = None
+            if instance_id:
+                self._instance_id = instance_id
+            issues.async_delete(self.hass, issues.PIN_REFUSED, agent.subentry_id)
+            if cause is not None:
+                self._async_count_rebuild(agent, cause)
+            LOGGER.debug(
+                "Pinned %s (%s): %s tokens, digest %s",
+                agent.name,
+                reason,
+                agent.tokens,
+                prefix.digest[:12],
+            )
+            await self.history.async_record(agent.subentry_id, prefix.digest)
+        self.coordinator.async_update_listeners()
+        return True
+
+    def _cause(
+        self, agent: AgentPin, prefix: HousePrefix, reason: PinReason, changed: bool
+    ) -> RebuildCause | None:
+        """Why this PUT replaces an earlier pin of the agent (None: it does not).
+
+        In this run: the prefix changed, or the engine lost the pin. The first pin of
+        this run counts only if it differs from what the previous run pinned: Home
+        Assistant was upgraded, or the house or options changed while it was down. The
+        same prefix PUT again after a restart is found cached by the engine: no rebuild.
+        """
+        if agent.digest is not None:
+            if reason is PinReason.RESTARTED:
+                return RebuildCause.ENGINE_RESTARTED
+            if reason is PinReason.MISSING:
+                return RebuildCause.MISSING
+            return RebuildCause.CHANGED if changed else None
+        previous = self.history.previous(agent.subentry_id)
+        if reason is not PinReason.INITIAL or previous in (None, prefix.digest):
+            return None
+        return RebuildCause.HA_UPGRADE if self.history.upgraded else RebuildCause.HA_RESTART
+
+    @callback
+    def _async_pin_failed(
+        self, agent: AgentPin, prefix: HousePrefix, instance_id: str | None, err: HearthError
+    ) -> None:
+        agent.error = str(err)
+        agent.refused = isinstance(err, HearthResponseError) and err.status in _REFUSED_FOR_GOOD
+        if agent.refused:
+            agent.blocked_digest = prefix.digest  # e.g. larger than the KV budget
+            agent.blocked_instance = instance_id
+            if instance_id:
+                self._instance_id = instance_id  # not a restart at every poll
+            issues.async_pin_refused(self.hass, agent.subentry_id, self._title(agent), str(err))
+        LOGGER.warning("Could not pin the prefix %s: %s", agent.name, err)
+
+    @callback
+    def _async_count_rebuild(self, agent: AgentPin, cause: RebuildCause) -> None:
+        self.repins += 1
+        self.repin_causes[cause.value] += 1
+        agent.rebuilds += 1
+        agent.rebuilt_at.append(dt_util.utcnow())
+        self._async_check_rebuilds(agent)
+
+    @callback
+    def _async_check_rebuilds(self, agent: AgentPin) -> None:
+        """Raise or clear the "rebuilt too often" issue from the rebuilds in the window."""
+        horizon = dt_util.utcnow() - REBUILD_ISSUE_WINDOW
+        while agent.rebuilt_at and agent.rebuilt_at[0] < horizon:
+            agent.rebuilt_at.popleft()
+        if len(agent.rebuilt_at) >= REBUILD_ISSUE_COUNT:
+            issues.async_pin_rebuilt_often(
+                self.hass,
+                agent.subentry_id,
+                self._title(agent),
+                len(agent.rebuilt_at),
+                REBUILD_ISSUE_WINDOW,
+            )
+        else:
+            issues.async_delete(self.hass, issues.PIN_REBUILT_OFTEN, agent.subentry_id)
+
+    def _title(self, agent: AgentPin) -> str:
+        subentry = self.entry.subentries.get(agent.subentry_id)
+        return subentry.title if subentry is not None else agent.subentry_id
+
+
+def _debounce(options: Mapping[str, Any]) -> float:
+    return float(options.get(CONF_REPIN_DEBOUNCE, DEFAULT_REPIN_DEBOUNCE))
+
+
+def _int_or_none(value: Any) -> int | None:
+    return int(value) if isinstance(value, int | float) else None
+
+
+@callback
+def _cancel_timer(agent: AgentPin) -> None:
+    if agent.timer is not None:
+        agent.timer()
+        agent.timer = None
+
+
+@callback
+def _entity_registry_filter(event_data: er.EventEntityRegistryUpdatedData) -> bool:
+    if event_data["action"] != "update":
+        return True  # created or removed
+    return not _ENTITY_CHANGES.isdisjoint(event_data["changes"])
+
+
+@callback
+def _device_registry_filter(event_data: dr.EventDeviceRegistryUpdatedData) -> bool:
+    if event_data["action"] == "remove":
+        return True
+    if event_data["action"] != "update":
+        return False  # a new device has no entities yet
+    return not _DEVICE_CHANGES.isdisjoint(event_data["changes"])
+
+
+@callback
+def _state_changed_filter(event_data: EventStateChangedData) -> bool:
+    """An entity appeared, disappeared or was renamed; never a plain state change."""
+    old, new = event_data["old_state"], event_data["new_state"]
+    return old is None or new is None or old.name != new.name
