@@ -39,6 +39,12 @@ def tiny_runner64() -> ModelRunner:
 
 
 @pytest.fixture(scope="session")
+def tiny_runner64_transformers() -> ModelRunner:
+    """float64 through transformers' own forward (``--forward transformers``)."""
+    return ModelRunner.load("tiny", dtype="float64", forward="transformers")
+
+
+@pytest.fixture(scope="session")
 def tiny_runner_bf16() -> ModelRunner:
     """bfloat16, whatever the host (torch computes it on any CPU, slowly without AVX512-BF16):
     the dtype ``auto`` picks on most users' hardware, so its paths are tested everywhere."""

@@ -28,10 +28,14 @@ def _random_tokens(rng: random.Random, n: int, vocab: int) -> list[int]:
     return [rng.randrange(3, vocab) for _ in range(n)]
 
 
+@pytest.mark.parametrize("forward", ["lean", "transformers"])
 @pytest.mark.parametrize("share_prefix", [True, False], ids=["read-in-place", "copied"])
 async def test_greedy_with_cache_hits_equals_cold_runs(
-    make_engine, tiny_runner64, share_prefix: bool
+    make_engine, request: pytest.FixtureRequest, share_prefix: bool, forward: str
 ) -> None:
+    name = "tiny_runner64" if forward == "lean" else "tiny_runner64_transformers"
+    tiny_runner64 = request.getfixturevalue(name)
+    assert tiny_runner64.info.forward == forward
     vocab = tiny_runner64.info.vocab_size
     warm = make_engine(runner=tiny_runner64, chunk_tokens=64, share_prefix=share_prefix)
     assert warm.kv.share_prefix is share_prefix
