@@ -21,6 +21,8 @@ For each model (``--models``: ``default`` is SmolLM2-135M with real weights, a n
 * ``mask_ms_per_token``: what grammar-constrained decoding adds to a step of ``B`` rows
   (the demo house's tool grammar, see ``mask.py``; the same for every context);
   ``mask_pct`` is that over ``ms/tok`` (the target: at most 10%);
+* ``overhead_ms`` (batch-1 rows): the step's per-token framework overhead, measured on
+  the model's skeleton (same layers and forward, near-free kernels; see overhead.py);
 * at batch 1, one request through the engine (``max_tokens=32`` on the pinned context):
   its mean decode ms per token as the engine measured it (``engine_ms_per_token``).
 
@@ -68,6 +70,7 @@ from .common import (
     write_json,
 )
 from .mask import MaskBench, house_tools
+from .overhead import overhead_ms
 from .reply import reply_row
 
 DEFAULT_MODELS = ("default", "qwen2.5-0.5b")
@@ -86,7 +89,7 @@ FIELDS = (
     "shared_ms_per_token_p50", "shared_ms_per_token_p90",
     "engine_ms_per_token", "engine_tokens", "prefill_tok_s", "steps",
     "ttft_ms", "reply_ms", "tokens", "cached_tokens",
-    "mask_ms_per_token", "mask_pct",
+    "mask_ms_per_token", "mask_pct", "overhead_ms",
 )  # fmt: skip
 
 
@@ -275,9 +278,14 @@ async def measure_model(
     engine: Engine, model: str, dtype: str, threads: int, plan: Plan
 ) -> list[dict[str, Any]]:
     masks = mask_costs(engine, plan.batches)
+    overhead = round(overhead_ms(engine.runner), 2)
+    print(f"  per-token overhead (the step's skeleton, see overhead.py): {overhead} ms")
     rows = []
     for context in plan.contexts:
         rows += await measure_context(engine, model, dtype, threads, context, plan, masks)
+    for row in rows:
+        if row["batch"] == 1:
+            row["overhead_ms"] = overhead
     return rows
 
 
@@ -330,7 +338,7 @@ TABLE = [
     ("shared p50", "shared_ms_per_token_p50"), ("shared p90", "shared_ms_per_token_p90"),
     ("engine", "engine_ms_per_token"), ("prefill tok/s", "prefill_tok_s"),
     ("TTFT ms", "ttft_ms"), ("reply ms", "reply_ms"), ("tokens", "tokens"),
-    ("mask ms", "mask_ms_per_token"), ("mask %", "mask_pct"),
+    ("mask ms", "mask_ms_per_token"), ("mask %", "mask_pct"), ("overhead ms", "overhead_ms"),
 ]  # fmt: skip
 
 
@@ -419,7 +427,6 @@ def main(argv: list[str]) -> int:
                         threads, fixture, args.reply_tokens, args.reply_runs, log,
                     ))
                 )  # fmt: skip
-                rows[-1]["forward"] = args.forward
                 print(f"  {_brief(rows[-1])}", flush=True)
     print()
     print_report(rows)

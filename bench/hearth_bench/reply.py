@@ -105,7 +105,9 @@ async def measure_reply(url: str, fixture: Fixture, max_tokens: int, runs: int) 
             if reply.error is not None:
                 raise RuntimeError(f"reply request failed: {reply.error}")
             replies.append(reply)
-    return summarize(replies, pin)
+        async with session.get(f"{url}/v1/stats") as resp:
+            forward = (await resp.json()).get("forward")
+    return {**summarize(replies, pin), "forward": forward}
 
 
 def reply_row(

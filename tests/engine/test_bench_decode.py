@@ -38,6 +38,7 @@ def test_every_row_has_every_field(rows: list[dict[str, Any]]) -> None:
         assert list(row) == list(FIELDS)
         assert row["model"] == "tiny"
         assert row["dtype"] == "float32"
+        assert row["forward"] == "lean"  # the tiny model is a Qwen2
         assert row["threads"] == 1
         assert _is_ms(row["ms_per_token_p50"])
         assert _is_ms(row["ms_per_token_p90"])
@@ -56,11 +57,13 @@ def test_decode_rows_cover_each_context_and_batch(rows: list[dict[str, Any]]) ->
         assert row["shared_ms_per_token_p50"] <= row["shared_ms_per_token_p90"]
         assert row["tok_s"] == pytest.approx(row["batch"] * 1000 / row["ms_per_token_p50"], 0.01)
         assert row["ttft_ms"] is None and row["reply_ms"] is None and row["tokens"] is None
-        if row["batch"] == 1:  # the engine cross-check
+        if row["batch"] == 1:  # the engine cross-check, and the skeleton's overhead
+            assert _is_ms(row["overhead_ms"])
             assert _is_ms(row["engine_ms_per_token"])
             assert isinstance(row["engine_tokens"], int) and row["engine_tokens"] >= 2
         else:
             assert row["engine_ms_per_token"] is None
+            assert row["overhead_ms"] is None
 
 
 def test_the_reply_row_times_a_request_on_the_pinned_house(rows: list[dict[str, Any]]) -> None:
