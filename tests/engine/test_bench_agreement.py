@@ -22,3 +22,17 @@ def test_float32_report_agrees_exactly(tmp_path: Path) -> None:
     for key in ("cached_vs_cold", "cold_other_vs_cold"):
         assert report[key]["cases"] == 3
         assert report[key]["identical"] == 3
+
+
+def test_against_compares_a_second_forward(tmp_path: Path) -> None:
+    """``--against transformers:none``: float32 through transformers' forward equals the
+    lean forward's greedy text (the same arithmetic, see test_decoder.py)."""
+    out = tmp_path / "agreement.json"
+    argv = ["--model", "tiny", "--dtype", "float32", "--prompts", "2", "--tokens", "6"]
+    argv += ["--min-tokens", "40", "--max-tokens", "120", "--json", str(out)]
+    argv += ["--against", "transformers:none"]
+    assert main(argv) == 0
+    report = json.loads(out.read_text())
+    assert (report["forward"], report["against"]) == ("lean", "transformers:none")
+    assert report["against_vs_cold"]["cases"] == 2
+    assert report["against_vs_cold"]["identical"] == 2
