@@ -188,7 +188,10 @@ def _kv_chunks(tokens: int) -> int:
     """
     if tokens < 2 * SPLIT_MIN_TOKENS:
         return 1
-    return max(1, min(2 * torch.get_num_threads(), tokens // SPLIT_MIN_TOKENS))
+    most = max(2, min(2 * torch.get_num_threads(), tokens // SPLIT_MIN_TOKENS))
+    # An even split needs no extra kernel call for the remainder.
+    even = [n for n in range(most, max(1, most // 2), -1) if tokens % n == 0]
+    return even[0] if even else most
 
 
 def _split_partials(  # noqa: PLR0917

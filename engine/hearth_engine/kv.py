@@ -46,14 +46,15 @@ class BufferLayer(CacheLayerMixin):
     def __init__(self, store: torch.Tensor, length: int) -> None:
         super().__init__()
         self.store = store  # [2, B, H, cap, D]
+        self._k, self._v = store[0], store[1]  # [B, H, cap, D] views, made once
         self.length = length
         self.device = store.device
         self.is_initialized = True
         self._refresh()
 
     def _refresh(self) -> None:
-        self.keys = self.store[0, :, :, : self.length]
-        self.values = self.store[1, :, :, : self.length]
+        self.keys = self._k.narrow(2, 0, self.length)
+        self.values = self._v.narrow(2, 0, self.length)
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         """Nothing to do: the storage exists before the first forward."""
@@ -61,11 +62,12 @@ class BufferLayer(CacheLayerMixin):
     def update(
         self, key_states: torch.Tensor, value_states: torch.Tensor, *args: object, **kwargs: object
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        end = self.length + key_states.shape[-2]
+        n = key_states.shape[-2]
+        end = self.length + n
         if end > self.store.shape[-2]:
             raise RuntimeError(f"KV buffer overflow: {end} > {self.store.shape[-2]}")
-        self.store[0, :, :, self.length : end] = key_states
-        self.store[1, :, :, self.length : end] = value_states
+        self._k.narrow(2, self.length, n).copy_(key_states)
+        self._v.narrow(2, self.length, n).copy_(value_states)
         self.length = end
         self._refresh()
         return self.keys, self.values
