@@ -27,7 +27,7 @@ from hearth_engine.server.main import StartupError, check_bind, is_loopback, rea
 from .conftest import Client, ServerProcess, free_port, parse_sse, run_serve
 
 CHAT = "/v1/chat/completions"
-LONG = 3000  # tokens (never ending early: min_tokens), longer than the shutdown grace
+LONG = 20000  # tokens (never ending early: min_tokens), far longer than the shutdown grace
 # "house" sorts first: it is restored before anything else (see the xfail below).
 HOUSE = {
     "house": {"role": "system", "content": "The house has a kitchen, a hall and a study. " * 8},

@@ -16,7 +16,7 @@ import pytest
 from .conftest import Client, ServerProcess
 
 CHAT = "/v1/chat/completions"
-LONG = 3000  # tokens: minutes of decoding for tiny on this machine, so it is cut short
+LONG = 20000  # tokens: a minute or more of decoding for tiny (~2 ms a step), so it is cut short
 
 
 @pytest.fixture(scope="module")
@@ -171,16 +171,18 @@ async def test_disconnect_during_a_non_streaming_request_releases_everything(
     await client.chat(messages=prompt, max_tokens=1)
     before = await client.stats()
     log_start = len(server.stderr())
-    request = asyncio.create_task(
-        client.request(
-            "POST", CHAT, json_body={"messages": prompt, "max_tokens": LONG, "min_tokens": LONG}
+    body = {"messages": prompt, "max_tokens": LONG, "min_tokens": LONG}
+    # A session of its own, closed below: a cancelled request's connection is then
+    # closed at once (a shared session may keep it open a while).
+    async with aiohttp.ClientSession() as own:
+        request = asyncio.create_task(
+            own.post(client.url(CHAT), data=json.dumps(body), headers=server.auth)
         )
-    )
-    during = await wait_for(client, "requests_running", 1)
-    assert during["kv_cache_locked_nodes"] >= 1
-    request.cancel()  # the client gives up: its connection closes
-    with pytest.raises(asyncio.CancelledError):
-        await request
+        during = await wait_for(client, "requests_running", 1)
+        assert during["kv_cache_locked_nodes"] >= 1
+        request.cancel()  # the client gives up
+        with pytest.raises(asyncio.CancelledError):
+            await request
     after = await client.settled()
     assert_released(after)
     assert after["requests_cancelled"] == before["requests_cancelled"] + 1
