@@ -21,7 +21,8 @@ class ModelLoadError(RuntimeError):
 
 
 def resolve_model(spec: str) -> Path:
-    """Map ``default``/``tiny``/``tiny-tools`` to their prepared folders, or check a path."""
+    """Map ``default``/``tiny``/``tiny-tools`` to their prepared folders, convert a
+    ``.gguf`` file once into the cache (``models.gguf``), or check a folder."""
     if spec == "default":
         from .models.default import ModelPrepareError, prepare_default_model
 
@@ -37,6 +38,10 @@ def resolve_model(spec: str) -> Path:
         from .models.tiny import prepare_tiny_tools_model
 
         return prepare_tiny_tools_model()
+    if spec.lower().endswith(".gguf"):
+        from .models.gguf import prepare_gguf_model
+
+        return prepare_gguf_model(Path(spec).expanduser())
     return check_model_folder(Path(spec).expanduser())
 
 
