@@ -213,6 +213,8 @@ def describe(family: Family, layers: int) -> str:
     c = family.config
     kv = c.get("num_key_value_heads", c["num_attention_heads"])
     scaled = f"{layers}/{family.layers}" if layers != family.layers else str(layers)
+    if layers == family.memory_layers:
+        scaled += " (memory)"
     kinds = ""
     if family.kinds:
         counts: dict[str, int] = {}
