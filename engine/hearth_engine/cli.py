@@ -20,7 +20,10 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--model",
         default="default",
-        help="default (SmolLM2-135M-Instruct), tiny, tiny-tools, or a Hugging Face model folder",
+        help=(
+            "default (SmolLM2-135M-Instruct), tiny, tiny-tools, a Hugging Face model folder, "
+            "or a .gguf file (converted once into the Hearth cache)"
+        ),
     )
     group.add_argument("--device", default="auto", help="auto (CUDA if present), cpu, cuda, cuda:1")
     group.add_argument(

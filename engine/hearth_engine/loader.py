@@ -21,7 +21,8 @@ class ModelLoadError(RuntimeError):
 
 
 def resolve_model(spec: str) -> Path:
-    """Map ``default``/``tiny``/``tiny-tools`` to their prepared folders, or check a path."""
+    """Map ``default``/``tiny``/``tiny-tools`` to their prepared folders, convert a
+    ``.gguf`` file once into the cache (``models.gguf``), or check a folder."""
     if spec == "default":
         from .models.default import ModelPrepareError, prepare_default_model
 
@@ -37,6 +38,10 @@ def resolve_model(spec: str) -> Path:
         from .models.tiny import prepare_tiny_tools_model
 
         return prepare_tiny_tools_model()
+    if spec.lower().endswith(".gguf"):
+        from .models.gguf import prepare_gguf_model
+
+        return prepare_gguf_model(Path(spec).expanduser())
     return check_model_folder(Path(spec).expanduser())
 
 
@@ -115,16 +120,32 @@ def _context_length(config: Any, tokenizer: Any) -> int:
 
 
 def check_full_attention(config: Any, path: Path) -> None:
-    """The prefix cache reuses whole-sequence KV; sliding or linear layers cannot be."""
+    """Refuse, in one line naming the layer type, what the prefix cache cannot serve exactly.
+
+    The cache reuses whole-sequence KV. Sliding-window layers (Gemma 2/3/4), linear
+    attention and state-space layers (Qwen3.5, Granite 4, Mamba), convolutions (LFM2) and
+    shared or missing KV would be served wrong, so they are refused at load. A sliding
+    window at least as long as the context (Phi-4-mini's 262,144 over 131,072) never
+    slides: such a layer is full attention.
+    """
     from transformers.cache_utils import get_layer_types_and_kwargs
 
     text_config = config.get_text_config(decoder=True)
-    layer_types, _ = get_layer_types_and_kwargs(text_config)
-    odd = sorted({t for t in layer_types if t != "full_attention"})
+    layer_types, layer_kwargs = get_layer_types_and_kwargs(text_config)
+    context = getattr(text_config, "max_position_embeddings", None)
+    odd: dict[str, int] = {}
+    for kind, kwargs in zip(layer_types, layer_kwargs, strict=True):
+        window = kwargs.get("sliding_window")
+        never_slides = kind == "sliding_attention" and window and context and window >= context
+        if kind != "full_attention" and not never_slides:
+            odd[kind] = odd.get(kind, 0) + 1
     if odd:
+        model_type = getattr(text_config, "model_type", None) or "this model"
+        found = ", ".join(f"{kind} ({n} of {len(layer_types)})" for kind, n in sorted(odd.items()))
         raise ModelLoadError(
-            f"model path {path}: layer types {', '.join(odd)} are not supported "
-            "(Hearth needs a full-attention decoder such as Llama, Qwen2/2.5/3, SmolLM, Phi-3)"
+            f"model path {path}: {model_type} has layer types Hearth cannot cache yet: "
+            f"{found} (Hearth needs a full-attention decoder such as Llama, Qwen2/2.5/3, "
+            "SmolLM, Phi-3)"
         )
 
 

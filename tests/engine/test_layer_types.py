@@ -1,0 +1,115 @@
+"""Layers the prefix cache cannot serve exactly are refused at load, in one line naming them.
+
+Tiny random models of each family (transformers' own config classes, 2 layers, one of
+each kind) are saved into a tmp folder and loaded as a user's folder would be.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from hearth_engine.loader import ModelLoadError, load_model
+from hearth_engine.models.tiny import prepare_tiny_model
+
+SMALL = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2}
+HEADS = {"num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 32}
+
+
+def _tokenizer() -> Any:
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(prepare_tiny_model())
+
+
+def _save(folder: Path, model_type: str, **values: Any) -> Path:
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    tokenizer = _tokenizer()
+    config = AutoConfig.for_model(
+        model_type,
+        vocab_size=len(tokenizer),
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.convert_tokens_to_ids("<|im_start|>"),
+        **values,
+    )
+    torch.manual_seed(0)
+    AutoModelForCausalLM.from_config(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+REFUSED = {
+    "gemma3": (
+        "gemma3_text",
+        {**SMALL, **HEADS, "sliding_window": 16,
+         "layer_types": ["sliding_attention", "full_attention"]},
+        "gemma3_text has layer types Hearth cannot cache yet: sliding_attention (1 of 2)",
+    ),
+    "gemma2": (
+        "gemma2",
+        {**SMALL, **HEADS, "sliding_window": 16},
+        "gemma2 has layer types Hearth cannot cache yet: sliding_attention (1 of 2)",
+    ),
+    "qwen3_5": (
+        "qwen3_5_text",
+        {**SMALL, **HEADS, "linear_num_key_heads": 2, "linear_num_value_heads": 2,
+         "linear_key_head_dim": 16, "linear_value_head_dim": 16,
+         "layer_types": ["linear_attention", "full_attention"]},
+        "qwen3_5_text has layer types Hearth cannot cache yet: linear_attention (1 of 2)",
+    ),
+    "lfm2": (
+        "lfm2",
+        {**SMALL, "num_attention_heads": 2, "num_key_value_heads": 1, "full_attn_idxs": [1]},
+        "lfm2 has layer types Hearth cannot cache yet: conv (1 of 2)",
+    ),
+    "granitemoehybrid": (
+        "granitemoehybrid",
+        {**SMALL, "num_attention_heads": 2, "num_key_value_heads": 1, "num_local_experts": 2,
+         "num_experts_per_tok": 1, "shared_intermediate_size": 64, "mamba_n_heads": 8,
+         "mamba_d_head": 16, "mamba_d_state": 16, "mamba_expand": 2,
+         "layer_types": ["mamba", "attention"]},
+        "granitemoehybrid has layer types Hearth cannot cache yet: linear_attention (1 of 2)",
+    ),
+    "phi3-window": (
+        "phi3",
+        {**SMALL, "num_attention_heads": 2, "num_key_value_heads": 1, "sliding_window": 512,
+         "max_position_embeddings": 4096},
+        "phi3 has layer types Hearth cannot cache yet: sliding_attention (2 of 2)",
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("family", list(REFUSED))
+def test_a_layer_kind_the_cache_cannot_serve_is_refused_by_name(
+    tmp_path: Path, family: str
+) -> None:
+    model_type, values, expected = REFUSED[family]
+    folder = _save(tmp_path / family, model_type, **values)
+    with pytest.raises(ModelLoadError) as caught:
+        load_model(str(folder), torch.device("cpu"), torch.float32)
+    message = str(caught.value)
+    assert "\n" not in message
+    assert message.startswith(f"model path {folder}: {expected} ")
+
+
+@pytest.mark.parametrize(
+    ("model_type", "values"),
+    [
+        # Phi-4-mini's window (262,144) is longer than its context: it never slides.
+        ("phi3", {"sliding_window": 262144, "max_position_embeddings": 131072}),
+        ("qwen3", {"head_dim": 32, "use_sliding_window": False, "sliding_window": 16}),
+        ("smollm3", {"no_rope_layer_interval": 2}),
+    ],
+)
+def test_full_attention_families_load(
+    tmp_path: Path, model_type: str, values: dict[str, Any]
+) -> None:
+    extra = {"num_attention_heads": 2, "num_key_value_heads": 1}
+    folder = _save(tmp_path / model_type, model_type, **SMALL, **extra, **values)
+    loaded = load_model(str(folder), torch.device("cpu"), torch.float32)
+    assert loaded.model.config.model_type == model_type
