@@ -27,7 +27,8 @@ from .device_class import DeviceClass
 from .entity import engine_device_info
 from .issues import async_delete_all as async_delete_issues
 from .pin_history import PinHistory
-from .pins import PrefixManager, pin_key, pin_name
+from .pin_model import pin_key, pin_name
+from .pins import PrefixManager
 from .services import async_setup_services
 
 CONFIG_SCHEMA = cv.config_entry_only_config_schema(DOMAIN)

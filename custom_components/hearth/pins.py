@@ -24,11 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections import deque
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from datetime import datetime
-from enum import StrEnum
 from functools import partial
 from typing import Any
 
@@ -39,7 +35,6 @@ from homeassistant.const import EVENT_STATE_CHANGED
 from homeassistant.core import (
     CALLBACK_TYPE,
     Event,
-    EventStateChangedData,
     HassJob,
     HomeAssistant,
     callback,
@@ -68,101 +63,24 @@ from .const import (
 )
 from .coordinator import EngineStatus, HearthCoordinator
 from .device_class import DeviceClass, classes_in_use, device_class, representative
+from .house_events import device_registry_filter, entity_registry_filter, state_changed_filter
 from .pin_history import PinHistory
+from .pin_model import (
+    AgentPin,
+    PinReason,
+    PinState,
+    RebuildCause,
+    pin_key,
+    pin_name,
+    pin_state,
+)
 from .prefix import HousePrefix, async_render_prefix, render_options
 from .request_plan import PrefixChoice
 
-# Registry changes that can change the static context or the tools.
-_ENTITY_CHANGES = frozenset(
-    {
-        "aliases",
-        "area_id",
-        "device_id",
-        "disabled_by",
-        "entity_id",
-        "hidden_by",
-        "name",
-        "original_name",
-    }
-)
-_DEVICE_CHANGES = frozenset({"area_id", "disabled_by", "name", "name_by_user"})
+__all__ = ["PinState", "PrefixManager", "pin_key", "pin_name"]  # re-exported from pin_model
 
 # Engine answers to a PUT that the same prefix would get again (invalid, too large).
 _REFUSED_FOR_GOOD = frozenset({400, 413, 422})
-
-
-def pin_name(subentry_id: str, cls: DeviceClass = DeviceClass.NONE) -> str:
-    """Engine pin name of an agent's class: stable across HA restarts (from the subentry id)."""
-    return f"{DOMAIN}.{pin_key(subentry_id, cls)}"
-
-
-def pin_key(subentry_id: str, cls: DeviceClass = DeviceClass.NONE) -> str:
-    """Key of a pin in the history and in Repairs issue ids (the subentry id for no device)."""
-    return subentry_id if cls is DeviceClass.NONE else f"{subentry_id}.{cls}"
-
-
-class PinReason(StrEnum):
-    """Why a prefix is (re)pinned."""
-
-    INITIAL = "initial"  # first pin of the agent since the entry loaded
-    CHANGED = "changed"  # the rendered prefix changed (registry, exposure, options)
-    RESTARTED = "restarted"  # the engine restarted (new instance_id)
-    MISSING = "missing"  # the engine no longer has the pin
-    MANUAL = "manual"  # the refresh_prefix action
-
-
-class PinState(StrEnum):
-    """What the UI shows of an agent's pin."""
-
-    READY = "ready"  # the engine holds the agent's prefix
-    WARMING = "warming"  # not pinned yet, or a PUT is in flight (the old pin still serves)
-    FAILED = "failed"  # the last PUT failed (engine down, busy...); retried
-    REFUSED = "refused"  # the engine refused it for good (e.g. larger than the KV budget)
-
-
-class RebuildCause(StrEnum):
-    """Why a pin replaced an earlier pin of the same agent (counted as a rebuild)."""
-
-    CHANGED = "changed"  # the house or the agent's options changed
-    ENGINE_RESTARTED = "engine_restarted"  # the engine restarted and lost it
-    MISSING = "missing"  # the engine no longer had it
-    HA_RESTART = "ha_restart"  # the first pin after an HA restart differs from the last run's
-    HA_UPGRADE = "ha_upgrade"  # ... after Home Assistant was upgraded
-
-
-@dataclass
-class AgentPin:
-    """Pin bookkeeping of one agent (subentry) and device class."""
-
-    subentry_id: str
-    debounce: float
-    device_class: DeviceClass = DeviceClass.NONE
-    device_id: str | None = None  # the device of the class it is rendered with
-    digest: str | None = None  # digest pinned in the engine (None: not pinned yet)
-    tokens: int | None = None
-    error: str | None = None
-    refused: bool = False  # the last PUT was refused for good
-    putting: bool = False  # a PUT is in flight
-    rebuilds: int = 0
-    rebuilt_at: deque[datetime] = field(default_factory=deque)  # within the issue window
-    blocked_digest: str | None = None  # refused by the engine for good (e.g. too large)
-    blocked_instance: str | None = None  # ... by this engine instance (a restart retries)
-    pinned: HousePrefix | None = None  # the prefix the engine holds for this agent
-    stale_since: float | None = None  # time.monotonic() a request first saw a newer house
-    pinned_at: float | None = None  # time.monotonic() of the last successful PUT
-    pending_since: float | None = None
-    timer: CALLBACK_TYPE | None = None
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-
-    @property
-    def name(self) -> str:
-        """Engine pin name."""
-        return pin_name(self.subentry_id, self.device_class)
-
-    @property
-    def key(self) -> str:
-        """History and Repairs key."""
-        return pin_key(self.subentry_id, self.device_class)
 
 
 class PrefixManager:
@@ -210,19 +128,19 @@ class PrefixManager:
             bus.async_listen(
                 er.EVENT_ENTITY_REGISTRY_UPDATED,
                 self._async_house_changed,
-                event_filter=_entity_registry_filter,
+                event_filter=entity_registry_filter,
             ),
             bus.async_listen(
                 dr.EVENT_DEVICE_REGISTRY_UPDATED,
                 self._async_house_changed,
-                event_filter=_device_registry_filter,
+                event_filter=device_registry_filter,
             ),
             bus.async_listen(ar.EVENT_AREA_REGISTRY_UPDATED, self._async_house_changed),
             bus.async_listen(fr.EVENT_FLOOR_REGISTRY_UPDATED, self._async_house_changed),
             bus.async_listen(
                 EVENT_STATE_CHANGED,
                 self._async_house_changed,
-                event_filter=_state_changed_filter,
+                event_filter=state_changed_filter,
             ),
             exposed_entities.async_listen_entity_updates(
                 self.hass, conversation.DOMAIN, self._async_house_changed
@@ -280,7 +198,7 @@ class PrefixManager:
         """What the UI shows of the agent's pin (None: not an agent of this entry)."""
         if (agent := self._pins.get((subentry_id, DeviceClass.NONE))) is None:
             return None
-        return _state(agent)
+        return pin_state(agent)
 
     async def _async_render_pin(self, agent: AgentPin) -> HousePrefix | None:
         """Render what ``agent`` pins (None: no device of its class is left)."""
@@ -383,7 +301,7 @@ class PrefixManager:
                 if agent.device_class is DeviceClass.NONE
             },
             "class_pins": {
-                agent.key: {"pin": agent.name, "state": _state(agent), "tokens": agent.tokens}
+                agent.key: {"pin": agent.name, "state": pin_state(agent), "tokens": agent.tokens}
                 for agent in self._pins.values()
                 if agent.device_class is not DeviceClass.NONE
             },
@@ -595,16 +513,6 @@ class PrefixManager:
         return title
 
 
-def _state(agent: AgentPin) -> PinState:
-    if agent.putting:
-        return PinState.WARMING
-    if agent.refused:
-        return PinState.REFUSED
-    if agent.error is not None:
-        return PinState.FAILED
-    return PinState.WARMING if agent.digest is None else PinState.READY
-
-
 def _debounce(options: Mapping[str, Any]) -> float:
     return float(options.get(CONF_REPIN_DEBOUNCE, DEFAULT_REPIN_DEBOUNCE))
 
@@ -618,26 +526,3 @@ def _cancel_timer(agent: AgentPin) -> None:
     if agent.timer is not None:
         agent.timer()
         agent.timer = None
-
-
-@callback
-def _entity_registry_filter(event_data: er.EventEntityRegistryUpdatedData) -> bool:
-    if event_data["action"] != "update":
-        return True  # created or removed
-    return not _ENTITY_CHANGES.isdisjoint(event_data["changes"])
-
-
-@callback
-def _device_registry_filter(event_data: dr.EventDeviceRegistryUpdatedData) -> bool:
-    if event_data["action"] == "remove":
-        return True
-    if event_data["action"] != "update":
-        return False  # a new device has no entities yet
-    return not _DEVICE_CHANGES.isdisjoint(event_data["changes"])
-
-
-@callback
-def _state_changed_filter(event_data: EventStateChangedData) -> bool:
-    """An entity appeared, disappeared or was renamed; never a plain state change."""
-    old, new = event_data["old_state"], event_data["new_state"]
-    return old is None or new is None or old.name != new.name

@@ -2,10 +2,11 @@
 
 The *house prefix* is one system message (the instructions plus the LLM API prompt,
 which carries the static context of the exposed entities) and the API's tools sorted by
-name. It is rendered with a canonical LLM context (no device, no user, no time), so it
-does not depend on who speaks, from where or when. Anything per-request goes into the
-volatile suffix (see ``prompt.py``). Pinning it in the engine and keeping it current is
-``pins.py``'s job; this module only renders.
+name. It is rendered with a canonical LLM context (no user, no time, and no device or a
+device of the prefix's class, without its area line: ``device_class.py``), so it does
+not depend on who speaks, from where or when. Anything per-request goes into the
+volatile suffix (see ``prompt.py`` and ``request_plan.py``). Pinning it in the engine
+and keeping it current is ``pins.py``'s job; this module only renders.
 """
 
 from __future__ import annotations
