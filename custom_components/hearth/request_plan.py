@@ -23,6 +23,7 @@ from homeassistant.core import HomeAssistant
 from .house_diff import describe_changes
 from .house_values import house_values
 from .prefix import HousePrefix
+from .prompt import volatile_lines
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,10 +68,10 @@ def plan_request(
     tools: no LLM API, nothing to compare).
     """
     sent = choice.sent
-    known = set(sent.system.splitlines())
+    told: frozenset[str] = frozenset()
     if choice.stale and choice.fresh.house is not None:
-        known |= choice.fresh.house.yaml_lines  # told as sentences below
-    lines = [line for line in system_prompt.splitlines() if line.strip() and line not in known]
+        told = choice.fresh.house.yaml_lines  # told as sentences below
+    lines = volatile_lines(system_prompt, sent.system, told)
     if choice.stale and sent.house is not None and choice.fresh.house is not None:
         lines += describe_changes(sent.house, choice.fresh.house)
     tools = list(sent.tools)
