@@ -33,7 +33,6 @@ from .const import (
 from .coordinator import HearthCoordinator
 from .data import AgentStats, HearthConfigEntry, TurnUsage
 from .errors import async_error_message
-from .prefix import format_tool
 from .prompt import HearthNative, build_messages
 from .request_plan import PrefixChoice, RequestPlan, plan_request
 from .speech import MarkupFilter
@@ -238,10 +237,7 @@ class HearthLLMEntity(Entity):
         choice = await self._async_prefix_choice(chat_log)
         first = chat_log.content[0] if chat_log.content else None
         system_prompt = first.content if isinstance(first, conversation.SystemContent) else ""
-        ha_tools = None
-        if (api := chat_log.llm_api) is not None:
-            ha_tools = [format_tool(tool, api.custom_serializer) for tool in api.tools]
-        return plan_request(self.hass, choice, system_prompt, ha_tools)
+        return plan_request(self.hass, choice, system_prompt, chat_log.llm_api)
 
     def _request_body(
         self,

@@ -14,15 +14,15 @@ prefix instead and must not lose anything HA would have given the model:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from homeassistant.core import HomeAssistant
+from homeassistant.helpers import llm
 
 from .house_diff import describe_changes
 from .house_values import house_values
-from .prefix import HousePrefix
+from .prefix import HousePrefix, format_tool
 from .prompt import volatile_lines
 
 
@@ -60,12 +60,12 @@ def plan_request(
     hass: HomeAssistant,
     choice: PrefixChoice,
     system_prompt: str,
-    ha_tools: Sequence[dict[str, Any]] | None,
+    llm_api: llm.APIInstance | None,
 ) -> RequestPlan:
     """The prefix, tools, grammar values and context message of a request.
 
-    ``system_prompt`` and ``ha_tools`` are what HA rendered for this request (``None``
-    tools: no LLM API, nothing to compare).
+    ``system_prompt`` and ``llm_api`` are what HA prepared for this request (no API:
+    no tools to compare).
     """
     sent = choice.sent
     told: frozenset[str] = frozenset()
@@ -75,10 +75,17 @@ def plan_request(
     if choice.stale and sent.house is not None and choice.fresh.house is not None:
         lines += describe_changes(sent.house, choice.fresh.house)
     tools = list(sent.tools)
-    if ha_tools is not None:
+    if llm_api is not None:
         offered = {tool_name(tool) for tool in sent.tools}
-        now = {tool_name(tool) for tool in ha_tools}
-        tools += sorted((t for t in ha_tools if tool_name(t) not in offered), key=tool_name)
+        now = {tool.name for tool in llm_api.tools}
+        tools += sorted(
+            (
+                format_tool(tool, llm_api.custom_serializer)
+                for tool in llm_api.tools
+                if tool.name not in offered
+            ),
+            key=tool_name,
+        )
         lines += [f"The tool {name} is no longer available." for name in sorted(offered - now)]
     if tuple(tools) == choice.fresh.tools:
         hearth = choice.fresh.hearth  # computed with the render

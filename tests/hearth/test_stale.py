@@ -87,6 +87,15 @@ async def test_new_script_is_offered_last(hass: HomeAssistant, slow_entry: MockC
     assert _context(body) == []  # nothing to tell: the tool says it all
 
 
+async def test_removal_is_told(hass: HomeAssistant, slow_entry: MockConfigEntry) -> None:
+    """An entity no longer exposed no longer exists for the model."""
+    async_expose_entity(hass, "conversation", KITCHEN_LIGHT, False)
+    body = await _turn_during_repin(hass, slow_entry)
+    context = _context(body)
+    assert "Kitchen Light no longer exists." in context
+    assert "Kitchen Light" not in body["hearth"]["argument_values"].get("name", [])
+
+
 def _entity(name: str, area: str | None, names: str | None = None) -> HouseEntity:
     return HouseEntity(name=name, names=names or name, domain="light", area=area)
 
