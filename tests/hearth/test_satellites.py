@@ -207,3 +207,27 @@ async def test_class_pins_reuse_more_than_device_tools_in_the_suffix(
     assert reuse["a_timer_device"] >= 0.95
     assert reuse["a_timer_device"] > reuse["b_timer_device"]
     assert reuse["a_no_device"] >= reuse["b_no_device"]
+
+
+async def test_new_class_is_pinned_at_its_first_request(
+    hass: HomeAssistant, house: None, engine: EngineProcess
+) -> None:
+    """A device HA did not know as a satellite: its first request goes without a pin (the
+    trace says so), and pins its class for the next ones."""
+    entry = make_entry(engine.url)
+    await async_setup_entry(hass, entry)
+    satellites = MockConfigEntry(domain="test")
+    satellites.add_to_hass(hass)
+    device = dr.async_get(hass).async_get_or_create(
+        config_entry_id=satellites.entry_id, identifiers={("test", "phone")}
+    )
+    name = pin_name(next(iter(entry.subentries)), DeviceClass.NO_TIMERS)
+    assert name not in engine.pins()
+
+    await converse(hass, "hello", device_id=device.id)
+    assert hearth_traces()[-1]["pin"] is None
+    await hass.async_block_till_done(wait_background_tasks=True)
+    assert name in engine.pins()
+    await converse(hass, "hello", device_id=device.id)
+    turn = hearth_traces()[-1]
+    assert turn["pin"] == turn["requests"][0]["pin"] == name
