@@ -23,10 +23,12 @@ from .const import (
 )
 from .coordinator import HearthCoordinator
 from .data import HearthConfigEntry, HearthData
+from .device_class import DeviceClass
 from .entity import engine_device_info
 from .issues import async_delete_all as async_delete_issues
 from .pin_history import PinHistory
-from .pins import PrefixManager, pin_name
+from .pin_model import pin_key, pin_name
+from .pins import PrefixManager
 from .services import async_setup_services
 
 CONFIG_SCHEMA = cv.config_entry_only_config_schema(DOMAIN)
@@ -87,9 +89,10 @@ async def _async_update_listener(hass: HomeAssistant, entry: HearthConfigEntry) 
     removed = {sid for sid, *_ in data.loaded_subentries} - set(entry.subentries)
     if removed:
         await _async_delete_pins(data.client, removed)
-        await data.prefixes.history.async_forget(removed)
-        for subentry_id in removed:
-            async_delete_issues(hass, subentry_id)
+        keys = {pin_key(sid, cls) for sid in removed for cls in DeviceClass}
+        await data.prefixes.history.async_forget(keys)
+        for key in keys:
+            async_delete_issues(hass, key)
     if dict(entry.data) != data.loaded_data or _subentry_signature(entry) != data.loaded_subentries:
         hass.config_entries.async_schedule_reload(entry.entry_id)
         return
@@ -110,11 +113,13 @@ def _subentry_signature(entry: HearthConfigEntry) -> frozenset[tuple[str, str, s
 
 
 async def _async_delete_pins(client: HearthClient, subentry_ids: Any) -> None:
+    """Delete every pin of the subentries, one per device class (most do not exist)."""
     for subentry_id in subentry_ids:
-        try:
-            await client.async_delete_prefix(pin_name(subentry_id))
-        except HearthError as err:
-            LOGGER.debug("Could not delete the pin of %s: %s", subentry_id, err)
+        for cls in DeviceClass:
+            try:
+                await client.async_delete_prefix(pin_name(subentry_id, cls))
+            except HearthError as err:
+                LOGGER.debug("Could not delete the pin of %s (%s): %s", subentry_id, cls, err)
 
 
 __all__ = ["DOMAIN", "SUBENTRY_AI_TASK", "SUBENTRY_CONVERSATION", "HearthConfigEntry"]

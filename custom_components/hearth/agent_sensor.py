@@ -26,7 +26,7 @@ from homeassistant.helpers.update_coordinator import CoordinatorEntity
 from .coordinator import HearthCoordinator
 from .data import AgentStats, HearthConfigEntry, HearthData
 from .entity import agent_device_info
-from .pins import PinState
+from .pin_model import PinState
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,8 +17,6 @@ from typing import Any, override
 
 import probatio
 from homeassistant.components import ai_task, conversation
-from homeassistant.components.ai_task.const import DEFAULT_SYSTEM_PROMPT as AI_TASK_SYSTEM_PROMPT
-from homeassistant.const import CONF_LLM_HASS_API, CONF_PROMPT
 from homeassistant.core import HomeAssistant
 from homeassistant.exceptions import HomeAssistantError
 from homeassistant.helpers import llm
@@ -30,8 +28,9 @@ from .const import DOMAIN, LOGGER, SUBENTRY_AI_TASK
 from .data import HearthConfigEntry
 from .entity import HearthLLMEntity
 from .errors import as_ha_error
-from .prefix import HousePrefix, async_render_prefix, canonical_schema
+from .prefix import ai_task_options, async_render_prefix, canonical_schema
 from .prompt import HearthNative
+from .request_plan import PrefixChoice
 
 # Tasks run concurrently: the engine batches them (and queues beyond its limit).
 PARALLEL_UPDATES = 0
@@ -125,18 +124,18 @@ class HearthTaskEntity(ai_task.AITaskEntity, HearthLLMEntity):
     _device_model = "AI Task"
 
     @override
-    async def _async_request_prefix(self, chat_log: conversation.ChatLog) -> HousePrefix:
+    async def _async_prefix_choice(self, chat_log: conversation.ChatLog) -> PrefixChoice:
         """HA's fixed AI Task instructions, plus the prompt and tools of the task's API.
 
         Rendered by the same code as an agent's house prefix, so it is byte-identical
-        for every task (the engine's prefix cache reuses it); the date and time of HA's
-        prompt travel in the context message.
+        for every task; the date and time of HA's prompt travel in the context message.
+        Without an API it is the subentry's pin (pins.py); a task that passes an API
+        gets its own render, unpinned (the engine's prefix cache still reuses it).
         """
-        api_ids = [chat_log.llm_api.api.id] if chat_log.llm_api else []
-        return await async_render_prefix(
-            self.hass,
-            {CONF_PROMPT: AI_TASK_SYSTEM_PROMPT, CONF_LLM_HASS_API: api_ids},
-        )
+        if chat_log.llm_api is None:
+            return await self.entry.runtime_data.prefixes.async_prefix_for_request(self.subentry_id)
+        prefix = await async_render_prefix(self.hass, ai_task_options([chat_log.llm_api.api.id]))
+        return PrefixChoice(prefix, prefix, None)
 
     @override
     async def _async_generate_data(

@@ -33,9 +33,8 @@ from .const import (
 from .coordinator import HearthCoordinator
 from .data import AgentStats, HearthConfigEntry, TurnUsage
 from .errors import async_error_message
-from .pins import pin_name
-from .prefix import HousePrefix
-from .prompt import HearthNative, build_messages, volatile_context
+from .prompt import HearthNative, build_messages
+from .request_plan import PrefixChoice, RequestPlan, plan_request
 from .speech import MarkupFilter
 
 MANUFACTURER = "Hearth"
@@ -225,13 +224,24 @@ class HearthLLMEntity(Entity):
         """The agent's current options (read fresh: they change without a reload)."""
         return self.entry.subentries[self.subentry_id].data
 
-    async def _async_request_prefix(self, chat_log: conversation.ChatLog) -> HousePrefix:
-        """The stable prefix the requests of this turn start with (the agent's pin)."""
-        return await self.entry.runtime_data.prefixes.async_prefix_for_request(self.subentry_id)
+    async def _async_prefix_choice(self, chat_log: conversation.ChatLog) -> PrefixChoice:
+        """The stable prefix the requests of this turn start with: the agent's pin for
+        the class of the speaking device (device_class.py)."""
+        device_id = chat_log.llm_api.llm_context.device_id if chat_log.llm_api else None
+        return await self.entry.runtime_data.prefixes.async_prefix_for_request(
+            self.subentry_id, device_id
+        )
+
+    async def _async_plan(self, chat_log: conversation.ChatLog) -> RequestPlan:
+        """Prefix, tools and context message of this turn's requests (request_plan.py)."""
+        choice = await self._async_prefix_choice(chat_log)
+        first = chat_log.content[0] if chat_log.content else None
+        system_prompt = first.content if isinstance(first, conversation.SystemContent) else ""
+        return plan_request(self.hass, choice, system_prompt, chat_log.llm_api)
 
     def _request_body(
         self,
-        prefix: HousePrefix,
+        plan: RequestPlan,
         messages: list[dict[str, Any]],
         response_format: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
@@ -243,10 +253,10 @@ class HearthLLMEntity(Entity):
             "temperature": float(options.get(CONF_TEMPERATURE, DEFAULT_TEMPERATURE)),
             "max_tokens": int(options.get(CONF_MAX_TOKENS, DEFAULT_MAX_TOKENS)),
         }
-        if prefix.tools:
-            body["tools"] = list(prefix.tools)
-        if prefix.hearth:
-            body["hearth"] = prefix.hearth
+        if plan.tools:
+            body["tools"] = list(plan.tools)
+        if plan.hearth:
+            body["hearth"] = plan.hearth
         if response_format is not None:
             body["response_format"] = dict(response_format)
         return body
@@ -266,10 +276,8 @@ class HearthLLMEntity(Entity):
         ``response_format`` (an AI Task's structure) constrains every reply.
         """
         data = self.entry.runtime_data
-        prefix = await self._async_request_prefix(chat_log)
-        first = chat_log.content[0] if chat_log.content else None
-        system_prompt = first.content if isinstance(first, conversation.SystemContent) else ""
-        context = volatile_context(system_prompt, prefix.system)
+        plan = await self._async_plan(chat_log)
+        context = plan.context
         max_history = int(self.options.get(CONF_MAX_HISTORY, DEFAULT_MAX_HISTORY))
         tool_names = [tool.name for tool in chat_log.llm_api.tools] if chat_log.llm_api else []
         markup_only = await async_error_message(
@@ -280,11 +288,11 @@ class HearthLLMEntity(Entity):
         error: HearthError | None = None
         try:
             for iteration in range(MAX_TOOL_ITERATIONS):
-                messages = build_messages(prefix, chat_log.content, context, max_history)
+                messages = build_messages(plan.prefix, chat_log.content, context, max_history)
                 reply = _Reply()
                 stream = _transform_stream(
                     data.client.async_chat_stream(
-                        self._request_body(prefix, messages, response_format)
+                        self._request_body(plan, messages, response_format)
                     ),
                     reply,
                     tool_names,
@@ -309,9 +317,9 @@ class HearthLLMEntity(Entity):
             chat_log.async_trace(
                 {
                     "hearth": {
-                        "pin": pin_name(self.subentry_id),
-                        "prefix_digest": prefix.digest,
-                        "prefix_bytes": len(prefix.data),
+                        "pin": plan.pin,
+                        "prefix_digest": plan.prefix.digest,
+                        "prefix_bytes": len(plan.prefix.data),
                         "context_lines": len(context.splitlines()),
                         "client_ttft_ms": client_ttfts,
                         **turn.as_dict(),

@@ -8,6 +8,12 @@ rendered prefix really changed (a SHA-256 of its bytes), never on a plain state 
 When the engine restarts (its ``instance_id`` changes) or the pin is missing, it pins
 again.
 
+Each conversation agent has one pin per device class in use (``device_class.py``): no
+device, a satellite without timers, one with timers, each rendered with the lines and
+tools HA gives that class. An AI Task has one pin (its fixed instructions). A request
+gets the pin of its class; while a re-pin is pending it keeps the pinned prefix, and
+``request_plan.py`` tells the model what changed since.
+
 It also keeps what the UI shows of each pin: its state (``PinState``), its tokens and
 last error, the rebuilds by cause (``PinHistory`` makes the first pin after a Home
 Assistant restart or upgrade count when it replaced an earlier run's pin), and the
@@ -18,11 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections import deque
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from datetime import datetime
-from enum import StrEnum
 from functools import partial
 from typing import Any
 
@@ -33,7 +35,6 @@ from homeassistant.const import EVENT_STATE_CHANGED
 from homeassistant.core import (
     CALLBACK_TYPE,
     Event,
-    EventStateChangedData,
     HassJob,
     HomeAssistant,
     callback,
@@ -57,91 +58,29 @@ from .const import (
     REBUILD_ISSUE_WINDOW,
     REPIN_MAX_DELAY_FACTOR,
     STALE_PREFIX_MAX_S,
+    SUBENTRY_AI_TASK,
     SUBENTRY_CONVERSATION,
 )
 from .coordinator import EngineStatus, HearthCoordinator
+from .device_class import DeviceClass, classes_in_use, device_class, representative
+from .house_events import device_registry_filter, entity_registry_filter, state_changed_filter
 from .pin_history import PinHistory
-from .prefix import HousePrefix, async_render_prefix
-
-# Registry changes that can change the static context or the tools.
-_ENTITY_CHANGES = frozenset(
-    {
-        "aliases",
-        "area_id",
-        "device_id",
-        "disabled_by",
-        "entity_id",
-        "hidden_by",
-        "name",
-        "original_name",
-    }
+from .pin_model import (
+    AgentPin,
+    PinReason,
+    PinState,
+    RebuildCause,
+    pin_key,
+    pin_name,
+    pin_state,
 )
-_DEVICE_CHANGES = frozenset({"area_id", "disabled_by", "name", "name_by_user"})
+from .prefix import HousePrefix, async_render_prefix, render_options
+from .request_plan import PrefixChoice
+
+__all__ = ["PinState", "PrefixManager", "pin_key", "pin_name"]  # re-exported from pin_model
 
 # Engine answers to a PUT that the same prefix would get again (invalid, too large).
 _REFUSED_FOR_GOOD = frozenset({400, 413, 422})
-
-
-def pin_name(subentry_id: str) -> str:
-    """Engine pin name of an agent: stable across HA restarts (from the subentry id)."""
-    return f"{DOMAIN}.{subentry_id}"
-
-
-class PinReason(StrEnum):
-    """Why a prefix is (re)pinned."""
-
-    INITIAL = "initial"  # first pin of the agent since the entry loaded
-    CHANGED = "changed"  # the rendered prefix changed (registry, exposure, options)
-    RESTARTED = "restarted"  # the engine restarted (new instance_id)
-    MISSING = "missing"  # the engine no longer has the pin
-    MANUAL = "manual"  # the refresh_prefix action
-
-
-class PinState(StrEnum):
-    """What the UI shows of an agent's pin."""
-
-    READY = "ready"  # the engine holds the agent's prefix
-    WARMING = "warming"  # not pinned yet, or a PUT is in flight (the old pin still serves)
-    FAILED = "failed"  # the last PUT failed (engine down, busy...); retried
-    REFUSED = "refused"  # the engine refused it for good (e.g. larger than the KV budget)
-
-
-class RebuildCause(StrEnum):
-    """Why a pin replaced an earlier pin of the same agent (counted as a rebuild)."""
-
-    CHANGED = "changed"  # the house or the agent's options changed
-    ENGINE_RESTARTED = "engine_restarted"  # the engine restarted and lost it
-    MISSING = "missing"  # the engine no longer had it
-    HA_RESTART = "ha_restart"  # the first pin after an HA restart differs from the last run's
-    HA_UPGRADE = "ha_upgrade"  # ... after Home Assistant was upgraded
-
-
-@dataclass
-class AgentPin:
-    """Pin bookkeeping of one conversation agent (subentry)."""
-
-    subentry_id: str
-    debounce: float
-    digest: str | None = None  # digest pinned in the engine (None: not pinned yet)
-    tokens: int | None = None
-    error: str | None = None
-    refused: bool = False  # the last PUT was refused for good
-    putting: bool = False  # a PUT is in flight
-    rebuilds: int = 0
-    rebuilt_at: deque[datetime] = field(default_factory=deque)  # within the issue window
-    blocked_digest: str | None = None  # refused by the engine for good (e.g. too large)
-    blocked_instance: str | None = None  # ... by this engine instance (a restart retries)
-    pinned: HousePrefix | None = None  # the prefix the engine holds for this agent
-    stale_since: float | None = None  # time.monotonic() a request first saw a newer house
-    pinned_at: float | None = None  # time.monotonic() of the last successful PUT
-    pending_since: float | None = None
-    timer: CALLBACK_TYPE | None = None
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-
-    @property
-    def name(self) -> str:
-        """Engine pin name."""
-        return pin_name(self.subentry_id)
 
 
 class PrefixManager:
@@ -162,7 +101,7 @@ class PrefixManager:
         self.repins = 0
         self.repin_causes: dict[str, int] = {cause.value: 0 for cause in RebuildCause}
         self.history = PinHistory(hass, entry.entry_id)
-        self._agents: dict[str, AgentPin] = {}
+        self._pins: dict[tuple[str, DeviceClass], AgentPin] = {}
         self._instance_id: str | None = None
         self._checked: EngineStatus | None = None
         self._started = False
@@ -178,8 +117,8 @@ class PrefixManager:
     def async_start(self) -> None:
         """Listen for house changes; pin every agent once Home Assistant has started."""
         for subentry in self.entry.subentries.values():
-            if subentry.subentry_type == SUBENTRY_CONVERSATION:
-                self._agents[subentry.subentry_id] = AgentPin(
+            if subentry.subentry_type in (SUBENTRY_CONVERSATION, SUBENTRY_AI_TASK):
+                self._pins[(subentry.subentry_id, DeviceClass.NONE)] = AgentPin(
                     subentry.subentry_id, _debounce(subentry.data)
                 )
         if self.coordinator.data is not None:
@@ -189,19 +128,19 @@ class PrefixManager:
             bus.async_listen(
                 er.EVENT_ENTITY_REGISTRY_UPDATED,
                 self._async_house_changed,
-                event_filter=_entity_registry_filter,
+                event_filter=entity_registry_filter,
             ),
             bus.async_listen(
                 dr.EVENT_DEVICE_REGISTRY_UPDATED,
                 self._async_house_changed,
-                event_filter=_device_registry_filter,
+                event_filter=device_registry_filter,
             ),
             bus.async_listen(ar.EVENT_AREA_REGISTRY_UPDATED, self._async_house_changed),
             bus.async_listen(fr.EVENT_FLOOR_REGISTRY_UPDATED, self._async_house_changed),
             bus.async_listen(
                 EVENT_STATE_CHANGED,
                 self._async_house_changed,
-                event_filter=_state_changed_filter,
+                event_filter=state_changed_filter,
             ),
             exposed_entities.async_listen_entity_updates(
                 self.hass, conversation.DOMAIN, self._async_house_changed
@@ -215,55 +154,105 @@ class PrefixManager:
         """Stop listening and cancel pending re-pins."""
         while self._unsubs:
             self._unsubs.pop()()
-        for agent in self._agents.values():
+        for agent in self._pins.values():
             _cancel_timer(agent)
-            issues.async_delete_all(self.hass, agent.subentry_id)
+            issues.async_delete_all(self.hass, agent.key)
 
     @callback
     def _async_hass_started(self, hass: HomeAssistant) -> None:
         self._started = True
-        for agent in self._agents.values():
+        self._async_add_class_pins()
+        for agent in self._pins.values():
             self._async_pin_in_background(agent, PinReason.INITIAL)
+
+    @callback
+    def _async_add_class_pins(self) -> list[AgentPin]:
+        """Add a pin for each device class the house's satellites have (new ones only)."""
+        added = []
+        in_use = classes_in_use(self.hass) - {DeviceClass.NONE}
+        for subentry_id, subentry in self.entry.subentries.items():
+            if subentry.subentry_type != SUBENTRY_CONVERSATION:
+                continue
+            for cls in sorted(in_use):
+                if (subentry_id, cls) not in self._pins:
+                    added.append(self._add_pin(subentry_id, cls, None))
+        return added
+
+    def _add_pin(self, subentry_id: str, cls: DeviceClass, device_id: str | None) -> AgentPin:
+        agent = AgentPin(
+            subentry_id,
+            _debounce(self.entry.subentries[subentry_id].data),
+            device_class=cls,
+            device_id=device_id,
+        )
+        self._pins[(subentry_id, cls)] = agent
+        return agent
 
     # -------------------------------------------------------------- public
 
-    def agent(self, subentry_id: str) -> AgentPin | None:
-        """Pin bookkeeping of an agent."""
-        return self._agents.get(subentry_id)
+    def agent(self, subentry_id: str, cls: DeviceClass = DeviceClass.NONE) -> AgentPin | None:
+        """Pin bookkeeping of an agent (its pin for requests without a device by default)."""
+        return self._pins.get((subentry_id, cls))
 
     def state(self, subentry_id: str) -> PinState | None:
         """What the UI shows of the agent's pin (None: not an agent of this entry)."""
-        if (agent := self._agents.get(subentry_id)) is None:
+        if (agent := self._pins.get((subentry_id, DeviceClass.NONE))) is None:
             return None
-        if agent.putting:
-            return PinState.WARMING
-        if agent.refused:
-            return PinState.REFUSED
-        if agent.error is not None:
-            return PinState.FAILED
-        return PinState.WARMING if agent.digest is None else PinState.READY
+        return pin_state(agent)
 
-    async def async_render(self, subentry_id: str) -> HousePrefix:
-        """Render an agent's prefix from its current options."""
-        return await async_render_prefix(self.hass, self.entry.subentries[subentry_id].data)
+    async def _async_render_pin(self, agent: AgentPin) -> HousePrefix | None:
+        """Render what ``agent`` pins (None: no device of its class is left)."""
+        device_id = None
+        if agent.device_class is not DeviceClass.NONE:
+            device_id = representative(self.hass, agent.device_class, agent.device_id)
+            if device_id is None:
+                return None
+            agent.device_id = device_id
+        return await self.async_render(agent.subentry_id, agent.device_class, device_id)
 
-    async def async_prefix_for_request(self, subentry_id: str) -> HousePrefix:
-        """The prefix to send now.
+    async def async_render(
+        self,
+        subentry_id: str,
+        cls: DeviceClass = DeviceClass.NONE,
+        device_id: str | None = None,
+    ) -> HousePrefix:
+        """Render an agent's prefix for a device class from its current options."""
+        subentry = self.entry.subentries[subentry_id]
+        return await async_render_prefix(
+            self.hass, render_options(subentry.subentry_type, subentry.data), cls, device_id
+        )
 
-        Normally the freshly rendered prefix, which is the pinned one. When the house
-        changed and its re-pin is still pending (debounce) or warming, the pinned prefix
-        is sent instead, for at most ``STALE_PREFIX_MAX_S``: a cold prefill of the whole
-        house per request would stall every turn (tens of seconds on a CPU), and the
-        changed lines are not lost, since the caller moves every line of HA's prompt
-        that the prefix lacks into the context message. A difference no event announced
-        (e.g. the location name) schedules a re-pin as a safety net.
+    async def async_prefix_for_request(
+        self, subentry_id: str, device_id: str | None = None
+    ) -> PrefixChoice:
+        """The prefix to send now for a request from ``device_id`` (None: no device).
+
+        Normally the freshly rendered prefix of the device's class, which is the pinned
+        one. When the house changed and its re-pin is still pending (debounce) or
+        warming, the pinned prefix is sent instead, for at most ``STALE_PREFIX_MAX_S``:
+        a cold prefill of the whole house per request would stall every turn (tens of
+        seconds on a CPU), and the changes are not lost: ``request_plan.py`` states them
+        in the context message and offers the new tools. A difference no event
+        announced (e.g. the location name) schedules a re-pin as a safety net. A class
+        seen for the first time gets its pin (this request goes without it).
         """
-        prefix = await self.async_render(subentry_id)
-        agent = self._agents.get(subentry_id)
-        if agent is None or agent.pinned is None or prefix.digest == agent.pinned.digest:
-            if agent is not None:
-                agent.stale_since = None
-            return prefix
+        subentry = self.entry.subentries[subentry_id]
+        cls = DeviceClass.NONE
+        if subentry.subentry_type == SUBENTRY_CONVERSATION:
+            cls = device_class(self.hass, device_id)
+        prefix = await self.async_render(subentry_id, cls, device_id)
+        agent = self._pins.get((subentry_id, cls))
+        if agent is None and (subentry_id, DeviceClass.NONE) in self._pins:
+            agent = self._add_pin(subentry_id, cls, device_id)
+            if self._started:
+                self._async_pin_in_background(agent, PinReason.INITIAL)
+        if agent is not None and cls is not DeviceClass.NONE:
+            agent.device_id = device_id
+        if agent is None or agent.pinned is None:
+            return PrefixChoice(prefix, prefix, None)
+        if prefix.digest == agent.pinned.digest:
+            agent.stale_since = None
+            return PrefixChoice(prefix, prefix, agent.name)
         now = time.monotonic()
         if agent.stale_since is None:
             agent.stale_since = now
@@ -271,16 +260,16 @@ class PrefixManager:
             self._async_schedule(agent)
         usable = prefix.digest != agent.blocked_digest
         if usable and now - agent.stale_since <= STALE_PREFIX_MAX_S:
-            return agent.pinned
-        return prefix
+            return PrefixChoice(agent.pinned, prefix, agent.name)
+        return PrefixChoice(prefix, prefix, None)
 
     @callback
     def async_options_changed(self, subentry_id: str) -> None:
         """An agent's options changed: re-pin after its (possibly new) debounce."""
-        if (agent := self._agents.get(subentry_id)) is None:
-            return
-        agent.debounce = _debounce(self.entry.subentries[subentry_id].data)
-        self._async_schedule(agent)
+        for (pinned_id, _cls), agent in self._pins.items():
+            if pinned_id == subentry_id:
+                agent.debounce = _debounce(self.entry.subentries[subentry_id].data)
+                self._async_schedule(agent)
 
     async def async_refresh_all(self) -> None:
         """Re-render and re-PUT every agent's prefix now (the refresh_prefix action).
@@ -288,7 +277,7 @@ class PrefixManager:
         Raises ``HearthError`` if the engine refuses or cannot be reached.
         """
         await asyncio.gather(
-            *(self._async_pin(agent, PinReason.MANUAL) for agent in self._agents.values())
+            *(self._async_pin(agent, PinReason.MANUAL) for agent in self._pins.values())
         )
 
     def as_diagnostics(self) -> dict[str, Any]:
@@ -308,7 +297,13 @@ class PrefixManager:
                     "error": agent.error,
                     "debounce": agent.debounce,
                 }
-                for agent in self._agents.values()
+                for agent in self._pins.values()
+                if agent.device_class is DeviceClass.NONE
+            },
+            "class_pins": {
+                agent.key: {"pin": agent.name, "state": pin_state(agent), "tokens": agent.tokens}
+                for agent in self._pins.values()
+                if agent.device_class is not DeviceClass.NONE
             },
         }
 
@@ -316,7 +311,9 @@ class PrefixManager:
 
     @callback
     def _async_house_changed(self, event: Event[Any] | None = None) -> None:
-        for agent in self._agents.values():
+        if self._started:
+            self._async_add_class_pins()  # e.g. a new satellite (scheduled below)
+        for agent in self._pins.values():
             self._async_schedule(agent)
 
     @callback
@@ -337,15 +334,15 @@ class PrefixManager:
             self.hass,
             max(0.0, min(agent.debounce, deadline - now)),
             HassJob(
-                partial(self._async_debounced, agent.subentry_id),
+                partial(self._async_debounced, (agent.subentry_id, agent.device_class)),
                 f"{DOMAIN} re-pin {agent.name}",
                 cancel_on_shutdown=True,
             ),
         )
 
     @callback
-    def _async_debounced(self, subentry_id: str, _now: Any) -> None:
-        if (agent := self._agents.get(subentry_id)) is None:
+    def _async_debounced(self, key: tuple[str, DeviceClass], _now: Any) -> None:
+        if (agent := self._pins.get(key)) is None:
             return
         agent.timer = None
         agent.pending_since = None
@@ -367,10 +364,10 @@ class PrefixManager:
         ):
             return
         self._checked = status
-        for agent in self._agents.values():
+        for agent in self._pins.values():
             self._async_check_rebuilds(agent)
         restarted = self._instance_id is not None and status.instance_id != self._instance_id
-        for agent in self._agents.values():
+        for agent in self._pins.values():
             if agent.lock.locked():
                 continue  # a pin is in flight; the next poll looks again
             if agent.pinned_at is not None and agent.pinned_at >= status.fetched_at:
@@ -397,7 +394,9 @@ class PrefixManager:
         counts the PUTs that replace an earlier pin of this agent (see ``_cause``).
         """
         async with agent.lock:
-            prefix = await self.async_render(agent.subentry_id)
+            prefix = await self._async_render_pin(agent)
+            if prefix is None:
+                return False  # no device of its class is left to render it with
             changed = prefix.digest != agent.digest
             if reason is PinReason.CHANGED and not changed:
                 return False
@@ -432,7 +431,7 @@ class PrefixManager:
             agent.blocked_digest = None
             if instance_id:
                 self._instance_id = instance_id
-            issues.async_delete(self.hass, issues.PIN_REFUSED, agent.subentry_id)
+            issues.async_delete(self.hass, issues.PIN_REFUSED, agent.key)
             if cause is not None:
                 self._async_count_rebuild(agent, cause)
             LOGGER.debug(
@@ -442,7 +441,7 @@ class PrefixManager:
                 agent.tokens,
                 prefix.digest[:12],
             )
-            await self.history.async_record(agent.subentry_id, prefix.digest)
+            await self.history.async_record(agent.key, prefix.digest)
         self.coordinator.async_update_listeners()
         return True
 
@@ -462,7 +461,7 @@ class PrefixManager:
             if reason is PinReason.MISSING:
                 return RebuildCause.MISSING
             return RebuildCause.CHANGED if changed else None
-        previous = self.history.previous(agent.subentry_id)
+        previous = self.history.previous(agent.key)
         if reason is not PinReason.INITIAL or previous in (None, prefix.digest):
             return None
         return RebuildCause.HA_UPGRADE if self.history.upgraded else RebuildCause.HA_RESTART
@@ -478,7 +477,7 @@ class PrefixManager:
             agent.blocked_instance = instance_id
             if instance_id:
                 self._instance_id = instance_id  # not a restart at every poll
-            issues.async_pin_refused(self.hass, agent.subentry_id, self._title(agent), str(err))
+            issues.async_pin_refused(self.hass, agent.key, self._title(agent), str(err))
         LOGGER.warning("Could not pin the prefix %s: %s", agent.name, err)
 
     @callback
@@ -498,17 +497,20 @@ class PrefixManager:
         if len(agent.rebuilt_at) >= REBUILD_ISSUE_COUNT:
             issues.async_pin_rebuilt_often(
                 self.hass,
-                agent.subentry_id,
+                agent.key,
                 self._title(agent),
                 len(agent.rebuilt_at),
                 REBUILD_ISSUE_WINDOW,
             )
         else:
-            issues.async_delete(self.hass, issues.PIN_REBUILT_OFTEN, agent.subentry_id)
+            issues.async_delete(self.hass, issues.PIN_REBUILT_OFTEN, agent.key)
 
     def _title(self, agent: AgentPin) -> str:
         subentry = self.entry.subentries.get(agent.subentry_id)
-        return subentry.title if subentry is not None else agent.subentry_id
+        title = subentry.title if subentry is not None else agent.subentry_id
+        if agent.device_class is not DeviceClass.NONE:
+            title = f"{title} ({agent.device_class})"
+        return title
 
 
 def _debounce(options: Mapping[str, Any]) -> float:
@@ -524,26 +526,3 @@ def _cancel_timer(agent: AgentPin) -> None:
     if agent.timer is not None:
         agent.timer()
         agent.timer = None
-
-
-@callback
-def _entity_registry_filter(event_data: er.EventEntityRegistryUpdatedData) -> bool:
-    if event_data["action"] != "update":
-        return True  # created or removed
-    return not _ENTITY_CHANGES.isdisjoint(event_data["changes"])
-
-
-@callback
-def _device_registry_filter(event_data: dr.EventDeviceRegistryUpdatedData) -> bool:
-    if event_data["action"] == "remove":
-        return True
-    if event_data["action"] != "update":
-        return False  # a new device has no entities yet
-    return not _DEVICE_CHANGES.isdisjoint(event_data["changes"])
-
-
-@callback
-def _state_changed_filter(event_data: EventStateChangedData) -> bool:
-    """An entity appeared, disappeared or was renamed; never a plain state change."""
-    old, new = event_data["old_state"], event_data["new_state"]
-    return old is None or new is None or old.name != new.name

@@ -2,10 +2,11 @@
 
 The *house prefix* is one system message (the instructions plus the LLM API prompt,
 which carries the static context of the exposed entities) and the API's tools sorted by
-name. It is rendered with a canonical LLM context (no device, no user, no time), so it
-does not depend on who speaks, from where or when. Anything per-request goes into the
-volatile suffix (see ``prompt.py``). Pinning it in the engine and keeping it current is
-``pins.py``'s job; this module only renders.
+name. It is rendered with a canonical LLM context (no user, no time, and no device or a
+device of the prefix's class, without its area line: ``device_class.py``), so it does
+not depend on who speaks, from where or when. Anything per-request goes into the
+volatile suffix (see ``prompt.py`` and ``request_plan.py``). Pinning it in the engine
+and keeping it current is ``pins.py``'s job; this module only renders.
 """
 
 from __future__ import annotations
@@ -14,18 +15,21 @@ import hashlib
 import json
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
 import probatio
 from homeassistant.components import conversation
+from homeassistant.components.ai_task.const import DEFAULT_SYSTEM_PROMPT as AI_TASK_SYSTEM_PROMPT
 from homeassistant.const import CONF_LLM_HASS_API, CONF_PROMPT
 from homeassistant.core import HomeAssistant
 from homeassistant.exceptions import HomeAssistantError, TemplateError
 from homeassistant.helpers import llm, template
 
-from .const import DOMAIN, LOGGER
+from .const import DOMAIN, LOGGER, SUBENTRY_AI_TASK
+from .device_class import DeviceClass, without_area_lines
+from .house_diff import HouseSnapshot, capture
 from .house_values import house_values
 
 # Template variables that differ per request (see ChatLog.async_provide_llm_data).
@@ -41,6 +45,9 @@ class HousePrefix:
     # The ``hearth`` request extension: the house's names for the engine's grammar
     # (house_values.py); sent with the pin and every request, never in the prompt.
     hearth: dict[str, Any] | None = None
+    # The house this prefix describes (house_diff.py), to tell a request sent with this
+    # prefix after the house changed what is different; not part of the prompt.
+    house: HouseSnapshot | None = field(default=None, compare=False)
 
     @property
     def messages(self) -> list[dict[str, Any]]:
@@ -112,6 +119,20 @@ def format_tool(tool: llm.Tool, custom_serializer: Callable[[Any], Any] | None) 
     return {"type": "function", "function": spec}
 
 
+def render_options(subentry_type: str, data: Mapping[str, Any]) -> Mapping[str, Any]:
+    """What a subentry's prefix is rendered from: an agent's options, or for an AI Task
+    HA's fixed AI Task instructions and no LLM API (a task that passes one renders its
+    own prefix, see ai_task.py)."""
+    if subentry_type == SUBENTRY_AI_TASK:
+        return ai_task_options([])
+    return data
+
+
+def ai_task_options(api_ids: list[str]) -> dict[str, Any]:
+    """Render options of an AI Task prefix with the LLM APIs ``api_ids``."""
+    return {CONF_PROMPT: AI_TASK_SYSTEM_PROMPT, CONF_LLM_HASS_API: api_ids}
+
+
 def llm_api_ids(hass: HomeAssistant, options: Mapping[str, Any]) -> list[str]:
     """The agent's selected LLM APIs that exist now."""
     selected = options.get(CONF_LLM_HASS_API) or []
@@ -121,14 +142,15 @@ def llm_api_ids(hass: HomeAssistant, options: Mapping[str, Any]) -> list[str]:
     return [api_id for api_id in selected if api_id in available]
 
 
-def canonical_llm_context(hass: HomeAssistant) -> llm.LLMContext:
-    """The LLM context of the prefix: no device, no user, the house's language."""
+def canonical_llm_context(hass: HomeAssistant, device_id: str | None = None) -> llm.LLMContext:
+    """The LLM context of the prefix: no user, the house's language, and no device or
+    one device of the prefix's class (device_class.py)."""
     return llm.LLMContext(
         platform=DOMAIN,
         context=None,
         language=hass.config.language,
         assistant=conversation.DOMAIN,
-        device_id=None,
+        device_id=device_id,
     )
 
 
@@ -167,26 +189,39 @@ def _render_static_instructions(
     return text
 
 
-async def async_render_prefix(hass: HomeAssistant, options: Mapping[str, Any]) -> HousePrefix:
-    """Render an agent's house prefix from its options (same text HA would render)."""
-    llm_context = canonical_llm_context(hass)
+async def async_render_prefix(
+    hass: HomeAssistant,
+    options: Mapping[str, Any],
+    cls: DeviceClass = DeviceClass.NONE,
+    device_id: str | None = None,
+) -> HousePrefix:
+    """Render an agent's house prefix from its options (same text HA would render).
+
+    For a device class other than ``NONE``, ``device_id`` is a device of that class:
+    HA renders the class's lines and tools for it, and its area line is left out (it
+    goes to the context message), so any device of the class gets the same prefix.
+    """
+    llm_context = canonical_llm_context(hass, None if cls is DeviceClass.NONE else device_id)
     parts: list[str] = []
     source = options.get(CONF_PROMPT) or llm.DEFAULT_INSTRUCTIONS_PROMPT
     if (instructions := _render_static_instructions(hass, source, llm_context)) is not None:
         parts.append(instructions)
     tools: tuple[dict[str, Any], ...] = ()
+    house: HouseSnapshot | None = None
     if api_ids := llm_api_ids(hass, options):
         try:
             api = await llm.async_get_api(hass, api_ids, llm_context)
         except HomeAssistantError as err:
             LOGGER.warning("Cannot prepare the LLM API %s: %s", api_ids, err)
         else:
-            parts.append(api.api_prompt)
+            api_prompt = api.api_prompt
+            parts.append(api_prompt if cls is DeviceClass.NONE else without_area_lines(api_prompt))
             tools = tuple(
                 sorted(
                     (format_tool(tool, api.custom_serializer) for tool in api.tools),
                     key=lambda spec: str(spec["function"]["name"]),
                 )
             )
+            house = capture(hass)
     hearth = house_values(hass, tools) if tools else None
-    return HousePrefix(system="\n".join(parts), tools=tools, hearth=hearth)
+    return HousePrefix(system="\n".join(parts), tools=tools, hearth=hearth, house=house)

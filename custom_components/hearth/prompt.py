@@ -41,19 +41,29 @@ class HearthNative:
     message: dict[str, Any]
 
 
-def volatile_context(system_prompt: str, stable_system: str) -> str:
+def volatile_lines(
+    system_prompt: str, stable_system: str, told: frozenset[str] = frozenset()
+) -> list[str]:
     """The lines of HA's per-request system prompt that the stable prefix lacks.
 
     HA renders the instructions, the API prompt, the date and time and
     ``extra_system_prompt`` into one system prompt per request, and some API
-    prompts describe the speaking device (its area, whether it has timers). Rather
-    than trusting that none of that reaches the prefix, compare line by line: what
-    is not a line of the prefix is volatile and moves to the context message.
+    prompts describe the speaking device (its area). Rather than trusting that none
+    of that reaches the prefix, compare line by line: what is not a line of the
+    prefix is volatile and moves to the context message, unless the caller tells it
+    otherwise (``told``: the lines of a newer house, told as sentences).
     """
     stable = set(stable_system.splitlines())
-    return "\n".join(
-        line for line in system_prompt.splitlines() if line.strip() and line not in stable
-    )
+    return [
+        line
+        for line in system_prompt.splitlines()
+        if line.strip() and line not in stable and line not in told
+    ]
+
+
+def volatile_context(system_prompt: str, stable_system: str) -> str:
+    """``volatile_lines`` as the text of a context message."""
+    return "\n".join(volatile_lines(system_prompt, stable_system))
 
 
 def build_messages(

@@ -14,6 +14,7 @@ import pytest
 from homeassistant.components import ai_task
 from homeassistant.components.ai_task.const import DEFAULT_SYSTEM_PROMPT as AI_TASK_SYSTEM_PROMPT
 from homeassistant.components.ai_task.services import _validate_structure_fields
+from homeassistant.components.conversation import trace as conversation_trace
 from homeassistant.config_entries import SOURCE_USER, ConfigSubentryData
 from homeassistant.const import CONF_NAME, CONF_URL
 from homeassistant.core import HomeAssistant
@@ -31,8 +32,16 @@ from custom_components.hearth.const import (
     SUBENTRY_AI_TASK,
     SUBENTRY_CONVERSATION,
 )
+from custom_components.hearth.pins import pin_name
 
-from .common import ChatSpy, EngineProcess, agent_options, async_setup_entry, make_entry
+from .common import (
+    ChatSpy,
+    EngineProcess,
+    agent_options,
+    async_setup_entry,
+    hearth_traces,
+    make_entry,
+)
 
 TASK_ENTITY = "ai_task.hearth_ai_task"
 
@@ -159,12 +168,16 @@ async def test_text_without_structure(hass: HomeAssistant, task_entry: MockConfi
     assert response["data"] == spy.replies[0]
 
 
-async def test_prefix_is_stable_and_first(hass: HomeAssistant, task_entry: MockConfigEntry) -> None:
-    """Every task starts with the same prefix (HA's AI Task instructions); the time of
-    HA's prompt and the instructions follow it, so the engine reuses the prefix."""
+async def test_prefix_is_stable_and_first(
+    hass: HomeAssistant, task_entry: MockConfigEntry, engine: EngineProcess
+) -> None:
+    """Every task starts with the same prefix (HA's AI Task instructions), pinned for the
+    subentry; the time of HA's prompt and the instructions follow it, so the engine
+    reuses the prefix, and the trace names the pin the requests really hit."""
     with ChatSpy() as spy:
         await _generate(hass, instructions="First task.")
-        await _generate(hass, instructions="Second task.", structure=STRUCTURE)
+        with conversation_trace.async_conversation_trace():  # HA traces no task itself
+            await _generate(hass, instructions="Second task.", structure=STRUCTURE)
 
     first, second = spy.bodies
     prefix = {"role": "system", "content": AI_TASK_SYSTEM_PROMPT}
@@ -181,6 +194,13 @@ async def test_prefix_is_stable_and_first(hass: HomeAssistant, task_entry: MockC
     assert turn is not None
     assert turn.agent_id == TASK_ENTITY
     assert turn.cached_tokens > 0
+    task_id = next(
+        sid for sid, sub in task_entry.subentries.items() if sub.subentry_type == SUBENTRY_AI_TASK
+    )
+    name = pin_name(task_id)
+    assert name in engine.pins()
+    assert [r.pin for r in turn.requests] == [name]
+    assert hearth_traces()[-1]["pin"] == name
 
 
 async def test_reply_cut_short_is_a_clear_error(
@@ -261,8 +281,8 @@ async def test_ai_task_subentry_flow(
     assert dict(subentry.data) == {CONF_TEMPERATURE: 0.3, CONF_MAX_TOKENS: 512}
     assert hass.states.get(TASK_ENTITY) is not None
     assert hass.states.get("conversation.hearth") is not None
-    # The AI Task is not a conversation agent: no pin is made for it.
-    assert f"hearth.{subentry.subentry_id}" not in engine.pins()
+    # The AI Task's prefix (HA's AI Task instructions) is pinned like an agent's.
+    assert f"hearth.{subentry.subentry_id}" in engine.pins()
 
     result = await entry.start_subentry_reconfigure_flow(hass, subentry.subentry_id)
     assert result["step_id"] == "set_options"

@@ -24,6 +24,7 @@ from homeassistant.util import dt as dt_util
 from pytest_homeassistant_custom_component.common import MockConfigEntry, async_fire_time_changed
 
 from custom_components.hearth.const import CONF_MAX_TOKENS
+from custom_components.hearth.device_class import DeviceClass
 from custom_components.hearth.pins import pin_name
 from custom_components.hearth.prefix import HousePrefix, async_render_prefix
 
@@ -140,7 +141,9 @@ async def test_prefix_is_identical_across_time_and_satellites(
 
     The instructions read the time, and the Assist API prompt names the speaking
     satellite's area: HA puts both into its system prompt; the integration must
-    move them out of the pinned prefix.
+    move them out of the pinned prefix. Satellites without timers share their class's
+    pin, which says what HA says to them ("not able to start timers") and not what it
+    says only without a device ("ask the user to specify an area").
     """
     config_entry = make_entry(engine.url, prompt=TIME_PROMPT)
     await async_setup_entry(hass, config_entry)
@@ -156,6 +159,15 @@ async def test_prefix_is_identical_across_time_and_satellites(
         config_entry_id=satellites.entry_id, identifiers={("test", "living")}
     )
     devices.async_update_device(living.id, area_id=areas.async_get_area_by_name("Living Room").id)
+    entities = er.async_get(hass)
+    for device in (kitchen, living):  # Assist satellites: their class is pinned up front
+        entities.async_get_or_create(
+            "assist_satellite", "test", device.id, device_id=device.id, config_entry=satellites
+        )
+    async_fire_time_changed(hass, dt_util.utcnow() + timedelta(seconds=60))  # the new pin
+    await hass.async_block_till_done(wait_background_tasks=True)
+    name = pin_name(_agent(config_entry), DeviceClass.NO_TIMERS)
+    assert name in engine.pins()
 
     with ChatSpy() as spy:
         await converse(hass, "hello", device_id=kitchen.id, extra_system_prompt="The user is Anne.")
@@ -165,10 +177,14 @@ async def test_prefix_is_identical_across_time_and_satellites(
     prefix_a = json.dumps([body_a["messages"][0], body_a["tools"]]).encode()
     prefix_b = json.dumps([body_b["messages"][0], body_b["tools"]]).encode()
     assert prefix_a == prefix_b
-    pinned = await entry_prefix(hass, config_entry)
-    assert prefix_a == json.dumps([pinned.messages[0], list(pinned.tools)]).encode()
-    for volatile in ("You are in area", "The time is", "Anne"):
-        assert volatile not in pinned.system
+    pinned = config_entry.runtime_data.prefixes.agent(_agent(config_entry), DeviceClass.NO_TIMERS)
+    assert pinned is not None and pinned.pinned is not None
+    assert prefix_a == json.dumps([pinned.pinned.messages[0], list(pinned.pinned.tools)]).encode()
+    for volatile in ("You are in area", "The time is", "Anne", "specify an area"):
+        assert volatile not in pinned.pinned.system
+    assert "This device is not able to start timers." in pinned.pinned.system
+    no_device = await entry_prefix(hass, config_entry)
+    assert "ask the user to specify an area" in no_device.system
 
     context_a, context_b = body_a["messages"][1]["content"], body_b["messages"][1]["content"]
     assert "You are in area Kitchen" in context_a
@@ -178,9 +194,9 @@ async def test_prefix_is_identical_across_time_and_satellites(
     time_a = next(line for line in context_a.splitlines() if line.startswith("The time is"))
     time_b = next(line for line in context_b.splitlines() if line.startswith("The time is"))
     assert time_a != time_b
-    # Both requests hit the pin.
-    name = pin_name(_agent(config_entry))
+    # Both requests hit the class's pin.
     assert [turn["requests"][0]["pin"] for turn in hearth_traces()[-2:]] == [name, name]
+    assert [turn["pin"] for turn in hearth_traces()[-2:]] == [name, name]
 
 
 async def entry_prefix(hass: HomeAssistant, config_entry: MockConfigEntry) -> HousePrefix:
