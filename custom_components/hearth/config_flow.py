@@ -19,6 +19,7 @@ from homeassistant.helpers import config_validation as cv
 from homeassistant.helpers import llm
 from homeassistant.helpers.aiohttp_client import async_get_clientsession
 from homeassistant.helpers.selector import (
+    BooleanSelector,
     NumberSelector,
     NumberSelectorConfig,
     NumberSelectorMode,
@@ -38,6 +39,7 @@ from .const import (
     CONF_MAX_TOKENS,
     CONF_REPIN_DEBOUNCE,
     CONF_TEMPERATURE,
+    CONF_TOOL_FIRST,
     DEFAULT_AI_TASK_NAME,
     DEFAULT_CONVERSATION_NAME,
     DEFAULT_URL,
@@ -366,6 +368,9 @@ def agent_options_schema(
             ),
             probatio.Optional(CONF_MAX_TOKENS, description=suggested(CONF_MAX_TOKENS)): (
                 _max_tokens_selector()
+            ),
+            probatio.Optional(CONF_TOOL_FIRST, description=suggested(CONF_TOOL_FIRST)): (
+                BooleanSelector()
             ),
             probatio.Optional(CONF_REPIN_DEBOUNCE, description=suggested(CONF_REPIN_DEBOUNCE)): (
                 NumberSelector(

@@ -22,11 +22,17 @@ CONF_MAX_HISTORY: Final = "max_history"
 CONF_TEMPERATURE: Final = "temperature"
 CONF_MAX_TOKENS: Final = "max_tokens"
 CONF_REPIN_DEBOUNCE: Final = "repin_debounce"
+CONF_TOOL_FIRST: Final = "tool_first"
 
 DEFAULT_MAX_HISTORY: Final = 10  # earlier turns re-sent with each request
 DEFAULT_TEMPERATURE: Final = 0.0  # greedy, the engine's default
 DEFAULT_MAX_TOKENS: Final = 256
 DEFAULT_REPIN_DEBOUNCE: Final = 2.0  # seconds of quiet before a re-pin
+# Each turn's first request must call a tool (tool_choice "required"): HA's Assist API
+# answers every home request through a tool (an intent, or GetLiveContext to read
+# states); small models otherwise answer from nothing ("The garage door is open.").
+# Off by default: forced to call something, a small model may act on small talk.
+DEFAULT_TOOL_FIRST: Final = False
 
 RECOMMENDED_CONVERSATION_OPTIONS: Final = {
     CONF_PROMPT: llm.DEFAULT_INSTRUCTIONS_PROMPT,
@@ -35,6 +41,7 @@ RECOMMENDED_CONVERSATION_OPTIONS: Final = {
     CONF_TEMPERATURE: DEFAULT_TEMPERATURE,
     CONF_MAX_TOKENS: DEFAULT_MAX_TOKENS,
     CONF_REPIN_DEBOUNCE: DEFAULT_REPIN_DEBOUNCE,
+    CONF_TOOL_FIRST: DEFAULT_TOOL_FIRST,
 }
 
 # AI Task (subentry) options: the instructions come from each task, not the subentry.

@@ -23,10 +23,12 @@ from .const import (
     CONF_MAX_HISTORY,
     CONF_MAX_TOKENS,
     CONF_TEMPERATURE,
+    CONF_TOOL_FIRST,
     DEFAULT_MAX_HISTORY,
     DEFAULT_MAX_TOKENS,
     DEFAULT_NAME,
     DEFAULT_TEMPERATURE,
+    DEFAULT_TOOL_FIRST,
     DOMAIN,
     MAX_TOOL_ITERATIONS,
 )
@@ -244,7 +246,9 @@ class HearthLLMEntity(Entity):
         plan: RequestPlan,
         messages: list[dict[str, Any]],
         response_format: Mapping[str, Any] | None = None,
+        first: bool = False,
     ) -> dict[str, Any]:
+        """The chat request; ``first``: the turn's first request (see CONF_TOOL_FIRST)."""
         options = self.options
         body: dict[str, Any] = {
             "messages": messages,
@@ -255,6 +259,8 @@ class HearthLLMEntity(Entity):
         }
         if plan.tools:
             body["tools"] = list(plan.tools)
+            if first and options.get(CONF_TOOL_FIRST, DEFAULT_TOOL_FIRST):
+                body["tool_choice"] = "required"
         if plan.hearth:
             body["hearth"] = plan.hearth
         if response_format is not None:
@@ -292,7 +298,7 @@ class HearthLLMEntity(Entity):
                 reply = _Reply()
                 stream = _transform_stream(
                     data.client.async_chat_stream(
-                        self._request_body(plan, messages, response_format)
+                        self._request_body(plan, messages, response_format, iteration == 0)
                     ),
                     reply,
                     tool_names,

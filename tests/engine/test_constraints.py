@@ -108,6 +108,10 @@ MODE = call("HassSetMode", {"mode": "eco"})
         ("auto", "<tool_response>ok</tool_response>", False),
         ("auto", "<tool_response2>ok", False),  # what the default model tried instead
         ("auto", "Use the tool_call API: x < y", True),
+        ("auto", '{"name": "HassTurnOn", "arguments": {}}', False),  # a call without markup
+        ("auto", ' [{"name": "HassTurnOn"}]', False),
+        ("none", '{"name": "HassTurnOn"}', False),
+        ("auto", "Done: {braces} inside text are fine.", True),
         ("auto", call("HassCatchLights", {}), False),  # not an offered tool
         ("auto", call("HassTurnOn", {"brightness": 40}), False),  # required key missing
         ("auto", call("HassTurnOn", {"name": "x", "brightness": 400}), False),  # range

@@ -23,7 +23,7 @@ from homeassistant.setup import async_setup_component
 from homeassistant.util import dt as dt_util
 from pytest_homeassistant_custom_component.common import MockConfigEntry, async_fire_time_changed
 
-from custom_components.hearth.const import CONF_MAX_TOKENS
+from custom_components.hearth.const import CONF_MAX_TOKENS, CONF_TOOL_FIRST
 from custom_components.hearth.device_class import DeviceClass
 from custom_components.hearth.pins import pin_name
 from custom_components.hearth.prefix import HousePrefix, async_render_prefix
@@ -197,6 +197,34 @@ async def test_prefix_is_identical_across_time_and_satellites(
     # Both requests hit the class's pin.
     assert [turn["requests"][0]["pin"] for turn in hearth_traces()[-2:]] == [name, name]
     assert [turn["pin"] for turn in hearth_traces()[-2:]] == [name, name]
+
+
+async def test_tool_first_makes_the_first_request_call_a_tool(
+    hass: HomeAssistant, house: None, engine: EngineProcess
+) -> None:
+    """With "Start each turn with a tool call", "hello" (which tiny-tools answers in
+    words) must start with a call: the engine's grammar forces one. The request after
+    the tool result is free again, so the turn still ends in words."""
+    config_entry = make_entry(engine.url, **{CONF_TOOL_FIRST: True})
+    await async_setup_entry(hass, config_entry)
+    with ChatSpy() as spy:
+        result = await converse(hass, "hello")
+    first, *rest = spy.bodies
+    assert first["tool_choice"] == "required"
+    assert rest and all("tool_choice" not in body for body in rest)
+    call = rest[0]["messages"][-2]["tool_calls"][0]["function"]
+    assert call["name"] in {tool["function"]["name"] for tool in first["tools"]}
+    assert speech(result)
+
+
+async def test_without_tool_first_the_model_may_answer_in_words(
+    hass: HomeAssistant, entry: MockConfigEntry
+) -> None:
+    with ChatSpy() as spy:
+        result = await converse(hass, "hello")
+    (body,) = spy.bodies
+    assert "tool_choice" not in body
+    assert speech(result) == REPLY
 
 
 async def entry_prefix(hass: HomeAssistant, config_entry: MockConfigEntry) -> HousePrefix:
