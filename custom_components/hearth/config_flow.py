@@ -228,31 +228,33 @@ class HearthConfigFlow(ConfigFlow, domain=DOMAIN):
         }
 
 
-class ConversationFlowHandler(ConfigSubentryFlow):
-    """Add or reconfigure a conversation agent."""
+class _OptionsSubentryFlow(ConfigSubentryFlow):
+    """Add or reconfigure a subentry through one options form (``set_options``)."""
+
+    recommended: Mapping[str, Any]
+    default_name: str
+    numbers: tuple[tuple[str, type], ...]  # (key, cast): NumberSelector answers floats
 
     @property
     def _is_new(self) -> bool:
         return self.source == "user"
 
+    def _schema(self, options: Mapping[str, Any]) -> probatio.Schema:
+        raise NotImplementedError
+
     async def async_step_set_options(
         self, user_input: dict[str, Any] | None = None
     ) -> SubentryFlowResult:
-        """Instructions, LLM APIs, history, sampling and re-pin debounce."""
+        """Show the form (recommended or current options), then create or update."""
         if user_input is None:
             options: Mapping[str, Any] = (
-                RECOMMENDED_CONVERSATION_OPTIONS
-                if self._is_new
-                else self._get_reconfigure_subentry().data
+                self.recommended if self._is_new else self._get_reconfigure_subentry().data
             )
-            return self.async_show_form(
-                step_id="set_options",
-                data_schema=agent_options_schema(self.hass, options, is_new=self._is_new),
-            )
+            return self.async_show_form(step_id="set_options", data_schema=self._schema(options))
         data = dict(user_input)
-        title = str(data.pop(CONF_NAME, DEFAULT_CONVERSATION_NAME))
-        for key, cast in _NUMBER_OPTIONS:
-            data[key] = cast(data.get(key, RECOMMENDED_CONVERSATION_OPTIONS[key]))
+        title = str(data.pop(CONF_NAME, self.default_name))
+        for key, cast in self.numbers:
+            data[key] = cast(data.get(key, self.recommended[key]))
         if self._is_new:
             return self.async_create_entry(title=title, data=data)
         return self.async_update_and_abort(
@@ -263,43 +265,28 @@ class ConversationFlowHandler(ConfigSubentryFlow):
     async_step_reconfigure = async_step_set_options
 
 
-class AITaskFlowHandler(ConfigSubentryFlow):
-    """Add or reconfigure an AI Task entity (``ai_task.generate_data``)."""
+class ConversationFlowHandler(_OptionsSubentryFlow):
+    """Add or reconfigure a conversation agent: instructions, LLM APIs, history,
+    sampling, tool-first and re-pin debounce."""
 
-    @property
-    def _is_new(self) -> bool:
-        return self.source == "user"
+    recommended = RECOMMENDED_CONVERSATION_OPTIONS
+    default_name = DEFAULT_CONVERSATION_NAME
+    numbers = _NUMBER_OPTIONS
 
-    async def async_step_set_options(
-        self, user_input: dict[str, Any] | None = None
-    ) -> SubentryFlowResult:
-        """Sampling and reply length; each task brings its own instructions."""
-        if user_input is None:
-            options: Mapping[str, Any] = (
-                RECOMMENDED_AI_TASK_OPTIONS
-                if self._is_new
-                else self._get_reconfigure_subentry().data
-            )
-            return self.async_show_form(
-                step_id="set_options",
-                data_schema=ai_task_options_schema(options, is_new=self._is_new),
-            )
-        data = dict(user_input)
-        title = str(data.pop(CONF_NAME, DEFAULT_AI_TASK_NAME))
-        data[CONF_TEMPERATURE] = float(
-            data.get(CONF_TEMPERATURE, RECOMMENDED_AI_TASK_OPTIONS[CONF_TEMPERATURE])
-        )
-        data[CONF_MAX_TOKENS] = int(
-            data.get(CONF_MAX_TOKENS, RECOMMENDED_AI_TASK_OPTIONS[CONF_MAX_TOKENS])
-        )
-        if self._is_new:
-            return self.async_create_entry(title=title, data=data)
-        return self.async_update_and_abort(
-            self._get_entry(), self._get_reconfigure_subentry(), data=data
-        )
+    def _schema(self, options: Mapping[str, Any]) -> probatio.Schema:
+        return agent_options_schema(self.hass, options, is_new=self._is_new)
 
-    async_step_user = async_step_set_options
-    async_step_reconfigure = async_step_set_options
+
+class AITaskFlowHandler(_OptionsSubentryFlow):
+    """Add or reconfigure an AI Task entity (``ai_task.generate_data``): sampling and
+    reply length; each task brings its own instructions."""
+
+    recommended = RECOMMENDED_AI_TASK_OPTIONS
+    default_name = DEFAULT_AI_TASK_NAME
+    numbers = ((CONF_TEMPERATURE, float), (CONF_MAX_TOKENS, int))
+
+    def _schema(self, options: Mapping[str, Any]) -> probatio.Schema:
+        return ai_task_options_schema(options, is_new=self._is_new)
 
 
 def _temperature_selector() -> NumberSelector:
