@@ -1,5 +1,5 @@
 """``scripts/bench MODE ...``: ttft, concurrency, household, fuzz, load, faults, decode,
-agreement."""
+agreement, accuracy."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ MODES = {
     "faults": "hearth_bench.faults",
     "decode": "hearth_bench.decode",
     "agreement": "hearth_bench.agreement",
+    "accuracy": "hearth_bench.accuracy",
 }
 
 

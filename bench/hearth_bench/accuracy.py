@@ -1,0 +1,165 @@
+"""``scripts/bench accuracy``: does the house do what was asked? Through real Home Assistant.
+
+A home-control dataset in the public format of allenporter/home-assistant-datasets
+(accuracy_data.py) runs through the whole product: one engine, a recording proxy in
+front of it, and per home a real Home Assistant whose demo integration builds the home
+from its ``_fixtures.yaml`` (accuracy_home.py). Before each sentence the home is reset
+to the fixture's states plus the test's ``setup``; after it, the states are judged
+(accuracy_judge.py) and the engine's replies checked for invalid tool calls
+(accuracy_calls.py).
+
+Modes: ``llm`` sends every sentence to the Hearth agent; ``pipeline`` runs Assist's
+pipeline with "prefer handling commands locally" (Home Assistant's sentence matcher
+first, Hearth for the rest) and reports which path answered.
+
+    scripts/bench accuracy --dataset bench/datasets/hearth-house --mode llm --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from .accuracy_calls import invalid_calls, parse_reply, rejected_calls
+from .accuracy_data import Home, Task, load_dataset
+from .accuracy_home import REQUEST_ERRORS, Answer, HomeStack
+from .accuracy_judge import judge
+from .accuracy_report import Outcome, outcome_rows, print_report, summarize
+from .common import model_spec
+from .proxy import RecordingProxy
+from .server import EngineProcess
+
+MODES = ("llm", "pipeline")
+
+
+def pick(tasks: Sequence[Task], limit: int | None) -> list[Task]:
+    """All tasks, or ``limit`` of them spread evenly over the list (every category)."""
+    if limit is None or limit >= len(tasks):
+        return list(tasks)
+    if limit <= 0:
+        return []
+    step = len(tasks) / limit
+    return [tasks[int(i * step)] for i in range(limit)]
+
+
+def _engine_turn(proxy: RecordingProxy, since: int) -> tuple[list[str], list[str]]:
+    """Invalid and rejected tool calls in the chat requests recorded from ``since`` on."""
+    chats = [r for r in proxy.records[since:] if r.path == "/v1/chat/completions"]
+    invalid: list[str] = []
+    for record in chats:
+        if (raw := proxy.responses.get(record.seq)) is not None and record.status == 200:
+            invalid += invalid_calls(record.body, parse_reply(raw))
+    return invalid, rejected_calls(r.body for r in chats)
+
+
+async def run_task(home: HomeStack, proxy: RecordingProxy, task: Task, mode: str) -> Outcome:
+    """Reset, ask, judge one sentence."""
+    await home.reset(home.home.states_for(task))
+    before = await home.snapshot()
+    since = len(proxy.records)
+    ask = home.ask_agent if mode == "llm" else home.ask_pipeline
+    error = None
+    try:
+        answer = await ask(task.sentence, task.context_device)
+    except REQUEST_ERRORS as err:
+        answer, error = Answer("", 0.0, "hearth"), f"{type(err).__name__}: {err}"
+    after = await home.snapshot()
+    invalid, rejected = _engine_turn(proxy, since)
+    verdict = judge(task, before, after, answer.text)
+    return Outcome(
+        home=task.home,
+        record=task.record,
+        categories=list(task.categories),
+        sentence=task.sentence,
+        correct=verdict.correct and error is None,
+        path=answer.path,
+        reply=answer.text,
+        reply_ms=round(answer.ms, 1),
+        invalid=invalid,
+        rejected=rejected,
+        why=verdict.why,
+        error=error,
+    )
+
+
+async def run_home(
+    workdir: Path, home: Home, tasks: list[Task], engine: EngineProcess, mode: str
+) -> list[Outcome]:
+    proxy = await RecordingProxy(engine.url, keep_responses=True).start()
+    stack = HomeStack(workdir, home, engine, proxy.url)
+    outcomes = []
+    try:
+        await stack.start()
+        for n, task in enumerate(tasks, 1):
+            outcome = await run_task(stack, proxy, task, mode)
+            mark = "ok " if outcome.correct else "BAD"
+            print(f"[{home.name} {n}/{len(tasks)}] {mark} {outcome.path:6} "
+                  f"{outcome.reply_ms:7.0f} ms  {task.sentence}", file=sys.stderr)  # fmt: skip
+            outcomes.append(outcome)
+    finally:
+        await stack.stop()
+        await proxy.stop()
+    return outcomes
+
+
+async def run(
+    dataset: Path,
+    mode: str,
+    model: str,
+    workdir: Path,
+    limit: int | None = None,
+    engine_args: Sequence[str] = (),
+) -> tuple[dict[str, Any], list[Outcome]]:
+    """Run the dataset; the report object and the per-request outcomes."""
+    homes = load_dataset(dataset)
+    tasks = pick([t for h in homes for t in h.tasks], limit)
+    args = ["--model", model_spec(model), *engine_args]
+    engine = EngineProcess(args, workdir / "engine.log").start()
+    outcomes: list[Outcome] = []
+    try:
+        for home in homes:
+            mine = [t for t in tasks if t.home == home.name]
+            if mine:
+                outcomes += await run_home(workdir / home.name, home, mine, engine, mode)
+    finally:
+        engine.stop()
+    return summarize(outcomes, mode, model, str(dataset)), outcomes
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="scripts/bench accuracy",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--dataset", type=Path, required=True, help="a home or a folder of homes")
+    parser.add_argument("--mode", choices=MODES, default="llm")
+    parser.add_argument("--model", default="default", help="default, tiny-tools or a folder")
+    parser.add_argument("--dtype", default="auto")
+    parser.add_argument("--limit", type=int, default=None, help="sentences, spread evenly")
+    parser.add_argument("--json", type=Path, default=None, help="write the report object here")
+    parser.add_argument("--outcomes", type=Path, default=None, help="per-sentence JSON lines")
+    parser.add_argument("--workdir", type=Path, default=None, help="keep logs and configs here")
+    args = parser.parse_args(argv)
+    engine_args = ["--dtype", args.dtype]
+    with tempfile.TemporaryDirectory(prefix="hearth-accuracy-") as tmp:
+        workdir = args.workdir or Path(tmp)
+        workdir.mkdir(parents=True, exist_ok=True)
+        report, outcomes = asyncio.run(
+            run(args.dataset, args.mode, args.model, workdir, args.limit, engine_args)
+        )
+    print_report(report, outcomes)
+    if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(report, indent=2) + "\n")
+        print(f"wrote {args.json}")
+    if args.outcomes is not None:
+        lines = (json.dumps(row) for row in outcome_rows(outcomes))
+        args.outcomes.write_text("\n".join(lines) + "\n")
+    return 1 if report["errors"] else 0
