@@ -11,8 +11,9 @@ not). A turn has an **invalid tool call** when a reply of the engine
   calling a tool: an unparsed call, which never reaches Home Assistant.
 
 Separately, a call is **rejected** when Home Assistant answered it with an error (the
-tool result sent back in the next request has an ``error``: no entity matched, a failed
-action...). Those calls are well formed; the values were wrong for the house.
+tool result sent back in the next request has an ``error``, is an intent error, or lists
+``failed`` targets: no entity matched, a service the entity lacks...). Those calls are
+well formed; the values were wrong for the house.
 """
 
 from __future__ import annotations
@@ -95,6 +96,19 @@ def invalid_calls(body: Mapping[str, Any], reply: EngineReply) -> list[str]:
     return problems
 
 
+def _tool_error(result: Any) -> str | None:
+    """What went wrong in a tool result: an exception, or an intent that failed."""
+    if not isinstance(result, dict):
+        return None
+    if "error" in result:
+        return f"{result['error']}: {result.get('error_text', '')}"
+    if result.get("response_type") == "error":
+        return f"intent error: {(result.get('data') or {}).get('code', '')}"
+    if failed := (result.get("data") or {}).get("failed"):
+        return f"failed on {[item.get('id', item) for item in failed]}"
+    return None
+
+
 def rejected_calls(bodies: Iterable[Mapping[str, Any]]) -> list[str]:
     """Tool results with an error that the turn's requests sent back to the engine."""
     errors: dict[str, str] = {}
@@ -106,7 +120,6 @@ def rejected_calls(bodies: Iterable[Mapping[str, Any]]) -> list[str]:
                 result = json.loads(message.get("content") or "null")
             except ValueError:
                 continue
-            if isinstance(result, dict) and "error" in result:
-                text = f"{result['error']}: {result.get('error_text', '')}"
-                errors[str(message.get("tool_call_id"))] = text
+            if problem := _tool_error(result):
+                errors[str(message.get("tool_call_id"))] = problem
     return list(errors.values())

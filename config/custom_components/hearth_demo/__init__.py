@@ -38,7 +38,10 @@ _LOGGER = logging.getLogger(__name__)
 async def async_setup(hass: HomeAssistant, config: ConfigType) -> bool:
     """Build the demo house."""
     try:
-        house = house_from_config(config[DOMAIN], Path(hass.config.config_dir))
+        # In the executor: a dataset home's `_fixtures.yaml` is read from disk.
+        house = await hass.async_add_executor_job(
+            house_from_config, config[DOMAIN], Path(hass.config.config_dir)
+        )
     except probatio.Invalid as err:
         _LOGGER.error("Invalid demo house in house.yaml: %s", err)
         return False
