@@ -19,10 +19,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -30,12 +32,13 @@ from .accuracy_calls import invalid_calls, parse_reply, rejected_calls
 from .accuracy_data import Home, Task, load_dataset
 from .accuracy_home import REQUEST_ERRORS, Answer, HomeStack
 from .accuracy_judge import judge
-from .accuracy_report import Outcome, outcome_rows, print_report, summarize
+from .accuracy_report import Outcome, print_report, summarize
 from .common import model_spec
 from .proxy import RecordingProxy
 from .server import EngineProcess
 
 MODES = ("llm", "pipeline")
+OnOutcome = Callable[[Outcome], None]
 
 
 def pick(tasks: Sequence[Task], limit: int | None) -> list[Task]:
@@ -89,7 +92,12 @@ async def run_task(home: HomeStack, proxy: RecordingProxy, task: Task, mode: str
 
 
 async def run_home(
-    workdir: Path, home: Home, tasks: list[Task], engine: EngineProcess, mode: str
+    workdir: Path,
+    home: Home,
+    tasks: list[Task],
+    engine: EngineProcess,
+    mode: str,
+    on_outcome: OnOutcome | None = None,
 ) -> list[Outcome]:
     proxy = await RecordingProxy(engine.url, keep_responses=True).start()
     stack = HomeStack(workdir, home, engine, proxy.url)
@@ -102,6 +110,8 @@ async def run_home(
             print(f"[{home.name} {n}/{len(tasks)}] {mark} {outcome.path:6} "
                   f"{outcome.reply_ms:7.0f} ms  {task.sentence}", file=sys.stderr)  # fmt: skip
             outcomes.append(outcome)
+            if on_outcome is not None:
+                on_outcome(outcome)
     finally:
         await stack.stop()
         await proxy.stop()
@@ -115,8 +125,10 @@ async def run(
     workdir: Path,
     limit: int | None = None,
     engine_args: Sequence[str] = (),
+    on_outcome: OnOutcome | None = None,
 ) -> tuple[dict[str, Any], list[Outcome]]:
-    """Run the dataset; the report object and the per-request outcomes."""
+    """Run the dataset; the report object and the per-request outcomes (each also passed
+    to ``on_outcome`` as soon as it is known)."""
     homes = load_dataset(dataset)
     tasks = pick([t for h in homes for t in h.tasks], limit)
     args = ["--model", model_spec(model), *engine_args]
@@ -126,7 +138,9 @@ async def run(
         for home in homes:
             mine = [t for t in tasks if t.home == home.name]
             if mine:
-                outcomes += await run_home(workdir / home.name, home, mine, engine, mode)
+                outcomes += await run_home(
+                    workdir / home.name, home, mine, engine, mode, on_outcome
+                )
     finally:
         engine.stop()
     return summarize(outcomes, mode, model, str(dataset)), outcomes
@@ -144,22 +158,30 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--dtype", default="auto")
     parser.add_argument("--limit", type=int, default=None, help="sentences, spread evenly")
     parser.add_argument("--json", type=Path, default=None, help="write the report object here")
-    parser.add_argument("--outcomes", type=Path, default=None, help="per-sentence JSON lines")
+    parser.add_argument(
+        "--outcomes", type=Path, default=None, help="per-sentence JSON lines, written as they come"
+    )
     parser.add_argument("--workdir", type=Path, default=None, help="keep logs and configs here")
     args = parser.parse_args(argv)
     engine_args = ["--dtype", args.dtype]
-    with tempfile.TemporaryDirectory(prefix="hearth-accuracy-") as tmp:
-        workdir = args.workdir or Path(tmp)
+    with contextlib.ExitStack() as stack:
+        workdir = args.workdir or Path(
+            stack.enter_context(tempfile.TemporaryDirectory(prefix="hearth-accuracy-"))
+        )
         workdir.mkdir(parents=True, exist_ok=True)
+        sink = stack.enter_context(args.outcomes.open("w")) if args.outcomes else None
+
+        def write(outcome: Outcome) -> None:
+            if sink is not None:
+                sink.write(json.dumps(asdict(outcome)) + "\n")
+                sink.flush()
+
         report, outcomes = asyncio.run(
-            run(args.dataset, args.mode, args.model, workdir, args.limit, engine_args)
+            run(args.dataset, args.mode, args.model, workdir, args.limit, engine_args, write)
         )
     print_report(report, outcomes)
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(report, indent=2) + "\n")
         print(f"wrote {args.json}")
-    if args.outcomes is not None:
-        lines = (json.dumps(row) for row in outcome_rows(outcomes))
-        args.outcomes.write_text("\n".join(lines) + "\n")
     return 1 if report["errors"] else 0

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from .common import percentile, print_table
@@ -71,10 +71,6 @@ def summarize(outcomes: Sequence[Outcome], mode: str, model: str, dataset: str) 
         "rejected_tool_calls": sum(bool(o.rejected) for o in outcomes),
         "errors": sum(o.error is not None for o in outcomes),
     }
-
-
-def outcome_rows(outcomes: Sequence[Outcome]) -> list[dict[str, Any]]:
-    return [asdict(o) for o in outcomes]
 
 
 def print_report(report: dict[str, Any], outcomes: Sequence[Outcome]) -> None:

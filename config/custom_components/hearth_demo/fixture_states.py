@@ -82,7 +82,7 @@ def _valve(state: Any, attrs: Mapping[str, Any]) -> dict[str, Any]:
         position = 100 if is_on(state) else 0
     return {
         "position": int(position),
-        "set_position": "SET_POSITION" in features(attrs),
+        "set_position": "SET_POSITION" in features(attrs) or bool(attrs.get("reports_position")),
         "device_class": enum_value(attrs.get("device_class") or "water"),
     }
 
