@@ -21,6 +21,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import signal
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
@@ -164,6 +165,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--workdir", type=Path, default=None, help="keep logs and configs here")
     args = parser.parse_args(argv)
     engine_args = ["--dtype", args.dtype]
+    # SIGTERM unwinds like Ctrl-C, so the engine and Home Assistant are stopped too.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     with contextlib.ExitStack() as stack:
         workdir = args.workdir or Path(
             stack.enter_context(tempfile.TemporaryDirectory(prefix="hearth-accuracy-"))

@@ -7,8 +7,9 @@ not). A turn has an **invalid tool call** when a reply of the engine
 * calls a tool that was not offered (the plugin's bare-name rule applies: ``HassTurnOn``
   means the only offered ``..__HassTurnOn``), or with arguments that are not a JSON
   object; or
-* writes tool-call markup as text (``<tool_call>``, ``[TOOL_CALLS]``...) instead of
-  calling a tool: an unparsed call, which never reaches Home Assistant.
+* writes a tool call as text instead of calling the tool: tool-call markup
+  (``<tool_call>``, ``[TOOL_CALLS]``...) or a bare JSON call (an object with a ``name``
+  and ``arguments`` or ``parameters``). Such a call never reaches Home Assistant.
 
 Separately, a call is **rejected** when Home Assistant answered it with an error (the
 tool result sent back in the next request has an ``error``, is an intent error, or lists
@@ -19,11 +20,14 @@ well formed; the values were wrong for the house.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 MARKUP = ("<tool_call>", "<tool_response>", "[TOOL_CALLS]", "<|python_tag|>", "<function=")
+_JSON_NAME = re.compile(r'"name"\s*:')
+_JSON_ARGS = re.compile(r'"(arguments|parameters)"\s*:')
 
 
 @dataclass
@@ -93,6 +97,8 @@ def invalid_calls(body: Mapping[str, Any], reply: EngineReply) -> list[str]:
             problems.append(f"{name}: arguments are not a JSON object")
     if any(tag in reply.content for tag in MARKUP):
         problems.append("tool-call markup written as text")
+    elif _JSON_NAME.search(reply.content) and _JSON_ARGS.search(reply.content):
+        problems.append("tool call written as JSON text")
     return problems
 
 

@@ -155,6 +155,9 @@ def test_streamed_tool_calls_are_read_and_checked() -> None:
     assert invalid_calls(TOOLS, broken) == ["intent__HassTurnOn: arguments are not a JSON object"]
     markup = parse_reply(sse({"choices": [{"delta": {"content": '<tool_call> {"name": "x"}'}}]}))
     assert invalid_calls(TOOLS, markup) == ["tool-call markup written as text"]
+    as_text = '{"name": "Temp-22", "arguments": {"type": "function"}}\n#'
+    json_text = parse_reply(sse({"choices": [{"delta": {"content": as_text}}]}))
+    assert invalid_calls(TOOLS, json_text) == ["tool call written as JSON text"]
     whole = parse_reply(json.dumps({"choices": [{"message": {"content": "Hi"}}]}).encode())
     assert (whole.content, whole.calls) == ("Hi", [])
 
