@@ -52,14 +52,17 @@ def pick(tasks: Sequence[Task], limit: int | None) -> list[Task]:
     return [tasks[int(i * step)] for i in range(limit)]
 
 
-def _engine_turn(proxy: RecordingProxy, since: int) -> tuple[list[str], list[str]]:
-    """Invalid and rejected tool calls in the chat requests recorded from ``since`` on."""
+def _engine_turn(proxy: RecordingProxy, since: int) -> tuple[list[str], list[str], list[str]]:
+    """Tools called, invalid and rejected calls, in the chat requests from ``since`` on."""
     chats = [r for r in proxy.records[since:] if r.path == "/v1/chat/completions"]
+    tools: list[str] = []
     invalid: list[str] = []
     for record in chats:
         if (raw := proxy.responses.get(record.seq)) is not None and record.status == 200:
-            invalid += invalid_calls(record.body, parse_reply(raw))
-    return invalid, rejected_calls(r.body for r in chats)
+            reply = parse_reply(raw)
+            tools += [name for name, _ in reply.calls]
+            invalid += invalid_calls(record.body, reply)
+    return tools, invalid, rejected_calls(r.body for r in chats)
 
 
 async def run_task(home: HomeStack, proxy: RecordingProxy, task: Task, mode: str) -> Outcome:
@@ -74,8 +77,8 @@ async def run_task(home: HomeStack, proxy: RecordingProxy, task: Task, mode: str
     except REQUEST_ERRORS as err:
         answer, error = Answer("", 0.0, "hearth"), f"{type(err).__name__}: {err}"
     after = await home.snapshot()
-    invalid, rejected = _engine_turn(proxy, since)
-    verdict = judge(task, before, after, answer.text)
+    tools, invalid, rejected = _engine_turn(proxy, since)
+    verdict = judge(task, before, after, answer.text, tools if answer.path == "hearth" else None)
     return Outcome(
         home=task.home,
         record=task.record,
@@ -85,6 +88,7 @@ async def run_task(home: HomeStack, proxy: RecordingProxy, task: Task, mode: str
         path=answer.path,
         reply=answer.text,
         reply_ms=round(answer.ms, 1),
+        tools=tools,
         invalid=invalid,
         rejected=rejected,
         why=verdict.why,

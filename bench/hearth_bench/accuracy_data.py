@@ -6,8 +6,9 @@ list) and ``tests``: each with ``sentences`` (each one request), an optional ``s
 (entity states that override the fixture's before the request), ``expect_changes``
 (the state and attribute changes the request must cause), ``ignore_changes``
 (attributes, or ``state``, allowed to change as well), ``expect_response`` (a substring,
-or a list of which one must appear in the reply) and ``context_device`` (the device the
-request comes from). Other files (``dataset_card.yaml``...) are skipped.
+or a list of which one must appear in the reply), ``expect_tool_call`` (a tool the model
+must call: ``tool_name``) and ``context_device`` (the device the request comes from).
+Other files (``dataset_card.yaml``...) are skipped.
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ class Task:
     ignore_changes: dict[str, set[str]]
     expect_response: tuple[str, ...]
     context_device: str | None
+    expect_tool: str | None = None  # expect_tool_call's tool_name
 
 
 @dataclass(frozen=True)
@@ -126,6 +128,7 @@ def _tasks(home: str, path: Path, rel: str, data: Mapping[str, Any]) -> Iterator
                 ignore_changes=_ignored(test.get("ignore_changes")),
                 expect_response=_responses(test.get("expect_response")),
                 context_device=test.get("context_device"),
+                expect_tool=(test.get("expect_tool_call") or {}).get("tool_name"),
             )
 
 

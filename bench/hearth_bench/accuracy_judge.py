@@ -11,13 +11,16 @@ Assistant reports only while it is on; a player's track metadata).
 A request that expects changes is also wrong when the reply says "Sorry" (as in the
 format's evaluation: that exact word, capitalised, which is what Assist says). A question
 (no ``expect_changes``) is right when nothing changed and the reply contains one of the
-``expect_response`` substrings (case-insensitive), if the test gives any.
+``expect_response`` substrings (case-insensitive), if the test gives any. With
+``expect_tool_call``, a request the model answered must also have called that tool (by
+name, or by the ``..__name`` form Home Assistant gives intent tools); Home Assistant's
+own matcher calls no tools, so its answers are judged by the rest.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -94,13 +97,21 @@ class Verdict:
     unexpected: dict[str, Any] = field(default_factory=dict)
 
 
+def called(wanted: str, tools: Sequence[str]) -> bool:
+    """``wanted`` is among the called tools, with or without a ``..__`` namespace."""
+    bare = wanted.rsplit("__", 1)[-1]
+    return any(tool.rsplit("__", 1)[-1] == bare for tool in tools)
+
+
 def judge(
     task: Task,
     before: Mapping[str, Mapping[str, Any]],
     after: Mapping[str, Mapping[str, Any]],
     reply: str,
+    tools: Sequence[str] | None = None,
 ) -> Verdict:
-    """Judge one request from the home's states before and after it, and its reply."""
+    """Judge one request from the home's states before and after it, its reply, and the
+    tools the model called (None: no model answered, Home Assistant's matcher did)."""
     expected = expected_states(before, task.expect_changes or {})
     unexpected = {}
     for entity_id in sorted(set(expected) | set(after)):
@@ -115,4 +126,6 @@ def judge(
         want.lower() in reply.lower() for want in task.expect_response
     ):
         why.append(f"the reply has none of {list(task.expect_response)}")
+    if task.expect_tool and tools is not None and not called(task.expect_tool, tools):
+        why.append(f"{task.expect_tool} was not called (called: {list(tools)})")
     return Verdict(not why, why, unexpected)

@@ -21,6 +21,7 @@ class Outcome:
     path: str  # "hearth" or "local" (Home Assistant's sentence matcher)
     reply: str
     reply_ms: float
+    tools: list[str] = field(default_factory=list)  # the tools the model called
     invalid: list[str] = field(default_factory=list)
     rejected: list[str] = field(default_factory=list)
     why: list[str] = field(default_factory=list)

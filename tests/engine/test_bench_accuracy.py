@@ -127,6 +127,21 @@ def test_questions_need_the_answer_and_no_change(tmp_path: Path) -> None:
     assert not judge(task, before, changed, "It is unlocked").correct
 
 
+def test_an_expected_tool_must_have_been_called(tmp_path: Path) -> None:
+    timer = (
+        "category: timer\ntests:\n  - sentences: [Start a timer]\n"
+        "    expect_tool_call: {tool_name: HassStartTimer}\n    expect_response: [started]\n"
+    )
+    (home,) = load_dataset(write_home(tmp_path / "t", timer))
+    (task,) = home.tasks
+    states = snapshot(light_lamp=("off", {}), lock_door=("locked", {}))
+    reply = "Timer started"
+    assert judge(task, states, states, reply, ["intent__HassStartTimer"]).correct
+    assert not judge(task, states, states, reply, []).correct  # said so, called nothing
+    assert judge(task, states, states, reply, None).correct  # HA's matcher answered
+    assert not judge(task, states, states, "Done", ["HassStartTimer"]).correct
+
+
 def test_values_compare_loosely() -> None:
     assert same(22, 22.0) and same("2", 2) and same([1, 2], (1, 2))
     assert not same(None, 0) and not same([1], "1")
@@ -178,7 +193,7 @@ def test_rejected_calls_come_from_tool_results() -> None:
 
 def test_the_report_has_the_promised_fields() -> None:
     def outcome(correct: bool, path: str, invalid: list[str], ms: float) -> Outcome:
-        return Outcome("h", "r.yaml", ["light"], "s", correct, path, "", ms, invalid)
+        return Outcome("h", "r.yaml", ["light"], "s", correct, path, "", ms, invalid=invalid)
 
     outcomes = [outcome(True, "local", [], 10), outcome(False, "hearth", ["x"], 300),
                 outcome(True, "hearth", [], 100)]  # fmt: skip
