@@ -1,5 +1,5 @@
 """``scripts/bench MODE ...``: ttft, concurrency, household, fuzz, load, faults, decode,
-agreement, models."""
+agreement, models, accuracy."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ MODES = {
     "decode": "hearth_bench.decode",
     "agreement": "hearth_bench.agreement",
     "models": "hearth_bench.models",
+    "accuracy": "hearth_bench.accuracy",
 }
 
 

@@ -4,6 +4,8 @@ Put between Home Assistant and the engine (``HEARTH_ENGINE_URL`` = the proxy), i
 what the Hearth plugin really sends: the pins (``PUT /v1/prefixes/{name}``) and the chat
 requests (``POST /v1/chat/completions``). Responses, streams included, pass through
 chunk by chunk, so the plugin behaves exactly as it does against the engine itself.
+With ``keep_responses``, the bytes of each recorded chat reply are kept too, by
+``seq`` (the accuracy benchmark reads the tool calls the engine produced from them).
 """
 
 from __future__ import annotations
@@ -43,6 +45,8 @@ class RecordingProxy:
     upstream: str
     port: int = field(default_factory=free_port)
     records: list[Recorded] = field(default_factory=list)
+    keep_responses: bool = False
+    responses: dict[int, bytes] = field(default_factory=dict)
     _runner: web.AppRunner | None = None
     _session: aiohttp.ClientSession | None = None
 
@@ -87,8 +91,11 @@ class RecordingProxy:
             data=raw or None,
             headers=headers,
         ) as upstream:
+            seq = None
             if self._wanted(request.method, request.path):
-                self._record(request, raw, arrived, upstream.status)
+                seq = self._record(request, raw, arrived, upstream.status)
+            keep = self.keep_responses and seq is not None and request.method == "POST"
+            kept = bytearray()
             response = web.StreamResponse(status=upstream.status)
             for key, value in upstream.headers.items():
                 if key.lower() not in _SKIPPED_HEADERS:
@@ -96,13 +103,17 @@ class RecordingProxy:
             try:
                 await response.prepare(request)
                 async for chunk in upstream.content.iter_any():
+                    if keep:
+                        kept += chunk
                     await response.write(chunk)
                 await response.write_eof()
             except ConnectionError:
                 pass  # the client went away (e.g. Home Assistant reloading the entry)
+            if keep and seq is not None:
+                self.responses[seq] = bytes(kept)
             return response
 
-    def _record(self, request: web.Request, raw: bytes, arrived: float, status: int) -> None:
+    def _record(self, request: web.Request, raw: bytes, arrived: float, status: int) -> int:
         try:
             body = json.loads(raw) if raw else {}
         except ValueError:
@@ -110,3 +121,4 @@ class RecordingProxy:
         self.records.append(
             Recorded(len(self.records), arrived, request.method, request.path, body, status)
         )
+        return len(self.records) - 1

@@ -6,6 +6,8 @@ On every start, from house.yaml:
 2. the demo entities are added on their platforms (in-memory state, obey services);
 3. the `demo` user, onboarding and a token file for scripts are ensured (access.py);
 4. once Home Assistant has started, Hearth is wired in when installed (wiring.py).
+A dataset home (`fixtures:`, a `_fixtures.yaml`) is built the same way (fixtures.py);
+`hearth_demo.set_states` resets its states between benchmark requests (states.py).
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from .const import DATA_HOUSE, DOMAIN, PLATFORMS
 from .house import async_build_house
 from .prompt import async_register_services
 from .schema import CONFIG_SCHEMA, house_from_config
+from .states import async_register_set_states
+from .timers import async_register_timer_devices
 from .wiring import async_wire_hearth
 
 __all__ = ["CONFIG_SCHEMA", "DOMAIN"]
@@ -34,7 +38,10 @@ _LOGGER = logging.getLogger(__name__)
 async def async_setup(hass: HomeAssistant, config: ConfigType) -> bool:
     """Build the demo house."""
     try:
-        house = house_from_config(config[DOMAIN], Path(hass.config.config_dir))
+        # In the executor: a dataset home's `_fixtures.yaml` is read from disk.
+        house = await hass.async_add_executor_job(
+            house_from_config, config[DOMAIN], Path(hass.config.config_dir)
+        )
     except probatio.Invalid as err:
         _LOGGER.error("Invalid demo house in house.yaml: %s", err)
         return False
@@ -49,6 +56,8 @@ async def async_setup(hass: HomeAssistant, config: ConfigType) -> bool:
         )
     await async_ensure_access(hass, house.access)
     async_register_services(hass)
+    async_register_set_states(hass)
+    async_register_timer_devices(hass, house.timer_devices)
 
     if house.hearth.enabled:
 

@@ -17,7 +17,6 @@ from homeassistant.helpers.entity_platform import AddEntitiesCallback
 from homeassistant.helpers.typing import ConfigType, DiscoveryInfoType
 
 from .entity import DemoEntity, add_demo_entities
-from .model import EntitySpec
 
 
 async def async_setup_platform(
@@ -43,13 +42,12 @@ class DemoThermostat(DemoEntity, ClimateEntity):
     _attr_min_temp = 7.0
     _attr_max_temp = 30.0
 
-    def __init__(self, spec: EntitySpec) -> None:
-        """Initial state from house.yaml."""
-        super().__init__(spec)
+    def apply_options(self, options: dict[str, Any]) -> None:
+        """State from house.yaml or a fixture."""
         self._attr_hvac_modes = [HVACMode.OFF, HVACMode.HEAT, HVACMode.COOL, HVACMode.AUTO]
-        self._attr_target_temperature = spec.options["target"]
-        self._attr_current_temperature = spec.options["current"]
-        self._attr_hvac_mode = HVACMode(spec.options["mode"])
+        self._attr_target_temperature = options["target"]
+        self._attr_current_temperature = options["current"]
+        self._attr_hvac_mode = HVACMode(options["mode"])
         self._last_on_mode = (
             self._attr_hvac_mode if self._attr_hvac_mode != HVACMode.OFF else HVACMode.HEAT
         )

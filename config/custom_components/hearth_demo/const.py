@@ -8,22 +8,29 @@ from homeassistant.const import Platform
 from homeassistant.util.hass_dict import HassKey
 
 if TYPE_CHECKING:
+    from .entity import DemoEntity
     from .model import House
 
 DOMAIN: Final = "hearth_demo"
 DATA_HOUSE: HassKey[House] = HassKey(DOMAIN)
+DATA_ENTITIES: HassKey[dict[str, DemoEntity]] = HassKey(f"{DOMAIN}_entities")
 
 # The assistant the demo entities are exposed to (Assist / conversation agents).
 ASSISTANT: Final = "conversation"
 
 PLATFORMS: Final = (
+    Platform.BINARY_SENSOR,
     Platform.CLIMATE,
     Platform.COVER,
+    Platform.FAN,
     Platform.LIGHT,
     Platform.LOCK,
     Platform.MEDIA_PLAYER,
     Platform.SENSOR,
     Platform.SWITCH,
+    Platform.TODO,
+    Platform.VACUUM,
+    Platform.VALVE,
 )
 
 # Hearth wiring.
@@ -40,3 +47,4 @@ TOKEN_CLIENT_NAME: Final = "Hearth scripts"
 TOKEN_LIFETIME_DAYS: Final = 3650
 
 SERVICE_RENDER_PROMPT: Final = "render_prompt"
+SERVICE_SET_STATES: Final = "set_states"

@@ -16,7 +16,6 @@ from homeassistant.helpers.entity_platform import AddEntitiesCallback
 from homeassistant.helpers.typing import ConfigType, DiscoveryInfoType
 
 from .entity import DemoEntity, add_demo_entities
-from .model import EntitySpec
 
 OPEN_CLOSE_ONLY = {CoverDeviceClass.DOOR, CoverDeviceClass.GARAGE, CoverDeviceClass.GATE}
 
@@ -34,16 +33,18 @@ async def async_setup_platform(
 class DemoCover(DemoEntity, CoverEntity):
     """A cover that reaches its position at once (0 = closed, 100 = open)."""
 
-    def __init__(self, spec: EntitySpec) -> None:
-        """Initial state from house.yaml."""
-        super().__init__(spec)
-        self._attr_device_class = CoverDeviceClass(spec.options["device_class"])
+    def apply_options(self, options: dict[str, Any]) -> None:
+        """State from house.yaml or a fixture."""
+        self._attr_device_class = CoverDeviceClass(options["device_class"])
         features = CoverEntityFeature.OPEN | CoverEntityFeature.CLOSE | CoverEntityFeature.STOP
-        self._position: int = spec.options["position"]
-        if self._attr_device_class in OPEN_CLOSE_ONLY:
-            self._position = 100 if self._position else 0
-        else:
+        self._position: int = options["position"]
+        settable = options.get("set_position")
+        if settable is None:
+            settable = self._attr_device_class not in OPEN_CLOSE_ONLY
+        if settable:
             features |= CoverEntityFeature.SET_POSITION
+        else:
+            self._position = 100 if self._position else 0
         self._attr_supported_features = features
 
     @property

@@ -36,7 +36,7 @@ def _ensure_floor(registry: fr.FloorRegistry, spec: FloorSpec) -> str:
 
 
 @callback
-def _ensure_area(registry: ar.AreaRegistry, spec: AreaSpec, floor_id: str) -> str:
+def _ensure_area(registry: ar.AreaRegistry, spec: AreaSpec, floor_id: str | None) -> str:
     aliases = set(spec.aliases)
     area = registry.async_get_area_by_name(spec.name)
     if area is None:
@@ -47,13 +47,13 @@ def _ensure_area(registry: ar.AreaRegistry, spec: AreaSpec, floor_id: str) -> st
 
 
 @callback
-def _ensure_entity(registry: er.EntityRegistry, spec: EntitySpec, area_id: str) -> str:
+def _ensure_entity(registry: er.EntityRegistry, spec: EntitySpec, area_id: str | None) -> str:
     """Create the registry entry before the entity exists, then set its area and aliases."""
     entry = registry.async_get_or_create(
         spec.platform,
         DOMAIN,
         spec.unique_id,
-        suggested_object_id=slugify(spec.name),
+        suggested_object_id=spec.object_id or slugify(spec.name),
         original_name=spec.name,
     )
     # The computed name first (what the UI shows), then the extra names from house.yaml.
@@ -81,12 +81,14 @@ def async_build_house(hass: HomeAssistant, house: House) -> list[str]:
     """Make the registries match the house; return the entity ids exposed to Assist."""
     floor_ids = {spec.name: _ensure_floor(fr.async_get(hass), spec) for spec in house.floors}
     area_ids = {
-        spec.name: _ensure_area(ar.async_get(hass), spec, floor_ids[spec.floor])
+        spec.name: _ensure_area(ar.async_get(hass), spec, floor_ids.get(spec.floor or ""))
         for spec in house.areas
     }
     registry = er.async_get(hass)
     removed = _remove_stale_entities(registry, house)
-    entity_ids = [_ensure_entity(registry, spec, area_ids[spec.area]) for spec in house.entities]
+    entity_ids = [
+        _ensure_entity(registry, spec, area_ids.get(spec.area or "")) for spec in house.entities
+    ]
     for entity_id in entity_ids:
         async_expose_entity(hass, ASSISTANT, entity_id, True)
     _LOGGER.info(

@@ -17,7 +17,6 @@ from homeassistant.helpers.entity_platform import AddEntitiesCallback
 from homeassistant.helpers.typing import ConfigType, DiscoveryInfoType
 
 from .entity import DemoEntity, add_demo_entities
-from .model import EntitySpec
 
 WARM_WHITE_K = 2700
 
@@ -38,10 +37,8 @@ class DemoLight(DemoEntity, LightEntity):
     _attr_min_color_temp_kelvin = 2000
     _attr_max_color_temp_kelvin = 6500
 
-    def __init__(self, spec: EntitySpec) -> None:
-        """Initial state from house.yaml."""
-        super().__init__(spec)
-        options = spec.options
+    def apply_options(self, options: dict[str, Any]) -> None:
+        """State from house.yaml or a fixture."""
         self._attr_is_on = options["is_on"]
         if options["color"]:
             self._attr_supported_color_modes = {ColorMode.COLOR_TEMP, ColorMode.HS}
@@ -54,8 +51,11 @@ class DemoLight(DemoEntity, LightEntity):
         else:
             self._attr_supported_color_modes = {ColorMode.ONOFF}
             self._attr_color_mode = ColorMode.ONOFF
+        self._attr_brightness = None
         if self._attr_color_mode != ColorMode.ONOFF:
-            self._attr_brightness = round(options["brightness"] * 255 / 100)
+            self._attr_brightness = options.get("raw_brightness") or round(
+                options["brightness"] * 255 / 100
+            )
 
     async def async_turn_on(self, **kwargs: Any) -> None:
         """Turn on, with brightness or colour when given."""

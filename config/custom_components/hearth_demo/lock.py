@@ -11,7 +11,6 @@ from homeassistant.helpers.entity_platform import AddEntitiesCallback
 from homeassistant.helpers.typing import ConfigType, DiscoveryInfoType
 
 from .entity import DemoEntity, add_demo_entities
-from .model import EntitySpec
 
 
 async def async_setup_platform(
@@ -27,10 +26,9 @@ async def async_setup_platform(
 class DemoLock(DemoEntity, LockEntity):
     """A lock that locks and unlocks at once."""
 
-    def __init__(self, spec: EntitySpec) -> None:
-        """Initial state from house.yaml."""
-        super().__init__(spec)
-        self._attr_is_locked = spec.options["locked"]
+    def apply_options(self, options: dict[str, Any]) -> None:
+        """State from house.yaml or a fixture."""
+        self._attr_is_locked = options["locked"]
 
     async def async_lock(self, **kwargs: Any) -> None:
         """Lock."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from homeassistant.components.media_player import (
     MediaPlayerDeviceClass,
@@ -17,7 +18,6 @@ from homeassistant.helpers.entity_platform import AddEntitiesCallback
 from homeassistant.helpers.typing import ConfigType, DiscoveryInfoType
 
 from .entity import DemoEntity, add_demo_entities
-from .model import EntitySpec
 
 VOLUME_STEP = 0.05
 
@@ -76,10 +76,8 @@ class DemoMediaPlayer(DemoEntity, MediaPlayerEntity):
 
     _attr_volume_step = VOLUME_STEP
 
-    def __init__(self, spec: EntitySpec) -> None:
-        """Initial state from house.yaml."""
-        super().__init__(spec)
-        options = spec.options
+    def apply_options(self, options: dict[str, Any]) -> None:
+        """State from house.yaml or a fixture."""
         self._attr_device_class = MediaPlayerDeviceClass(options["device_class"])
         self._attr_state = MediaPlayerState(options["state"])
         self._attr_volume_level = options["volume"] / 100
@@ -95,13 +93,18 @@ class DemoMediaPlayer(DemoEntity, MediaPlayerEntity):
         )
         self._playlist = MUSIC if is_music else SHOWS
         self._attr_media_content_type = MediaType.MUSIC if is_music else MediaType.TVSHOW
-        self._index = 0
+        self._index = (options["track"] - 1) % len(self._playlist)
 
     @property
     def _track(self) -> Track | None:
         if self.state in (MediaPlayerState.PLAYING, MediaPlayerState.PAUSED):
             return self._playlist[self._index]
         return None
+
+    @property
+    def media_track(self) -> int | None:
+        """Position in the playlist (1-based)."""
+        return self._index + 1 if self._track else None
 
     @property
     def media_title(self) -> str | None:

@@ -16,9 +16,10 @@ class EntitySpec:
     platform: Platform
     unique_id: str
     name: str
-    area: str
+    area: str | None
     aliases: tuple[str, ...] = ()
     options: dict[str, Any] = field(default_factory=dict)
+    object_id: str | None = None  # the entity id's object part (fixtures fix it)
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,7 +27,7 @@ class AreaSpec:
     """An area on a floor."""
 
     name: str
-    floor: str
+    floor: str | None
     aliases: tuple[str, ...] = ()
     icon: str | None = None
 
@@ -58,6 +59,7 @@ class HearthSpec:
     enabled: bool
     engine_url: str
     set_pipeline: bool
+    prefer_local: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +71,7 @@ class House:
     entities: tuple[EntitySpec, ...]
     access: AccessSpec
     hearth: HearthSpec
+    timer_devices: tuple[str, ...] = ()  # device ids that take timers (fixture devices)
 
     def entities_of(self, platform: Platform) -> list[EntitySpec]:
         """Return the entity specs of one platform, in file order."""

@@ -19,11 +19,13 @@ from .const import (
     DOMAIN,
     ENV_ENGINE_URL,
 )
+from .fixtures import load_fixture_home
 from .model import AccessSpec, AreaSpec, EntitySpec, FloorSpec, HearthSpec, House
 from .sensor import KINDS as SENSOR_KINDS
 
 CONF_ALIASES = "aliases"
 CONF_AREAS = "areas"
+CONF_FIXTURES = "fixtures"
 CONF_FLOORS = "floors"
 CONF_ICON = "icon"
 CONF_ID = "id"
@@ -59,6 +61,10 @@ PLATFORM_FIELDS: dict[Platform, dict[Any, Any]] = {
         ),
         probatio.Optional("dimmable", default=True): cv.boolean,
         probatio.Optional("color", default=False): cv.boolean,
+        # Home Assistant's own 1-255 scale (fixtures); wins over `brightness`.
+        probatio.Optional("raw_brightness"): probatio.All(
+            probatio.Coerce(int), probatio.Range(min=1, max=255)
+        ),
     },
     Platform.SWITCH: {
         probatio.Optional("is_on", default=False): cv.boolean,
@@ -69,6 +75,8 @@ PLATFORM_FIELDS: dict[Platform, dict[Any, Any]] = {
             ["awning", "blind", "curtain", "door", "garage", "gate", "shade", "shutter", "window"]
         ),
         probatio.Optional("position", default=100): PERCENT,
+        # None: by device class (garages, doors and gates only open and close).
+        probatio.Optional("set_position", default=None): probatio.Any(None, cv.boolean),
     },
     Platform.CLIMATE: {
         probatio.Optional("target", default=20.0): TEMPERATURE,
@@ -76,8 +84,11 @@ PLATFORM_FIELDS: dict[Platform, dict[Any, Any]] = {
         probatio.Optional("mode", default="heat"): one_of("heat", "cool", "auto", "off"),
     },
     Platform.SENSOR: {
-        probatio.Required("kind"): probatio.In(sorted(SENSOR_KINDS)),
-        probatio.Required("value"): probatio.Coerce(float),
+        # house.yaml names a kind; fixtures give Home Assistant's device class and unit.
+        probatio.Optional("kind"): probatio.In(sorted(SENSOR_KINDS)),
+        probatio.Required("value"): probatio.Any(probatio.Coerce(float), cv.string),
+        probatio.Optional("device_class"): cv.string,
+        probatio.Optional("unit"): cv.string,
     },
     Platform.MEDIA_PLAYER: {
         probatio.Optional("device_class", default="speaker"): probatio.In(
@@ -86,11 +97,52 @@ PLATFORM_FIELDS: dict[Platform, dict[Any, Any]] = {
         probatio.Optional("state", default="idle"): one_of("off", "idle", "playing", "paused"),
         probatio.Optional("volume", default=30): PERCENT,
         probatio.Optional("sources", default=[]): probatio.All(cv.ensure_list, [cv.string]),
+        probatio.Optional("track", default=1): probatio.All(
+            probatio.Coerce(int), probatio.Range(min=1)
+        ),
     },
     Platform.LOCK: {
         probatio.Optional("locked", default=True): cv.boolean,
     },
+    Platform.FAN: {
+        probatio.Optional("is_on", default=False): cv.boolean,
+        probatio.Optional("percentage", default=0): PERCENT,
+        probatio.Optional("oscillating", default=False): cv.boolean,
+        probatio.Optional("set_speed", default=True): cv.boolean,
+        probatio.Optional("oscillate", default=False): cv.boolean,
+    },
+    Platform.VALVE: {
+        probatio.Optional("position", default=0): PERCENT,
+        probatio.Optional("set_position", default=True): cv.boolean,
+        probatio.Optional("device_class", default="water"): probatio.In(["water", "gas"]),
+    },
+    Platform.VACUUM: {
+        probatio.Optional("state", default="docked"): probatio.In(
+            ["cleaning", "docked", "idle", "paused", "returning", "error"]
+        ),
+    },
+    Platform.TODO: {
+        probatio.Optional("items", default=[]): [
+            probatio.Schema(
+                {
+                    probatio.Required("summary"): cv.string,
+                    probatio.Optional("status", default="needs_action"): probatio.In(
+                        ["needs_action", "completed"]
+                    ),
+                }
+            )
+        ],
+    },
+    Platform.BINARY_SENSOR: {
+        probatio.Optional("is_on", default=False): cv.boolean,
+        probatio.Optional("device_class"): cv.string,
+    },
 }
+
+
+def validate_options(platform: Platform, options: dict[str, Any]) -> dict[str, Any]:
+    """A platform's options with their defaults filled in; raises probatio.Invalid."""
+    return dict(probatio.Schema(PLATFORM_FIELDS[platform])(options))
 
 
 def _entity_schema(platform: Platform) -> probatio.All:
@@ -139,6 +191,8 @@ HEARTH_SCHEMA = probatio.Schema(
         probatio.Optional("enabled", default=True): cv.boolean,
         probatio.Optional("engine_url"): cv.url,
         probatio.Optional("set_pipeline", default=True): cv.boolean,
+        # Assist's built-in sentence matcher answers plain commands first (README).
+        probatio.Optional("prefer_local", default=True): cv.boolean,
     }
 )
 
@@ -146,7 +200,9 @@ HOUSE_SCHEMA = probatio.Schema(
     {
         probatio.Optional("user", default={}): USER_SCHEMA,
         probatio.Optional("hearth", default={}): HEARTH_SCHEMA,
-        probatio.Required(CONF_FLOORS): [FLOOR_SCHEMA],
+        probatio.Optional(CONF_FLOORS, default=[]): [FLOOR_SCHEMA],
+        # A dataset home (`_fixtures.yaml`, relative to config/): built alongside the floors.
+        probatio.Optional(CONF_FIXTURES): cv.string,
     }
 )
 
@@ -198,6 +254,14 @@ def house_from_config(conf: dict[str, Any], config_dir: Path) -> House:
                         EntitySpec(platform, unique_id, name, area[CONF_NAME], aliases, options)
                     )
 
+    timer_devices: tuple[str, ...] = ()
+    if fixture := conf.get(CONF_FIXTURES):
+        home = load_fixture_home(config_dir / fixture, validate_options)
+        floors += home.floors
+        areas += home.areas
+        entities += home.entities
+        timer_devices = home.devices
+
     _unique("floor", [floor.name for floor in floors])
     _unique("area", [area.name for area in areas])
     _unique("entity", [f"{spec.platform}.{spec.unique_id}" for spec in entities])
@@ -219,5 +283,7 @@ def house_from_config(conf: dict[str, Any], config_dir: Path) -> House:
             engine_url=hearth.get("engine_url")
             or os.environ.get(ENV_ENGINE_URL, DEFAULT_ENGINE_URL),
             set_pipeline=hearth["set_pipeline"],
+            prefer_local=hearth["prefer_local"],
         ),
+        timer_devices=timer_devices,
     )

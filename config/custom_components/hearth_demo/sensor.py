@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
+from typing import Any
 
 from homeassistant.components.sensor import SensorDeviceClass, SensorEntity, SensorStateClass
 from homeassistant.const import (
@@ -23,7 +25,6 @@ from homeassistant.helpers.entity_platform import AddEntitiesCallback
 from homeassistant.helpers.typing import ConfigType, DiscoveryInfoType
 
 from .entity import DemoEntity, add_demo_entities
-from .model import EntitySpec
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,14 +67,25 @@ async def async_setup_platform(
 
 
 class DemoSensor(DemoEntity, SensorEntity):
-    """A sensor that reads what house.yaml says."""
+    """A sensor that reads what house.yaml (a kind) or a fixture (class and unit) says."""
 
-    def __init__(self, spec: EntitySpec) -> None:
-        """Describe the reading from its kind."""
-        super().__init__(spec)
-        kind = KINDS[spec.options["kind"]]
-        self._attr_device_class = kind.device_class
-        self._attr_native_unit_of_measurement = kind.unit
-        self._attr_state_class = kind.state_class
-        self._attr_suggested_display_precision = kind.precision
-        self._attr_native_value = spec.options["value"]
+    def apply_options(self, options: dict[str, Any]) -> None:
+        """Describe the reading from its kind, or from the fixture's class and unit."""
+        value = options["value"]
+        if kind_name := options.get("kind"):
+            kind = KINDS[kind_name]
+            self._attr_device_class = kind.device_class
+            self._attr_native_unit_of_measurement = kind.unit
+            self._attr_state_class = kind.state_class
+            self._attr_suggested_display_precision = kind.precision
+            self._attr_native_value = float(value)
+            return
+        self._attr_device_class = None
+        self._attr_native_unit_of_measurement = None
+        self._attr_state_class = None
+        self._attr_native_value = value if value != "" else None
+        if isinstance(value, float):  # only numbers may carry a class and a unit
+            with contextlib.suppress(ValueError):
+                self._attr_device_class = SensorDeviceClass(options.get("device_class", ""))
+            self._attr_native_unit_of_measurement = options.get("unit")
+            self._attr_state_class = SensorStateClass.MEASUREMENT

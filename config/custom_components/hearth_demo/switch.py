@@ -11,7 +11,6 @@ from homeassistant.helpers.entity_platform import AddEntitiesCallback
 from homeassistant.helpers.typing import ConfigType, DiscoveryInfoType
 
 from .entity import DemoEntity, add_demo_entities
-from .model import EntitySpec
 
 
 async def async_setup_platform(
@@ -27,11 +26,10 @@ async def async_setup_platform(
 class DemoSwitch(DemoEntity, SwitchEntity):
     """A switch or an outlet."""
 
-    def __init__(self, spec: EntitySpec) -> None:
-        """Initial state from house.yaml."""
-        super().__init__(spec)
-        self._attr_is_on = spec.options["is_on"]
-        self._attr_device_class = SwitchDeviceClass(spec.options["device_class"])
+    def apply_options(self, options: dict[str, Any]) -> None:
+        """State from house.yaml or a fixture."""
+        self._attr_is_on = options["is_on"]
+        self._attr_device_class = SwitchDeviceClass(options["device_class"])
 
     async def async_turn_on(self, **kwargs: Any) -> None:
         """Turn on."""

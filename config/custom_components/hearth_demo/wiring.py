@@ -96,13 +96,26 @@ def _hearth_agent_exists(hass: HomeAssistant) -> bool:
     )
 
 
-async def _async_set_pipeline_agent(hass: HomeAssistant, agent: str) -> None:
-    """Make `agent` the conversation agent of the preferred Assist pipeline."""
+async def _async_set_pipeline_agent(
+    hass: HomeAssistant, agent: str, prefer_local: bool = True
+) -> None:
+    """Make `agent` the conversation agent of the preferred Assist pipeline.
+
+    With `prefer_local`, Home Assistant's own sentence matcher answers the commands it
+    understands first (instantly and exactly); the agent gets the rest.
+    """
     pipeline = async_get_pipeline(hass)
-    if pipeline.conversation_engine == agent:
+    if (pipeline.conversation_engine, pipeline.prefer_local_intents) == (agent, prefer_local):
         return
-    await async_update_pipeline(hass, pipeline, conversation_engine=agent)
-    _LOGGER.info("Assist pipeline %r now answers with %s", pipeline.name, agent)
+    await async_update_pipeline(
+        hass, pipeline, conversation_engine=agent, prefer_local_intents=prefer_local
+    )
+    _LOGGER.info(
+        "Assist pipeline %r now answers with %s (local commands first: %s)",
+        pipeline.name,
+        agent,
+        prefer_local,
+    )
 
 
 async def _async_wire(hass: HomeAssistant, spec: HearthSpec) -> bool:
@@ -144,6 +157,6 @@ async def async_wire_hearth(hass: HomeAssistant, spec: HearthSpec) -> None:
     if not spec.set_pipeline:
         return
     if hearth_ready:
-        await _async_set_pipeline_agent(hass, HEARTH_AGENT)
+        await _async_set_pipeline_agent(hass, HEARTH_AGENT, spec.prefer_local)
     elif async_get_pipeline(hass).conversation_engine == HEARTH_AGENT:
         await _async_set_pipeline_agent(hass, HOME_ASSISTANT_AGENT)

@@ -1,0 +1,194 @@
+"""``scripts/bench accuracy``: does the house do what was asked? Through real Home Assistant.
+
+A home-control dataset in the public format of allenporter/home-assistant-datasets
+(accuracy_data.py) runs through the whole product: one engine, a recording proxy in
+front of it, and per home a real Home Assistant whose demo integration builds the home
+from its ``_fixtures.yaml`` (accuracy_home.py). Before each sentence the home is reset
+to the fixture's states plus the test's ``setup``; after it, the states are judged
+(accuracy_judge.py) and the engine's replies checked for invalid tool calls
+(accuracy_calls.py).
+
+Modes: ``llm`` sends every sentence to the Hearth agent; ``pipeline`` runs Assist's
+pipeline with "prefer handling commands locally" (Home Assistant's sentence matcher
+first, Hearth for the rest) and reports which path answered.
+
+    scripts/bench accuracy --dataset bench/datasets/hearth-house --mode llm --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import signal
+import sys
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from .accuracy_calls import invalid_calls, parse_reply, rejected_calls
+from .accuracy_data import Home, Task, load_dataset
+from .accuracy_home import REQUEST_ERRORS, Answer, HomeStack
+from .accuracy_judge import judge
+from .accuracy_report import Outcome, print_report, summarize
+from .common import model_spec
+from .proxy import RecordingProxy
+from .server import EngineProcess
+
+MODES = ("llm", "pipeline")
+OnOutcome = Callable[[Outcome], None]
+
+
+def pick(tasks: Sequence[Task], limit: int | None) -> list[Task]:
+    """All tasks, or ``limit`` of them spread evenly over the list (every category)."""
+    if limit is None or limit >= len(tasks):
+        return list(tasks)
+    if limit <= 0:
+        return []
+    step = len(tasks) / limit
+    return [tasks[int(i * step)] for i in range(limit)]
+
+
+def _engine_turn(proxy: RecordingProxy, since: int) -> tuple[list[str], list[str], list[str]]:
+    """Tools called, invalid and rejected calls, in the chat requests from ``since`` on."""
+    chats = [r for r in proxy.records[since:] if r.path == "/v1/chat/completions"]
+    tools: list[str] = []
+    invalid: list[str] = []
+    for record in chats:
+        if (raw := proxy.responses.get(record.seq)) is not None and record.status == 200:
+            reply = parse_reply(raw)
+            tools += [name for name, _ in reply.calls]
+            invalid += invalid_calls(record.body, reply)
+    return tools, invalid, rejected_calls(r.body for r in chats)
+
+
+async def run_task(home: HomeStack, proxy: RecordingProxy, task: Task, mode: str) -> Outcome:
+    """Reset, ask, judge one sentence."""
+    await home.reset(home.home.states_for(task))
+    before = await home.snapshot()
+    since = len(proxy.records)
+    ask = home.ask_agent if mode == "llm" else home.ask_pipeline
+    error = None
+    try:
+        answer = await ask(task.sentence, task.context_device)
+    except REQUEST_ERRORS as err:
+        answer, error = Answer("", 0.0, "hearth"), f"{type(err).__name__}: {err}"
+    after = await home.snapshot()
+    tools, invalid, rejected = _engine_turn(proxy, since)
+    verdict = judge(task, before, after, answer.text, tools if answer.path == "hearth" else None)
+    return Outcome(
+        home=task.home,
+        record=task.record,
+        categories=list(task.categories),
+        sentence=task.sentence,
+        correct=verdict.correct and error is None,
+        path=answer.path,
+        reply=answer.text,
+        reply_ms=round(answer.ms, 1),
+        tools=tools,
+        invalid=invalid,
+        rejected=rejected,
+        why=verdict.why,
+        error=error,
+    )
+
+
+async def run_home(
+    workdir: Path,
+    home: Home,
+    tasks: list[Task],
+    engine: EngineProcess,
+    mode: str,
+    on_outcome: OnOutcome | None = None,
+) -> list[Outcome]:
+    proxy = await RecordingProxy(engine.url, keep_responses=True).start()
+    stack = HomeStack(workdir, home, engine, proxy.url)
+    outcomes = []
+    try:
+        await stack.start()
+        for n, task in enumerate(tasks, 1):
+            outcome = await run_task(stack, proxy, task, mode)
+            mark = "ok " if outcome.correct else "BAD"
+            print(f"[{home.name} {n}/{len(tasks)}] {mark} {outcome.path:6} "
+                  f"{outcome.reply_ms:7.0f} ms  {task.sentence}", file=sys.stderr)  # fmt: skip
+            outcomes.append(outcome)
+            if on_outcome is not None:
+                on_outcome(outcome)
+    finally:
+        await stack.stop()
+        await proxy.stop()
+    return outcomes
+
+
+async def run(
+    dataset: Path,
+    mode: str,
+    model: str,
+    workdir: Path,
+    limit: int | None = None,
+    engine_args: Sequence[str] = (),
+    on_outcome: OnOutcome | None = None,
+) -> tuple[dict[str, Any], list[Outcome]]:
+    """Run the dataset; the report object and the per-request outcomes (each also passed
+    to ``on_outcome`` as soon as it is known)."""
+    homes = load_dataset(dataset)
+    tasks = pick([t for h in homes for t in h.tasks], limit)
+    args = ["--model", model_spec(model), *engine_args]
+    engine = EngineProcess(args, workdir / "engine.log").start()
+    outcomes: list[Outcome] = []
+    try:
+        for home in homes:
+            mine = [t for t in tasks if t.home == home.name]
+            if mine:
+                outcomes += await run_home(
+                    workdir / home.name, home, mine, engine, mode, on_outcome
+                )
+    finally:
+        engine.stop()
+    return summarize(outcomes, mode, model, str(dataset)), outcomes
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="scripts/bench accuracy",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--dataset", type=Path, required=True, help="a home or a folder of homes")
+    parser.add_argument("--mode", choices=MODES, default="llm")
+    parser.add_argument("--model", default="default", help="default, tiny-tools or a folder")
+    parser.add_argument("--dtype", default="auto")
+    parser.add_argument("--limit", type=int, default=None, help="sentences, spread evenly")
+    parser.add_argument("--json", type=Path, default=None, help="write the report object here")
+    parser.add_argument(
+        "--outcomes", type=Path, default=None, help="per-sentence JSON lines, written as they come"
+    )
+    parser.add_argument("--workdir", type=Path, default=None, help="keep logs and configs here")
+    args = parser.parse_args(argv)
+    engine_args = ["--dtype", args.dtype]
+    # SIGTERM unwinds like Ctrl-C, so the engine and Home Assistant are stopped too.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    with contextlib.ExitStack() as stack:
+        workdir = args.workdir or Path(
+            stack.enter_context(tempfile.TemporaryDirectory(prefix="hearth-accuracy-"))
+        )
+        workdir.mkdir(parents=True, exist_ok=True)
+        sink = stack.enter_context(args.outcomes.open("w")) if args.outcomes else None
+
+        def write(outcome: Outcome) -> None:
+            if sink is not None:
+                sink.write(json.dumps(asdict(outcome)) + "\n")
+                sink.flush()
+
+        report, outcomes = asyncio.run(
+            run(args.dataset, args.mode, args.model, workdir, args.limit, engine_args, write)
+        )
+    print_report(report, outcomes)
+    if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(report, indent=2) + "\n")
+        print(f"wrote {args.json}")
+    return 1 if report["errors"] else 0

@@ -1,0 +1,147 @@
+"""One dataset home in a real Home Assistant, with Hearth wired in, and how to ask it.
+
+The demo stack's Home Assistant (stack.py) runs from a private copy of ``config/``
+whose ``house.yaml`` is replaced: no demo floors, the home's ``_fixtures.yaml`` instead
+(``hearth_demo`` builds it: areas, entities with the fixture's ids and states), Hearth
+pointed at the engine (through the recording proxy) and the preferred Assist pipeline
+on Hearth with "prefer handling commands locally". The engine is shared by all homes.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from .accuracy_data import Home
+from .server import EngineProcess
+from .stack import Stack
+
+AGENT = "conversation.hearth"
+
+
+def house_yaml(fixtures: Path, engine_url: str) -> str:
+    """The demo integration's config for a dataset home (JSON is YAML)."""
+    import json
+
+    return json.dumps(
+        {
+            "hearth": {"engine_url": engine_url, "set_pipeline": True, "prefer_local": True},
+            "fixtures": str(fixtures.resolve()),
+        }
+    )
+
+
+@dataclass
+class Answer:
+    """A reply, how long it took, and which path answered (``local``: HA's matcher)."""
+
+    text: str
+    ms: float
+    path: str
+
+
+class HomeStack:
+    """Home Assistant for one home, sharing ``engine``; requests go in over HTTP/WS."""
+
+    def __init__(self, workdir: Path, home: Home, engine: EngineProcess, engine_url: str):
+        self.home = home
+        self.stack = Stack(workdir, [], engine_url=engine_url)
+        self.stack.engine = engine  # shared: never started or stopped here
+        (workdir / "config" / "house.yaml").write_text(house_yaml(home.fixtures, engine_url))
+
+    async def start(self, timeout: float = 600) -> HomeStack:
+        """Start Home Assistant; return once Hearth's agent and pipeline are wired."""
+        self.stack.ha.start()
+        await self.stack.wait_for(lambda: self.stack.find_state(AGENT), timeout=timeout)
+        await self.stack.wait_for(self._pipeline_wired, timeout=timeout)
+        await self.stack.wait_for(self._pinned, timeout=timeout, interval=1)
+        return self
+
+    async def stop(self) -> None:
+        await self.stack.close()
+        self.stack.ha.stop()
+
+    async def _pipeline_wired(self) -> bool:
+        (result,) = await self.stack.ws({"type": "assist_pipeline/pipeline/list"})
+        data = result["result"]
+        preferred = next(p for p in data["pipelines"] if p["id"] == data["preferred_pipeline"])
+        return bool(preferred["conversation_engine"] == AGENT and preferred["prefer_local_intents"])
+
+    async def _pinned(self) -> bool:
+        pins = (await self.stack.engine_get("/v1/prefixes"))["data"]
+        return bool(pins) and all(p["state"] == "ready" for p in pins)
+
+    # -- state ---------------------------------------------------------------------------
+    async def reset(self, states: dict[str, dict[str, Any]]) -> None:
+        """Put every entity of the home in the given fixture states."""
+        await self.stack.api("POST", "/api/services/hearth_demo/set_states", {"states": states})
+
+    async def snapshot(self) -> dict[str, dict[str, Any]]:
+        """The home's entities as ``{entity_id: {state, attributes}}``."""
+        states = await self.stack.api("GET", "/api/states")
+        return {
+            s["entity_id"]: {"state": s["state"], "attributes": s["attributes"]}
+            for s in states
+            if s["entity_id"] in self.home.entities
+        }
+
+    # -- requests ------------------------------------------------------------------------
+    async def ask_agent(self, text: str, device_id: str | None) -> Answer:
+        """Straight to the Hearth agent (``llm`` mode)."""
+        extra = {"device_id": device_id} if device_id else {}
+        started = time.perf_counter()
+        result = await self.stack.converse(text, agent_id=AGENT, **extra)
+        ms = (time.perf_counter() - started) * 1000
+        return Answer(_speech(result), ms, "hearth")
+
+    async def ask_pipeline(self, text: str, device_id: str | None) -> Answer:
+        """Through the preferred Assist pipeline, text in, intent out (``pipeline`` mode)."""
+        session = await self.stack._session()
+        message = {
+            "id": 1,
+            "type": "assist_pipeline/run",
+            "start_stage": "intent",
+            "end_stage": "intent",
+            "input": {"text": text},
+            "device_id": device_id,
+        }
+        started = time.perf_counter()
+        end: dict[str, Any] | None = None
+        async with session.ws_connect(f"{self.stack.ha.url}/api/websocket") as socket:
+            await socket.receive_json()
+            await socket.send_json({"type": "auth", "access_token": self.stack.ha.token})
+            await socket.receive_json()
+            await socket.send_json(message)
+            while True:
+                event = await socket.receive_json()
+                if event.get("type") == "result" and not event.get("success"):
+                    raise PipelineError(str(event.get("error")))
+                kind = (event.get("event") or {}).get("type")
+                data = (event.get("event") or {}).get("data") or {}
+                if kind == "intent-end":
+                    end = data
+                elif kind == "error":
+                    raise PipelineError(f"{data.get('code')}: {data.get('message')}")
+                elif kind == "run-end":
+                    break
+        ms = (time.perf_counter() - started) * 1000
+        if end is None:
+            raise PipelineError("the pipeline ended without an intent")
+        path = "local" if end.get("processed_locally") else "hearth"
+        return Answer(_speech(end.get("intent_output") or {}), ms, path)
+
+
+class PipelineError(RuntimeError):
+    """The Assist pipeline reported an error event."""
+
+
+def _speech(result: dict[str, Any]) -> str:
+    speech = ((result.get("response") or {}).get("speech") or {}).get("plain") or {}
+    return str(speech.get("speech") or "")
+
+
+REQUEST_ERRORS = (aiohttp.ClientError, TimeoutError, PipelineError, ValueError)
