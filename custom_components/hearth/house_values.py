@@ -7,7 +7,9 @@ pinned prefix stays byte-identical; a small model then cannot call ``HassTurnOn`
 
 Only Home Assistant's own intent tools that target entities are narrowed
 (``argument_tools``): a timer's ``name`` is free text, and a script tool's arguments are
-whatever its author chose.
+whatever its author chose. Intents that act on one domain (``HassListAddItem`` on to-do
+lists, ``HassClimateSetTemperature`` on thermostats, ...) get only that domain's names
+(``Tool.name`` keys): the default model otherwise added items to a light, and looped.
 """
 
 from __future__ import annotations
@@ -26,6 +28,26 @@ from homeassistant.helpers import floor_registry as fr
 HOUSE_ARGUMENTS = ("name", "area", "floor", "domain")
 MAX_VALUES = 10_000  # the engine's limit per argument
 MAX_VALUE_LEN = 256
+# Intents whose ``name`` is an entity of one domain (HA's intent handlers, 2026.10).
+DOMAIN_INTENTS: dict[str, str] = {
+    "HassListAddItem": "todo",
+    "HassListCompleteItem": "todo",
+    "HassClimateSetTemperature": "climate",
+    "HassClimateGetTemperature": "climate",
+    "HassLightSet": "light",
+    "HassMediaPause": "media_player",
+    "HassMediaUnpause": "media_player",
+    "HassMediaNext": "media_player",
+    "HassMediaPrevious": "media_player",
+    "HassSetVolume": "media_player",
+    "HassSetVolumeRelative": "media_player",
+    "HassMediaSearchAndPlay": "media_player",
+    "HassVacuumStart": "vacuum",
+    "HassVacuumReturnToBase": "vacuum",
+    "HassFanSetSpeed": "fan",
+    "HassLawnMowerStartMowing": "lawn_mower",
+    "HassLawnMowerDock": "lawn_mower",
+}
 
 
 def entity_tools(tools: Iterable[Mapping[str, Any]]) -> list[str]:
@@ -59,14 +81,16 @@ def house_values(hass: HomeAssistant, tools: Iterable[Mapping[str, Any]]) -> dic
         return None
     entities = er.async_get(hass)
     names: list[object] = []
-    domains: set[str] = set()
+    by_domain: dict[str, list[object]] = {}
     for state in hass.states.async_all():
         if not async_should_expose(hass, conversation.DOMAIN, state.entity_id):
             continue
-        names.append(state.name)
-        domains.add(state.domain)
+        own: list[object] = [state.name]
         if (entry := entities.async_get(state.entity_id)) is not None:
-            names.extend(entry.aliases)
+            own.extend(entry.aliases)
+        names.extend(own)
+        by_domain.setdefault(state.domain, []).extend(own)
+    domains = set(by_domain)
     areas = [
         name
         for area in ar.async_get(hass).async_list_areas()
@@ -83,6 +107,10 @@ def house_values(hass: HomeAssistant, tools: Iterable[Mapping[str, Any]]) -> dic
         "floor": _clean(floors),
         "domain": _clean(domains),
     }
+    for tool in scoped:
+        short = tool.rsplit("__", 1)[-1]
+        if (domain := DOMAIN_INTENTS.get(short)) is not None:
+            values[f"{short}.name"] = _clean(by_domain.get(domain, ()))
     # The engine refuses empty lists: an argument with nothing to name stays free.
     values = {key: found for key, found in values.items() if found}
     if not values:

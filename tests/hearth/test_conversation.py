@@ -289,6 +289,9 @@ async def test_requests_carry_the_house_names_for_the_grammar(
     assert values["name"] == ["Cooker Light", "Kitchen Light"]  # not "Power" (unexposed)
     assert values["area"] == ["Kitchen", "Living Room"]
     assert values["domain"] == ["light"]
+    # One-domain intents name only that domain's entities (here: the lights).
+    assert values["HassLightSet.name"] == ["Cooker Light", "Kitchen Light"]
+    assert not [key for key in values if key.startswith(("HassListAddItem", "HassVacuum"))]
     tools = extension["argument_tools"]
     assert "intent__HassTurnOn" in tools
     assert not [name for name in tools if "Timer" in name]
