@@ -140,7 +140,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ha-url", default="http://127.0.0.1:8123")
     parser.add_argument("--token-file", type=Path, default=Path("config/.demo_token"))
-    parser.add_argument("--path", default="/hearth-engine/engine", help="dashboard path")
+    parser.add_argument("--path", default="/hearth-engine/hearth", help="dashboard path")
     parser.add_argument("--out", type=Path, default=Path("out/dashboard.png"))
     parser.add_argument("--width", type=int, default=1400)
     parser.add_argument("--height", type=int, default=1100)
