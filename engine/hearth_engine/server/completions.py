@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -164,6 +165,10 @@ def _event_error(event: Event) -> APIError | None:
     return None
 
 
+# How often a non-streaming request checks that its client is still connected.
+DISCONNECT_POLL_S = 0.5
+
+
 async def _next_event(events: AsyncIterator[Event]) -> Event:
     try:
         return await anext(events)
@@ -270,7 +275,31 @@ class ChatCompletion:
                 return "".join(parts), event
             if isinstance(event, TokenEvent):
                 parts.append(self._content(event.text))
-            event = await _next_event(events)
+            event = await self._next_while_connected(events)
+
+    async def _next_while_connected(self, events: AsyncIterator[Event]) -> Event:
+        """The next event, or ``ConnectionResetError`` once the client has gone.
+
+        A non-streaming reply writes nothing until it is done, so nothing else notices a
+        client that gave up: aiohttp's handler cancellation missed some closes under load
+        (the request then decoded thousands of tokens for nobody). The transport is
+        checked every ``DISCONNECT_POLL_S`` while waiting.
+        """
+        pending = asyncio.ensure_future(_next_event(events))
+        try:
+            while True:
+                done, _ = await asyncio.wait({pending}, timeout=DISCONNECT_POLL_S)
+                if done:
+                    return pending.result()
+                transport = self.request.transport
+                if transport is None or transport.is_closing():
+                    raise ConnectionResetError("the client closed the connection")
+        finally:
+            # Left early (client gone, or this handler cancelled): stop the pending read
+            # before the caller closes the event stream, which must not be running then.
+            if not pending.done():
+                pending.cancel()
+                await asyncio.wait({pending})
 
     async def _complete(self, events: AsyncIterator[Event], first: Event) -> web.Response:
         content, event = await self._until_finish(events, first)
