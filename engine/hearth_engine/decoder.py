@@ -199,10 +199,3 @@ class LeanDecoder:
             hidden = hidden + layer.down(torch.nn.functional.silu(gate) * up)
         last = rms_norm(hidden[:, -1:], self.norm, self.norm_eps)
         return self.lm_head(last)[:, 0].float()
-
-    @property
-    def weight_bytes(self) -> int:
-        linears = [self.lm_head]
-        for layer in self.layers:
-            linears += [layer.qkv, layer.o, layer.gate_up, layer.down]
-        return sum(linear.nbytes for linear in linears)
