@@ -71,11 +71,6 @@ class FrozenLinear:
         else:
             self.weight = weight
 
-    @property
-    def nbytes(self) -> int:
-        scales = 0 if self.scales is None else self.scales.numel() * self.scales.element_size()
-        return self.weight.numel() * self.weight.element_size() + scales
-
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if self.kind == "packed":
             return torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias, "none", [], "")
