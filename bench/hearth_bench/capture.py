@@ -45,6 +45,8 @@ FIXTURE = ROOT / "bench" / "fixtures" / "household.json"
 CAPTURE_COMMAND = "scripts/bench household --capture"
 FORMAT = 1
 CAPTURE_MODEL = "tiny-tools"
+# The plugin's satellite class pins: ``<agent pin>.<class>`` (device_class.py).
+PIN_CLASSES = ("no_timers", "timers")
 
 AGENT_1 = "conversation.hearth"
 AUTOMATION_TITLE = "Automation"
@@ -398,15 +400,24 @@ async def _conversations(
 
 
 def build_fixture(capture: Capture, meta: dict[str, Any]) -> Fixture:
-    agents = {
-        key: Agent(key, capture.entities[key], pin, _prefixes(capture, pin))
-        for key, pin in capture.pins.items()
-    }
+    """Each agent's pin, plus each satellite class pin the plugin made for it (an agent
+    ``hearth.no_timers`` beside ``hearth``: a satellite's requests start from that one)."""
+    agents: dict[str, Agent] = {}
+    variants: dict[str, list[Agent]] = {}
+    put = {r.path.removeprefix("/v1/prefixes/") for r in capture.proxy.records if r.method == "PUT"}
+    for key, pin in capture.pins.items():
+        names = [(key, pin)] + [
+            (f"{key}.{cls}", f"{pin}.{cls}") for cls in PIN_CLASSES if f"{pin}.{cls}" in put
+        ]
+        for name, pin_name in names:
+            agents[name] = Agent(
+                name, capture.entities[key], pin_name, _prefixes(capture, pin_name)
+            )
+            variants.setdefault(key, []).append(agents[name])
     samples = []
     for turn in capture.turns:
-        agent = agents[turn.agent]
         for iteration, record in enumerate(turn.records):
-            samples.append(_sample(turn, agent, iteration, record))
+            samples.append(_sample(turn, variants[turn.agent], iteration, record))
     return Fixture(meta=meta, agents=agents, samples=samples)
 
 
@@ -429,17 +440,19 @@ def _prefixes(capture: Capture, pin: str) -> list[Prefix]:
     return prefixes
 
 
-def _sample(turn: Turn, agent: Agent, iteration: int, record: Recorded) -> Sample:
+def _sample(turn: Turn, agents: list[Agent], iteration: int, record: Recorded) -> Sample:
     body = dict(record.body)
     messages = body.pop("messages")
     tools = body.pop("tools", [])
-    for index, prefix in enumerate(agent.prefixes):
-        n = len(prefix.messages)
-        if messages[:n] == prefix.messages and tools == prefix.tools:
-            return Sample(turn.role, agent.key, index, turn.turn, iteration, messages[n:], body)
+    for agent in agents:
+        for index, prefix in enumerate(agent.prefixes):
+            n = len(prefix.messages)
+            if messages[:n] == prefix.messages and tools == prefix.tools:
+                rest = messages[n:]
+                return Sample(turn.role, agent.key, index, turn.turn, iteration, rest, body)
     raise RuntimeError(
         f"a {turn.role} request (turn {turn.turn}) does not start with any pinned prefix of"
-        f" {agent.entity_id}: the plugin sent a prompt that its pin cannot serve"
+        f" {agents[0].entity_id}: the plugin sent a prompt that its pin cannot serve"
     )
 
 

@@ -26,12 +26,12 @@ from typing import Any
 
 import aiohttp
 
-from .capture import Fixture
+from .capture import Fixture, Sample
 from .common import median, percentile
 from .household import Reply, put_pin, stream_chat
 from .server import EngineProcess
 
-AGENT = "hearth"
+AGENT = "hearth"  # the conversation agent; a satellite's requests use its class pin
 ROLE = "satellite_a"
 # Tried on the default model (SmolLM2-135M, bf16): the first two ran to 40 tokens; asked
 # to describe the rooms or to count, it stopped after 13-32.
@@ -42,10 +42,18 @@ QUESTIONS = (
 )
 
 
+def satellite_sample(fixture: Fixture) -> Sample:
+    """The kitchen satellite's first request to the agent (or to its class pin)."""
+    return next(
+        s
+        for s in fixture.of_role(ROLE)
+        if s.agent.split(".")[0] == AGENT and s.prefix == 0 and s.iteration == 0
+    )
+
+
 def request_body(fixture: Fixture, question: str, number: int, max_tokens: int) -> dict[str, Any]:
     """Kitchen-satellite request ``number`` on the pinned prefix, asking ``question``."""
-    sample = next(s for s in fixture.of_role(ROLE) if s.agent == AGENT and s.prefix == 0)
-    body = fixture.body(sample, version=0)
+    body = fixture.body(satellite_sample(fixture), version=0)
     messages = [m for m in body["messages"] if m["role"] != "user"]
     return {
         **body,
@@ -95,7 +103,7 @@ def summarize(replies: Sequence[Reply], pin: dict[str, Any]) -> dict[str, Any]:
 async def measure_reply(url: str, fixture: Fixture, max_tokens: int, runs: int) -> dict[str, Any]:
     timeout = aiohttp.ClientTimeout(total=1800)
     async with aiohttp.ClientSession(timeout=timeout) as session:
-        agent = fixture.agents[AGENT]
+        agent = fixture.agents[satellite_sample(fixture).agent]
         pin = await put_pin(session, url, agent.pin, agent.prefixes[0].body())
         question = await pick_question(session, url, fixture, max_tokens)
         replies = []

@@ -50,7 +50,11 @@ def test_the_trace_is_a_household() -> None:
 def test_the_committed_fixture_is_consistent() -> None:
     assert FIXTURE.stat().st_size < 1 << 20
     fixture = load_fixture()
-    assert sorted(fixture.agents) == ["automation", "hearth"]
+    # A satellite's requests start from its class pin (no timers here), not the agent's.
+    assert sorted(fixture.agents) == ["automation", "hearth", "hearth.no_timers"]
+    assert {s.agent for s in fixture.samples if s.role.startswith("satellite")} == {
+        "hearth.no_timers"
+    }
     for agent in fixture.agents.values():
         assert len(agent.prefixes) == 3
         assert len({p.messages[0]["content"] for p in agent.prefixes}) == 3
