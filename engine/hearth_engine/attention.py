@@ -27,8 +27,11 @@ converting the whole shared KV for every layer and step. Measured on SmolLM2-135
 bfloat16 (logits against a float32 run, 6 prompts): the read-in-place path is no
 further from float32 than a cold prefill (RMS 0.12 against 0.10-0.16; 0.09 with
 float32 partials). In greedy text (``scripts/bench agreement``, 100 prompts) a cache
-hit matched the cold run 77 times, a cold run chunked differently 82 times: the
+hit matched the cold run 74 times, a cold run chunked differently 76 times: the
 rounding may cost a little; see the bench before changing this path.
+
+Hearth's lean forward (decoder.py) calls ``merged_attention`` and ``plain_attention``
+directly; the ``hearth`` attention implementation serves transformers' forward.
 ``ModelRunner.check_shared_prefix`` bounds it on every model at start-up.
 """
 
