@@ -59,28 +59,50 @@ def _error_for(status: int, code: str | None, message: str) -> HearthResponseErr
 
 @dataclass(frozen=True, slots=True)
 class RequestUsage:
-    """Per-request figures from the last chunk of a stream (``usage``)."""
+    """Per-request figures a server reported at the end of a stream.
+
+    Hearth sends ``usage`` with its ``hearth`` extension; llama.cpp adds ``timings``
+    (``cache_n``: prompt tokens reused); vLLM and SGLang may send
+    ``usage.prompt_tokens_details.cached_tokens``. ``cached_tokens`` is None when the
+    server reported no reuse figure at all: unknown, never a guessed 0.
+    """
 
     prompt_tokens: int
     completion_tokens: int
-    cached_tokens: int
+    cached_tokens: int | None
     ttft_ms: float | None
     prefill_ms: float | None
     decode_tokens_per_s: float | None
     pin: str | None
 
     @classmethod
-    def from_usage(cls, usage: Mapping[str, Any]) -> RequestUsage:
-        """Parse an OpenAI ``usage`` object with Hearth's extensions."""
+    def from_usage(
+        cls,
+        usage: Mapping[str, Any],
+        timings: Mapping[str, Any] | None = None,
+        client_ttft_ms: float | None = None,
+    ) -> RequestUsage:
+        """Parse ``usage`` (with Hearth's extension) and llama.cpp's ``timings``.
+
+        ``client_ttft_ms`` (measured by the client) stands in where the server does not
+        report its own time to the first token.
+        """
         details = usage.get("prompt_tokens_details") or {}
         hearth = usage.get("hearth") or {}
+        timings = timings or {}
+        cached = details.get("cached_tokens")
+        if cached is None:
+            cached = timings.get("cache_n")
+        ttft = _float_or_none(hearth.get("ttft_ms"))
         return cls(
             prompt_tokens=int(usage.get("prompt_tokens") or 0),
             completion_tokens=int(usage.get("completion_tokens") or 0),
-            cached_tokens=int(details.get("cached_tokens") or 0),
-            ttft_ms=_float_or_none(hearth.get("ttft_ms")),
-            prefill_ms=_float_or_none(hearth.get("prefill_ms")),
-            decode_tokens_per_s=_float_or_none(hearth.get("decode_tokens_per_s")),
+            cached_tokens=None if cached is None else int(cached),
+            ttft_ms=ttft if ttft is not None else client_ttft_ms,
+            prefill_ms=_float_or_none(hearth.get("prefill_ms", timings.get("prompt_ms"))),
+            decode_tokens_per_s=_float_or_none(
+                hearth.get("decode_tokens_per_s", timings.get("predicted_per_second"))
+            ),
             pin=hearth.get("pin"),
         )
 
@@ -164,6 +186,29 @@ class HearthClient:
         data = await self._json("POST", "/v1/cache/clear")
         return int(data.get("freed_bytes", 0)) if isinstance(data, dict) else 0
 
+    async def async_optional_text(self, path: str) -> str | None:
+        """``GET path`` where the route may not exist (probing, ``/metrics``): the body,
+        or None when the server has no such route (404, 405, 501)."""
+        try:
+            async with self._open("GET", path) as resp:
+                return await resp.text()
+        except HearthResponseError as err:
+            if err.status in (404, 405, 501) and not isinstance(err, HearthAuthError):
+                return None
+            raise
+
+    async def async_chat(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        """``POST /v1/chat/completions`` without streaming (the priming request)."""
+        data = await self._json(
+            "POST",
+            "/v1/chat/completions",
+            body={**body, "stream": False},
+            client_timeout=aiohttp.ClientTimeout(total=PIN_TIMEOUT),
+        )
+        if not isinstance(data, dict):
+            raise HearthConnectionError("unexpected answer from /v1/chat/completions")
+        return data
+
     async def async_chat_stream(self, body: Mapping[str, Any]) -> AsyncGenerator[dict[str, Any]]:
         """``POST /v1/chat/completions`` with ``stream: true``: yield each chunk.
 
@@ -240,7 +285,8 @@ async def _response_error(resp: aiohttp.ClientResponse) -> HearthResponseError:
     except ValueError:
         data = None
     if isinstance(data, dict) and isinstance(error := data.get("error"), dict):
-        code = error.get("code")
+        # OpenAI and Hearth send a string code; llama.cpp sends the status and a type.
+        code = error.get("code") if isinstance(error.get("code"), str) else error.get("type")
         message = str(error.get("message") or message)
     return _error_for(resp.status, code, message)
 

@@ -1,4 +1,8 @@
-"""Config flow: the engine (URL + optional API key), its conversation agents and AI Tasks."""
+"""Config flow: the engine (URL + optional API key), its conversation agents and AI Tasks.
+
+The engine may be a Hearth engine or another OpenAI-compatible server (llama.cpp, vLLM,
+SGLang): the flow probes it (``server_info.py``) and says what it found.
+"""
 
 from __future__ import annotations
 
@@ -51,6 +55,7 @@ from .const import (
     SUBENTRY_CONVERSATION,
 )
 from .prefix import llm_api_ids
+from .server_info import ServerInfo, async_probe
 
 STEP_USER_SCHEMA = probatio.Schema(
     {
@@ -85,20 +90,21 @@ def normalize_url(url: str) -> str:
     return f"{parsed.scheme}://{parsed.host}:{parsed.port}{parsed.path.rstrip('/')}".lower()
 
 
-async def _async_validate(hass: HomeAssistant, url: str, api_key: str | None) -> str | None:
-    """Check ``/health`` and ``/v1/models`` (which needs the key); an error key or None."""
+async def _async_validate(
+    hass: HomeAssistant, url: str, api_key: str | None
+) -> tuple[str | None, ServerInfo | None]:
+    """Probe the server (``/v1/models`` checks the key): (error key or None, what it is)."""
     client = HearthClient(async_get_clientsession(hass), url, api_key)
     try:
-        await client.async_health()
-        await client.async_models()
+        server = await async_probe(client)
     except HearthAuthError:
-        return "invalid_auth"
+        return "invalid_auth", None
     except HearthConnectionError:
-        return "cannot_connect"
+        return "cannot_connect", None
     except HearthError as err:
-        LOGGER.warning("Unexpected answer from the Hearth engine at %s: %s", url, err)
-        return "unknown"
-    return None
+        LOGGER.warning("Unexpected answer from the server at %s: %s", url, err)
+        return "unknown", None
+    return None, server
 
 
 def _engine_data(url: str, api_key: str | None) -> dict[str, str]:
@@ -118,13 +124,19 @@ class HearthConfigFlow(ConfigFlow, domain=DOMAIN):
         """Ask for the engine URL and API key; validate them."""
         errors: dict[str, str] = {}
         if user_input is not None:
-            url, api_key, error = await self._async_check_input(user_input)
-            if error is None:
+            url, api_key, error, server = await self._async_check_input(user_input)
+            if error is None and server is not None:
                 await self.async_set_unique_id(normalize_url(url))
                 self._abort_if_unique_id_configured()
                 return self.async_create_entry(
                     title=url,
                     data=_engine_data(url, api_key),
+                    description="detected",
+                    description_placeholders={
+                        "server": server.name,
+                        "model": server.model or "?",
+                        "features": server.features(),
+                    },
                     subentries=[
                         {
                             "subentry_type": SUBENTRY_CONVERSATION,
@@ -148,7 +160,7 @@ class HearthConfigFlow(ConfigFlow, domain=DOMAIN):
         entry = self._get_reconfigure_entry()
         errors: dict[str, str] = {}
         if user_input is not None:
-            url, api_key, error = await self._async_check_input(user_input)
+            url, api_key, error, _server = await self._async_check_input(user_input)
             if error is None:
                 unique_id = normalize_url(url)
                 if unique_id != entry.unique_id and (
@@ -179,7 +191,7 @@ class HearthConfigFlow(ConfigFlow, domain=DOMAIN):
         errors: dict[str, str] = {}
         if user_input is not None:
             api_key = (user_input.get(CONF_API_KEY) or "").strip() or None
-            error = await _async_validate(self.hass, entry.data[CONF_URL], api_key)
+            error, _server = await _async_validate(self.hass, entry.data[CONF_URL], api_key)
             if error is None:
                 return self._async_update_engine(
                     entry, data=_engine_data(entry.data[CONF_URL], api_key)
@@ -206,15 +218,15 @@ class HearthConfigFlow(ConfigFlow, domain=DOMAIN):
 
     async def _async_check_input(
         self, user_input: Mapping[str, Any]
-    ) -> tuple[str, str | None, str | None]:
-        """(url, api key, error key or None) for a submitted user/reconfigure form."""
+    ) -> tuple[str, str | None, str | None, ServerInfo | None]:
+        """(url, api key, error key or None, the server) for a user/reconfigure form."""
         api_key = (user_input.get(CONF_API_KEY) or "").strip() or None
         raw_url = str(user_input[CONF_URL]).strip()
         try:
             url = str(cv.url(raw_url)).rstrip("/")
         except probatio.Invalid:
-            return raw_url, api_key, "invalid_url"
-        return url, api_key, await _async_validate(self.hass, url, api_key)
+            return raw_url, api_key, "invalid_url", None
+        return url, api_key, *await _async_validate(self.hass, url, api_key)
 
     @classmethod
     @callback

@@ -36,9 +36,10 @@ class TurnUsage:
         return sum(r.prompt_tokens for r in self.requests)
 
     @property
-    def cached_tokens(self) -> int:
-        """Prompt tokens the engine served from its cache."""
-        return sum(r.cached_tokens for r in self.requests)
+    def cached_tokens(self) -> int | None:
+        """Prompt tokens the engine served from its cache (None: it does not say)."""
+        counts = [r.cached_tokens for r in self.requests]
+        return None if None in counts else sum(c for c in counts if c is not None)
 
     @property
     def completion_tokens(self) -> int:

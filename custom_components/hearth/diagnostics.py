@@ -23,6 +23,7 @@ async def async_get_config_entry_diagnostics(
         "entry": async_redact_data(entry.as_dict(), TO_REDACT),
         "engine": {
             "connected": data.coordinator.last_update_success,
+            "server": server.as_dict() if (server := data.coordinator.server) else None,
             "stats": status.stats if status is not None else None,
             "pins": {
                 name: {key: pin.get(key) for key in ("tokens", "state", "hits", "restored")}

@@ -97,7 +97,8 @@ class _Reply:
     started: float = field(default_factory=time.monotonic)
     content: str = ""
     tool_calls: dict[int, dict[str, Any]] = field(default_factory=dict)
-    usage: RequestUsage | None = None
+    raw_usage: Mapping[str, Any] | None = None
+    timings: Mapping[str, Any] | None = None  # llama.cpp's per-request figures
     finish_reason: str | None = None
     client_ttft_ms: float | None = None
 
@@ -120,6 +121,13 @@ class _Reply:
             call["function"]["arguments"] += (
                 arguments if isinstance(arguments, str) else json.dumps(arguments)
             )
+
+    @property
+    def usage(self) -> RequestUsage | None:
+        """What the server reported of this request (None: no ``usage`` was sent)."""
+        if self.raw_usage is None:
+            return None
+        return RequestUsage.from_usage(self.raw_usage, self.timings, self.client_ttft_ms)
 
     def raw_tool_calls(self) -> list[dict[str, Any]]:
         calls = [self.tool_calls[i] for i in sorted(self.tool_calls)]
@@ -172,7 +180,9 @@ async def _transform_stream(
     async with aclosing(chunks):
         async for chunk in chunks:
             if usage := chunk.get("usage"):
-                reply.usage = RequestUsage.from_usage(usage)
+                reply.raw_usage = usage
+            if timings := chunk.get("timings"):
+                reply.timings = timings
             for choice in chunk.get("choices") or ():
                 delta = choice.get("delta") or {}
                 if text := delta.get("content"):
@@ -261,8 +271,10 @@ class HearthLLMEntity(Entity):
             body["tools"] = list(plan.tools)
             if first and options.get(CONF_TOOL_FIRST, DEFAULT_TOOL_FIRST):
                 body["tool_choice"] = "required"
-        if plan.hearth:
-            body["hearth"] = plan.hearth
+        prefixes = self.entry.runtime_data.prefixes
+        if plan.hearth and prefixes.pins_supported:
+            body["hearth"] = plan.hearth  # Hearth's grammar values; other servers: none
+        body.update(prefixes.request_extras(plan.pin))
         if response_format is not None:
             body["response_format"] = dict(response_format)
         return body
@@ -345,6 +357,7 @@ class HearthLLMEntity(Entity):
             stats.last_error = str(error)
         if turn.requests:
             stats.last_turn = data.last_turn = turn
+            data.coordinator.requests.record(turn.requests)
         data.coordinator.async_update_listeners()
         if not turn.requests:
             return

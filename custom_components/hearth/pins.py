@@ -6,7 +6,8 @@ device, area and floor registries, the exposed-entity settings, entities appeari
 disappearing or being renamed, and the agent's options. It re-pins only when the
 rendered prefix really changed (a SHA-256 of its bytes), never on a plain state change.
 When the engine restarts (its ``instance_id`` changes) or the pin is missing, it pins
-again.
+again. A server without the pin API (llama.cpp, vLLM, SGLang) gets a priming request
+instead of each pin (``priming.py``), at the same moments.
 
 Each conversation agent has one pin per device class in use (``device_class.py``): no
 device, a satellite without timers, one with timers, each rendered with the lines and
@@ -75,6 +76,7 @@ from .pin_model import (
     pin_state,
 )
 from .prefix import HousePrefix, async_render_prefix, render_options
+from .priming import SlotTable, async_prime, request_extras
 from .request_plan import PrefixChoice
 
 __all__ = ["PinState", "PrefixManager", "pin_key", "pin_name"]  # re-exported from pin_model
@@ -106,6 +108,7 @@ class PrefixManager:
         self._checked: EngineStatus | None = None
         self._started = False
         self._unsubs: list[CALLBACK_TYPE] = []
+        self._slots = SlotTable(coordinator.server)
 
     # ------------------------------------------------------------ lifecycle
 
@@ -193,6 +196,16 @@ class PrefixManager:
     def agent(self, subentry_id: str, cls: DeviceClass = DeviceClass.NONE) -> AgentPin | None:
         """Pin bookkeeping of an agent (its pin for requests without a device by default)."""
         return self._pins.get((subentry_id, cls))
+
+    def request_extras(self, pin: str | None) -> dict[str, Any]:
+        """Server-specific fields of a request sent with ``pin``'s prefix."""
+        return request_extras(self.coordinator.server, self._slots.slot(pin))
+
+    @property
+    def pins_supported(self) -> bool:
+        """Whether the server pins prefixes (else they are primed)."""
+        server = self.coordinator.server
+        return server is None or server.pins
 
     def state(self, subentry_id: str) -> PinState | None:
         """What the UI shows of the agent's pin (None: not an agent of this entry)."""
@@ -375,6 +388,8 @@ class PrefixManager:
             pin = status.pins.get(agent.name)
             if restarted:
                 self._async_pin_in_background(agent, PinReason.RESTARTED)
+            elif not self.pins_supported:
+                continue  # a primed prefix cannot be looked up
             elif pin is None or pin.get("state") == "failed":
                 self._async_pin_in_background(agent, PinReason.MISSING)
 
@@ -411,7 +426,7 @@ class PrefixManager:
             agent.putting = True
             self.coordinator.async_update_listeners()
             try:
-                info = await self.client.async_put_prefix(agent.name, prefix.pin_body())
+                info = await self._async_put(agent, prefix)
             except HearthError as err:
                 self._async_pin_failed(agent, prefix, instance_id, err)
                 if reason is PinReason.MANUAL:
@@ -444,6 +459,13 @@ class PrefixManager:
             await self.history.async_record(agent.key, prefix.digest)
         self.coordinator.async_update_listeners()
         return True
+
+    async def _async_put(self, agent: AgentPin, prefix: HousePrefix) -> Mapping[str, Any]:
+        """Pin ``prefix`` in the engine, or prime a server's cache with it."""
+        server = self.coordinator.server
+        if server is None or server.pins:
+            return await self.client.async_put_prefix(agent.name, prefix.pin_body())
+        return await async_prime(self.client, prefix, server, self._slots.slot(agent.name))
 
     def _cause(
         self, agent: AgentPin, prefix: HousePrefix, reason: PinReason, changed: bool

@@ -3,6 +3,9 @@ each agent's sensors (``agent_sensor.py``).
 
 The prompt and reused-token counters change on every request: they are disabled by
 default (enable them for the dashboard's counters).
+
+On a server without Hearth's counters (llama.cpp, vLLM, SGLang: ``server_stats.py``), a
+sensor whose figure the server does not report is unavailable, never a guess.
 """
 
 from __future__ import annotations
@@ -77,6 +80,7 @@ class HearthSensorEntityDescription(SensorEntityDescription):
     """A Hearth sensor: where its value comes from."""
 
     value_fn: Callable[[HearthData], StateType]
+    stat: str | None = None  # the stat key it shows (other servers may not report it)
     attributes_fn: Callable[[HearthData], dict[str, Any] | None] | None = None
 
 
@@ -87,6 +91,7 @@ SENSORS: tuple[HearthSensorEntityDescription, ...] = (
         native_unit_of_measurement=PERCENTAGE,
         state_class=SensorStateClass.MEASUREMENT,
         suggested_display_precision=1,
+        stat="window_hit_rate",
         value_fn=lambda data: _windowed(data, "window_hit_rate", 100.0),
     ),
     HearthSensorEntityDescription(
@@ -106,6 +111,7 @@ SENSORS: tuple[HearthSensorEntityDescription, ...] = (
         native_unit_of_measurement=UnitOfTime.MILLISECONDS,
         state_class=SensorStateClass.MEASUREMENT,
         suggested_display_precision=0,
+        stat="ttft_ms_median",
         value_fn=lambda data: _windowed(data, "ttft_ms_median"),
     ),
     HearthSensorEntityDescription(
@@ -115,6 +121,7 @@ SENSORS: tuple[HearthSensorEntityDescription, ...] = (
         native_unit_of_measurement=UnitOfTime.MILLISECONDS,
         state_class=SensorStateClass.MEASUREMENT,
         suggested_display_precision=0,
+        stat="ttft_ms_p95",
         value_fn=lambda data: _windowed(data, "ttft_ms_p95"),
     ),
     HearthSensorEntityDescription(
@@ -123,6 +130,7 @@ SENSORS: tuple[HearthSensorEntityDescription, ...] = (
         native_unit_of_measurement=UNIT_TOKENS,
         state_class=SensorStateClass.TOTAL_INCREASING,
         entity_registry_enabled_default=False,  # changes on every request
+        stat="prefix_cache_hits_tokens",
         value_fn=lambda data: _stat(data, "prefix_cache_hits_tokens"),
     ),
     HearthSensorEntityDescription(
@@ -131,6 +139,7 @@ SENSORS: tuple[HearthSensorEntityDescription, ...] = (
         native_unit_of_measurement=UNIT_TOKENS,
         state_class=SensorStateClass.TOTAL_INCREASING,
         entity_registry_enabled_default=False,  # changes on every request
+        stat="prompt_tokens_total",
         value_fn=lambda data: _stat(data, "prompt_tokens_total"),
     ),
     HearthSensorEntityDescription(
@@ -139,6 +148,7 @@ SENSORS: tuple[HearthSensorEntityDescription, ...] = (
         native_unit_of_measurement=UNIT_TOKENS_PER_SECOND,
         state_class=SensorStateClass.MEASUREMENT,
         suggested_display_precision=0,
+        stat="prefill_tokens_per_s",
         value_fn=lambda data: _number(data, "prefill_tokens_per_s"),
     ),
     HearthSensorEntityDescription(
@@ -147,6 +157,7 @@ SENSORS: tuple[HearthSensorEntityDescription, ...] = (
         native_unit_of_measurement=UNIT_TOKENS_PER_SECOND,
         state_class=SensorStateClass.MEASUREMENT,
         suggested_display_precision=1,
+        stat="decode_tokens_per_s",
         value_fn=lambda data: _number(data, "decode_tokens_per_s"),
     ),
     HearthSensorEntityDescription(
@@ -157,6 +168,7 @@ SENSORS: tuple[HearthSensorEntityDescription, ...] = (
         state_class=SensorStateClass.MEASUREMENT,
         suggested_display_precision=1,
         entity_category=EntityCategory.DIAGNOSTIC,
+        stat="kv_cache_used_bytes",
         value_fn=lambda data: _number(data, "kv_cache_used_bytes", 1 / MIB),
     ),
     HearthSensorEntityDescription(
@@ -166,6 +178,7 @@ SENSORS: tuple[HearthSensorEntityDescription, ...] = (
         state_class=SensorStateClass.MEASUREMENT,
         suggested_display_precision=1,
         entity_category=EntityCategory.DIAGNOSTIC,
+        stat="kv_cache_usage",
         value_fn=lambda data: _number(data, "kv_cache_usage", 100.0),
     ),
     HearthSensorEntityDescription(
@@ -173,6 +186,7 @@ SENSORS: tuple[HearthSensorEntityDescription, ...] = (
         translation_key="evictions",
         state_class=SensorStateClass.TOTAL_INCREASING,
         entity_category=EntityCategory.DIAGNOSTIC,
+        stat="kv_cache_evictions_total",
         value_fn=lambda data: _stat(data, "kv_cache_evictions_total"),
     ),
     HearthSensorEntityDescription(
@@ -181,6 +195,7 @@ SENSORS: tuple[HearthSensorEntityDescription, ...] = (
         native_unit_of_measurement=UNIT_TOKENS,
         state_class=SensorStateClass.MEASUREMENT,
         entity_category=EntityCategory.DIAGNOSTIC,
+        stat="pinned_prefix_tokens",
         value_fn=lambda data: _stat(data, "pinned_prefix_tokens"),
     ),
     HearthSensorEntityDescription(
@@ -224,6 +239,15 @@ class HearthSensor(HearthCoordinatorEntity, SensorEntity):
         """Describe the sensor ``description`` of ``entry``'s engine."""
         super().__init__(entry, description.key)
         self.entity_description = description
+
+    @property
+    def available(self) -> bool:
+        """Connected, and the server reports this figure."""
+        stat = self.entity_description.stat
+        status = self.coordinator.data
+        if stat is None or status is None or self.entry.runtime_data.prefixes.pins_supported:
+            return super().available
+        return super().available and stat in status.stats
 
     @property
     def native_value(self) -> StateType:

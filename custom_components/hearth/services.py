@@ -10,6 +10,7 @@ from homeassistant.core import (
     SupportsResponse,
     callback,
 )
+from homeassistant.exceptions import ServiceValidationError
 from homeassistant.helpers import config_validation as cv
 from homeassistant.helpers import service
 
@@ -47,7 +48,14 @@ async def _async_refresh_prefix(call: ServiceCall) -> None:
 
 async def _async_clear_cache(call: ServiceCall) -> ServiceResponse:
     """Drop every cached prefix that is neither pinned nor in use."""
-    data = _entry(call).runtime_data
+    entry = _entry(call)
+    data = entry.runtime_data
+    if (server := data.coordinator.server) is not None and not server.pins:
+        raise ServiceValidationError(
+            translation_domain=DOMAIN,
+            translation_key="cache_clear_unsupported",
+            translation_placeholders={"server": server.name, "url": data.client.url},
+        )
     try:
         freed = await data.client.async_clear_cache()
     except HearthError as err:

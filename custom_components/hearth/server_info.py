@@ -1,0 +1,145 @@
+"""What the server behind an engine entry is and can do, probed when the entry loads.
+
+An engine entry can point at any OpenAI-compatible server. The integration adapts:
+
+* a **Hearth engine** has the pin API (``/v1/stats`` with an ``instance_id``,
+  ``/v1/prefixes``): each agent's house prefix is pinned, as always;
+* **llama.cpp** (``llama-server``), **vLLM** and **SGLang** cache prompt prefixes on
+  their own: the integration keeps the same stable-prefix / volatile-suffix layout and
+  warms their cache with a priming request after each house change (``pins.py``);
+  on llama.cpp each pin gets a slot of its own where the server has enough;
+* any **other** OpenAI-compatible server gets the same layout and priming.
+
+The kind comes from what the server answers: the Hearth routes, the metric names on
+``/metrics`` (``vllm:``, ``sglang:``, ``llamacpp:``), llama.cpp's ``/props``, and the
+``owned_by`` of ``/v1/models``. What a kind cannot report leaves its sensors
+unavailable (``server_stats.py``).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from .api import HearthClient, HearthResponseError
+
+
+class ServerKind(StrEnum):
+    """The software serving an engine entry."""
+
+    HEARTH = "hearth"
+    LLAMA_CPP = "llama_cpp"
+    VLLM = "vllm"
+    SGLANG = "sglang"
+    OPENAI = "openai"  # another OpenAI-compatible server
+
+
+KIND_NAMES = {
+    ServerKind.HEARTH: "Hearth engine",
+    ServerKind.LLAMA_CPP: "llama.cpp server",
+    ServerKind.VLLM: "vLLM",
+    ServerKind.SGLANG: "SGLang",
+    ServerKind.OPENAI: "OpenAI-compatible server",
+}
+# Prefixes of the metric names each server exports on /metrics.
+_METRIC_PREFIXES = (
+    ("vllm:", ServerKind.VLLM),
+    ("sglang:", ServerKind.SGLANG),
+    ("llamacpp:", ServerKind.LLAMA_CPP),
+)
+_OWNERS = {"vllm": ServerKind.VLLM, "sglang": ServerKind.SGLANG, "llamacpp": ServerKind.LLAMA_CPP}
+
+
+@dataclass(frozen=True, slots=True)
+class ServerInfo:
+    """The probed server: its kind and what it offers."""
+
+    kind: ServerKind
+    model: str | None = None
+    health: bool = True  # it has a /health route (liveness); else /v1/models is used
+    metrics: bool = False  # /metrics answers with the kind's metric names
+    slots: int = 0  # llama.cpp's slots (0: unknown or not llama.cpp)
+
+    @property
+    def pins(self) -> bool:
+        """Whether prefixes are pinned (the Hearth pin API) rather than primed."""
+        return self.kind is ServerKind.HEARTH
+
+    @property
+    def name(self) -> str:
+        """The kind in words."""
+        return KIND_NAMES[self.kind]
+
+    def features(self) -> str:
+        """What was detected, for the config flow and diagnostics (English, short)."""
+        if self.pins:
+            return "pinned house prefixes, cache and latency counters"
+        found = ["priming of the house prefix after each change"]
+        if self.metrics:
+            found.append("Prometheus metrics")
+        if self.slots:
+            found.append(f"{self.slots} slots")
+        return ", ".join(found)
+
+    def as_dict(self) -> dict[str, Any]:
+        """For diagnostics."""
+        return {
+            "kind": self.kind.value,
+            "model": self.model,
+            "health": self.health,
+            "metrics": self.metrics,
+            "slots": self.slots,
+        }
+
+
+async def async_probe(client: HearthClient) -> ServerInfo:
+    """Find out what ``client``'s server is.
+
+    Raises ``HearthError`` when it cannot be reached, refuses the key, or answers
+    ``/v1/models`` with something that is not an OpenAI model list.
+    """
+    health = await client.async_optional_text("/health") is not None
+    models = await client.async_models()
+    model = next((str(m["id"]) for m in models if isinstance(m, dict) and "id" in m), None)
+    stats = _json_or_none(await client.async_optional_text("/v1/stats"))
+    if isinstance(stats, dict) and "instance_id" in stats:
+        return ServerInfo(ServerKind.HEARTH, model=model, health=health, metrics=True)
+    kind = _kind_from_owner(models)
+    metrics_text = await _optional(client, "/metrics")
+    if metrics_text is not None:
+        kind = next((k for p, k in _METRIC_PREFIXES if p in metrics_text), kind)
+    props = _json_or_none(await _optional(client, "/props"))
+    slots = 0
+    if isinstance(props, dict) and "default_generation_settings" in props:
+        kind = ServerKind.LLAMA_CPP
+        slots = int(props.get("total_slots") or 0)
+    metrics = metrics_text is not None and kind is not ServerKind.OPENAI
+    return ServerInfo(kind, model=model, health=health, metrics=metrics, slots=slots)
+
+
+async def _optional(client: HearthClient, path: str) -> str | None:
+    """An optional route: absent, or refused (e.g. llama.cpp answers 501 for routes
+    turned off, a proxy 403), counts as absent; a dead server still raises."""
+    try:
+        return await client.async_optional_text(path)
+    except HearthResponseError:
+        return None
+
+
+def _kind_from_owner(models: list[dict[str, Any]]) -> ServerKind:
+    for model in models:
+        owner = str(model.get("owned_by", "")).lower() if isinstance(model, dict) else ""
+        if owner in _OWNERS:
+            return _OWNERS[owner]
+    return ServerKind.OPENAI
+
+
+def _json_or_none(text: str | None) -> Any:
+    if not text:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
