@@ -16,6 +16,7 @@ rather than a guess:
 
 from __future__ import annotations
 
+import contextlib
 from collections import deque
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -48,14 +49,28 @@ START_TIME = "process_start_time_seconds"
 
 
 def parse_metrics(text: str) -> dict[str, float]:
-    """Prometheus text as sample name -> value, summed over labels (e.g. per model)."""
-    values: dict[str, float] = {}
+    """Prometheus text as sample name -> value, summed over labels (e.g. per model).
+
+    A malformed body (a truncated answer, a proxy's error page) keeps every sample line
+    that parses on its own.
+    """
     try:
-        for family in text_string_to_metric_families(text):
-            for sample in family.samples:
-                values[sample.name] = values.get(sample.name, 0.0) + float(sample.value)
+        return _samples(text)
     except ValueError:
-        return values  # what parsed before a malformed line
+        values: dict[str, float] = {}
+        for line in text.splitlines():
+            if not line.startswith("#"):
+                with contextlib.suppress(ValueError):
+                    for name, value in _samples(line).items():
+                        values[name] = values.get(name, 0.0) + value
+        return values
+
+
+def _samples(text: str) -> dict[str, float]:
+    values: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            values[sample.name] = values.get(sample.name, 0.0) + float(sample.value)
     return values
 
 
