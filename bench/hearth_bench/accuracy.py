@@ -24,7 +24,7 @@ import json
 import signal
 import sys
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -103,9 +103,10 @@ async def run_home(
     engine: EngineProcess,
     mode: str,
     on_outcome: OnOutcome | None = None,
+    agent_options: Mapping[str, Any] | None = None,
 ) -> list[Outcome]:
     proxy = await RecordingProxy(engine.url, keep_responses=True).start()
-    stack = HomeStack(workdir, home, engine, proxy.url)
+    stack = HomeStack(workdir, home, engine, proxy.url, agent_options)
     outcomes = []
     try:
         await stack.start()
@@ -131,6 +132,7 @@ async def run(
     limit: int | None = None,
     engine_args: Sequence[str] = (),
     on_outcome: OnOutcome | None = None,
+    agent_options: Mapping[str, Any] | None = None,
 ) -> tuple[dict[str, Any], list[Outcome]]:
     """Run the dataset; the report object and the per-request outcomes (each also passed
     to ``on_outcome`` as soon as it is known)."""
@@ -144,11 +146,13 @@ async def run(
             mine = [t for t in tasks if t.home == home.name]
             if mine:
                 outcomes += await run_home(
-                    workdir / home.name, home, mine, engine, mode, on_outcome
+                    workdir / home.name, home, mine, engine, mode, on_outcome, agent_options
                 )
     finally:
         engine.stop()
-    return summarize(outcomes, mode, model, str(dataset)), outcomes
+    report = summarize(outcomes, mode, model, str(dataset))
+    report["agent_options"] = dict(agent_options or {})
+    return report, outcomes
 
 
 def main(argv: list[str]) -> int:
@@ -167,7 +171,13 @@ def main(argv: list[str]) -> int:
         "--outcomes", type=Path, default=None, help="per-sentence JSON lines, written as they come"
     )
     parser.add_argument("--workdir", type=Path, default=None, help="keep logs and configs here")
+    parser.add_argument(
+        "--tool-first",
+        action="store_true",
+        help="the agent's tool_first option: each turn's first request must call a tool",
+    )
     args = parser.parse_args(argv)
+    agent_options = {"tool_first": True} if args.tool_first else {}
     engine_args = ["--dtype", args.dtype]
     # SIGTERM unwinds like Ctrl-C, so the engine and Home Assistant are stopped too.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -184,7 +194,16 @@ def main(argv: list[str]) -> int:
                 sink.flush()
 
         report, outcomes = asyncio.run(
-            run(args.dataset, args.mode, args.model, workdir, args.limit, engine_args, write)
+            run(
+                args.dataset,
+                args.mode,
+                args.model,
+                workdir,
+                args.limit,
+                engine_args,
+                write,
+                agent_options,
+            )
         )
     print_report(report, outcomes)
     if args.json is not None:

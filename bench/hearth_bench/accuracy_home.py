@@ -10,6 +10,7 @@ on Hearth with "prefer handling commands locally". The engine is shared by all h
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,16 +24,16 @@ from .stack import Stack
 AGENT = "conversation.hearth"
 
 
-def house_yaml(fixtures: Path, engine_url: str) -> str:
+def house_yaml(
+    fixtures: Path, engine_url: str, agent_options: Mapping[str, Any] | None = None
+) -> str:
     """The demo integration's config for a dataset home (JSON is YAML)."""
     import json
 
-    return json.dumps(
-        {
-            "hearth": {"engine_url": engine_url, "set_pipeline": True, "prefer_local": True},
-            "fixtures": str(fixtures.resolve()),
-        }
-    )
+    hearth = {"engine_url": engine_url, "set_pipeline": True, "prefer_local": True}
+    if agent_options:
+        hearth["agent_options"] = dict(agent_options)
+    return json.dumps({"hearth": hearth, "fixtures": str(fixtures.resolve())})
 
 
 @dataclass
@@ -47,11 +48,20 @@ class Answer:
 class HomeStack:
     """Home Assistant for one home, sharing ``engine``; requests go in over HTTP/WS."""
 
-    def __init__(self, workdir: Path, home: Home, engine: EngineProcess, engine_url: str):
+    def __init__(
+        self,
+        workdir: Path,
+        home: Home,
+        engine: EngineProcess,
+        engine_url: str,
+        agent_options: Mapping[str, Any] | None = None,
+    ):
         self.home = home
         self.stack = Stack(workdir, [], engine_url=engine_url)
         self.stack.engine = engine  # shared: never started or stopped here
-        (workdir / "config" / "house.yaml").write_text(house_yaml(home.fixtures, engine_url))
+        (workdir / "config" / "house.yaml").write_text(
+            house_yaml(home.fixtures, engine_url, agent_options)
+        )
 
     async def start(self, timeout: float = 600) -> HomeStack:
         """Start Home Assistant; return once Hearth's agent and pipeline are wired."""

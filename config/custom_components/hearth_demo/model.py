@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -60,6 +61,7 @@ class HearthSpec:
     engine_url: str
     set_pipeline: bool
     prefer_local: bool = True
+    agent_options: Mapping[str, Any] = field(default_factory=dict)  # set on the agent
 
 
 @dataclass(frozen=True, slots=True)

@@ -193,6 +193,11 @@ HEARTH_SCHEMA = probatio.Schema(
         probatio.Optional("set_pipeline", default=True): cv.boolean,
         # Assist's built-in sentence matcher answers plain commands first (README).
         probatio.Optional("prefer_local", default=True): cv.boolean,
+        # Options of the "Hearth" conversation agent set at start (e.g. tool_first): the
+        # accuracy bench measures them; the agent's own form validates them.
+        probatio.Optional("agent_options", default={}): {
+            cv.string: probatio.Any(bool, int, float, str)
+        },
     }
 )
 
@@ -284,6 +289,7 @@ def house_from_config(conf: dict[str, Any], config_dir: Path) -> House:
             or os.environ.get(ENV_ENGINE_URL, DEFAULT_ENGINE_URL),
             set_pipeline=hearth["set_pipeline"],
             prefer_local=hearth["prefer_local"],
+            agent_options=dict(hearth["agent_options"]),
         ),
         timer_devices=timer_devices,
     )

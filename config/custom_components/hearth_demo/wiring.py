@@ -7,6 +7,7 @@ absent or a flow does not finish, a warning says so and the demo house runs with
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 import probatio
@@ -88,6 +89,19 @@ async def _async_follow_url(hass: HomeAssistant, entry: ConfigEntry, url: str) -
         )
 
 
+def _async_set_agent_options(hass: HomeAssistant, options: Mapping[str, Any]) -> None:
+    """Give the conversation agents of the Hearth entry ``options`` (the bench's knobs)."""
+    for entry in hass.config_entries.async_entries(HEARTH_DOMAIN):
+        for subentry in entry.subentries.values():
+            if subentry.subentry_type != "conversation":
+                continue
+            if {**subentry.data, **options} != dict(subentry.data):
+                hass.config_entries.async_update_subentry(
+                    entry, subentry, data={**subentry.data, **options}
+                )
+                _LOGGER.info("Hearth agent %s: options %s", subentry.title, dict(options))
+
+
 def _hearth_agent_exists(hass: HomeAssistant) -> bool:
     """The agent entity is there (registered, even while its entry retries)."""
     return (
@@ -137,6 +151,8 @@ async def _async_wire(hass: HomeAssistant, spec: HearthSpec) -> bool:
             return False
     elif len(entries) == 1:
         await _async_follow_url(hass, entries[0], spec.engine_url)
+    if spec.agent_options:
+        _async_set_agent_options(hass, spec.agent_options)
     if not _hearth_agent_exists(hass):
         _LOGGER.warning(
             "%s does not exist (did the Hearth entry load? see above); Assist keeps"
