@@ -58,10 +58,8 @@ async def async_setup_entry(hass: HomeAssistant, entry: HearthConfigEntry) -> bo
         subentry_options={sid: dict(sub.data) for sid, sub in entry.subentries.items()},
     )
     # The engine's device first: agent devices name it as the device that serves them.
-    data = coordinator.data
     engine_device = dr.async_get(hass).async_get_or_create(
-        config_entry_id=entry.entry_id,
-        **engine_device_info(entry, data.model if data else None, data.version if data else None),
+        config_entry_id=entry.entry_id, **engine_device_info(entry)
     )
     entry.runtime_data.engine_device_id = engine_device.id
     await hass.config_entries.async_forward_entry_setups(entry, PLATFORMS)

@@ -42,16 +42,17 @@ from .speech import MarkupFilter
 MANUFACTURER = "Hearth"
 
 
-def engine_device_info(
-    entry: HearthConfigEntry, model: str | None, version: str | None = None
-) -> dr.DeviceInfo:
-    """The service device of an engine entry (named "Hearth")."""
+def engine_device_info(entry: HearthConfigEntry) -> dr.DeviceInfo:
+    """The service device of an engine entry (named "Hearth"): the served model, and
+    the software serving it (Hearth, or llama.cpp, vLLM, SGLang...)."""
+    coordinator = entry.runtime_data.coordinator
+    data, server = coordinator.data, coordinator.server
     return dr.DeviceInfo(
         identifiers={(DOMAIN, entry.entry_id)},
         name=DEFAULT_NAME,
-        manufacturer=MANUFACTURER,
-        model=model,
-        sw_version=version,
+        manufacturer=MANUFACTURER if server is None or server.pins else server.name,
+        model=data.model if data else None,
+        sw_version=data.version if data else None,
         configuration_url=entry.runtime_data.client.url,
         entry_type=dr.DeviceEntryType.SERVICE,
     )
@@ -84,10 +85,7 @@ class HearthCoordinatorEntity(CoordinatorEntity[HearthCoordinator]):
         super().__init__(coordinator)
         self.entry = entry
         self._attr_unique_id = f"{entry.entry_id}_{key}"
-        data = coordinator.data
-        self._attr_device_info = engine_device_info(
-            entry, data.model if data else None, data.version if data else None
-        )
+        self._attr_device_info = engine_device_info(entry)
 
 
 @dataclass
