@@ -23,7 +23,12 @@ from homeassistant.helpers import entity_registry as er
 from homeassistant.util import dt as dt_util
 from pytest_homeassistant_custom_component.common import MockConfigEntry, async_fire_time_changed
 
-from custom_components.hearth.const import CONF_REPIN_DEBOUNCE, CONF_TOOL_FIRST, DOMAIN
+from custom_components.hearth.const import (
+    CONF_MAX_TOKENS,
+    CONF_REPIN_DEBOUNCE,
+    CONF_TOOL_FIRST,
+    DOMAIN,
+)
 from custom_components.hearth.server_info import ServerKind
 from hearth_bench.llama_server import LlamaServer, LlamaServerMissingError
 
@@ -57,7 +62,9 @@ def llama_cpp(llama_cpp_server: LlamaServer, socket_enabled: None) -> LlamaServe
 async def llama_entry(hass: HomeAssistant, house: None, llama_cpp: LlamaServer) -> MockConfigEntry:
     """An entry on the llama.cpp server; each turn's first request must call a tool
     (llama.cpp then constrains it to the offered tools), re-pins after 1 s."""
-    entry = make_entry(llama_cpp.url, **{CONF_REPIN_DEBOUNCE: 1.0, CONF_TOOL_FIRST: True})
+    entry = make_entry(
+        llama_cpp.url, **{CONF_REPIN_DEBOUNCE: 1.0, CONF_TOOL_FIRST: True, CONF_MAX_TOKENS: 64}
+    )
     await async_setup_entry(hass, entry)
     return entry
 
@@ -66,7 +73,9 @@ def _reuse(request: dict[str, Any]) -> float:
     return request["cached_tokens"] / request["prompt_tokens"]
 
 
-async def test_config_flow_says_what_it_found(hass: HomeAssistant, llama_cpp: LlamaServer) -> None:
+async def test_config_flow_says_what_it_found(
+    hass: HomeAssistant, house: None, llama_cpp: LlamaServer
+) -> None:
     """The flow probes the server: a llama.cpp server with its slots, no pins."""
     result = await hass.config_entries.flow.async_init(
         DOMAIN, context={"source": config_entries.SOURCE_USER}
@@ -85,9 +94,15 @@ async def test_config_flow_says_what_it_found(hass: HomeAssistant, llama_cpp: Ll
 async def test_tool_loop_streams_with_a_warm_prefix(
     hass: HomeAssistant, entity_registry_enabled_by_default: None, llama_entry: MockConfigEntry
 ) -> None:
-    """The house is primed at start; a turn calls an offered tool, sends its result
-    back and streams a reply; the prompt's house prefix came from llama.cpp's cache.
-    Sensors show what llama.cpp reports (reuse, TTFT); the rest is unavailable."""
+    """The house is primed at start; a turn streams a call of an offered tool, Home
+    Assistant runs it and sends its result back with the same prefix; the prompt's
+    house came from llama.cpp's cache. Sensors show what llama.cpp reports (reuse,
+    TTFT); the rest is unavailable.
+
+    What the 135M model writes after the tool result differs between CPUs (greedy, but
+    other kernels); it may even be a broken call, which llama.cpp answers with an error:
+    the turn then ends in Home Assistant's error speech. Either way the turn ends.
+    """
     server = llama_entry.runtime_data.coordinator.server
     assert server is not None and server.kind is ServerKind.LLAMA_CPP
     pin = hass.states.get(PIN)
@@ -95,13 +110,15 @@ async def test_tool_loop_streams_with_a_warm_prefix(
     assert pin.attributes["tokens"] > 500  # the priming request's prompt
 
     with ChatSpy() as spy:
-        await converse(hass, "Turn on the kitchen light")
+        result = await converse(hass, "Turn on the kitchen light")
+    assert result.response.speech["plain"]["speech"]
     first, *rest = spy.bodies
     assert first["tool_choice"] == "required"
     assert first["cache_prompt"] is True
     assert first["id_slot"] == 0  # the pin's own slot
     assert "hearth" not in first  # Hearth's grammar extension goes to Hearth only
     assert rest, "the tool result went back to the server"
+    assert rest[0]["messages"][0] == first["messages"][0]  # the same house prefix
     offered = {tool["function"]["name"] for tool in first["tools"]}
     sent_back = rest[0]["messages"]
     calls = next(m["tool_calls"] for m in sent_back if m.get("tool_calls"))
@@ -109,8 +126,7 @@ async def test_tool_loop_streams_with_a_warm_prefix(
     assert sent_back[-1]["role"] == "tool"
 
     requests = hearth_traces()[-1]["requests"]
-    assert len(requests) == len(spy.bodies)
-    assert _reuse(requests[0]) >= REUSE_GOAL, requests[0]
+    assert requests and _reuse(requests[0]) >= REUSE_GOAL, requests[0]
     await llama_entry.runtime_data.coordinator.async_refresh()
     await hass.async_block_till_done()
     hit_rate = float(hass.states.get("sensor.hearth_cache_hit_rate").state)
