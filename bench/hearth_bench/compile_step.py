@@ -5,8 +5,9 @@ One process loads the model (``--model``, bf16 by default), compiles its one-tok
 (eager, compiled, eager, ...), so that the load of a shared 2-core machine hits both
 alike. For each context (``--contexts``) the context is a shared prefix part read in
 place (as a pinned house is served) and each of ``B`` rows (``--batches``) has one own
-token. Rows: median and p90 ms per step, the thread count, and the compile time of the
-first call per batch size (cold or warm from the inductor cache, ``--cache-dir``).
+token. Rows: median and p90 ms per step, the thread count, the time of the first
+compiled call per batch size (its compile: cold, or warm from the inductor cache in
+``--cache-dir``) and the memory it added.
 ``--skeleton`` runs the model's skeleton instead (``overhead.py``): its step time is
 the per-token overhead.
 """
@@ -19,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import psutil
 import torch
 
 from hearth_engine.attention import PrefixPart
@@ -61,10 +63,12 @@ def side_by_side(
     eager_kv = _rows(runner, part, tokens[context], batch, room)
     compiled_kv = _rows(runner, part, tokens[context], batch, room)
     ids = torch.tensor([[tokens[0]]] * batch)
+    rss_before = psutil.Process().memory_info().rss
     started = time.perf_counter()
     with torch.inference_mode():
         step(ids, torch.tensor([[context + 1]] * batch), compiled_kv, None, [part])
     compile_s = time.perf_counter() - started
+    rss_added = psutil.Process().memory_info().rss - rss_before
     compiled_kv.set_length(1)
     eager, compiled, agree = [], [], True
     with torch.inference_mode():
@@ -91,6 +95,7 @@ def side_by_side(
         "compiled_p90": round(percentile(compiled, 0.9), 2),
         "speedup": round(statistics.median(eager) / statistics.median(compiled), 2),
         "first_call_s": round(compile_s, 1),
+        "rss_added_mb": round(rss_added / 2**20),
         "argmax_agree": agree,
         "steps": steps,
     }

@@ -13,6 +13,10 @@ module runs the same arithmetic with the model's own weights and embeddings:
 * attention is Hearth's (``attention.py``): grouped heads inside the kernel, shared
   prefixes read in place.
 
+The step is split for ``compiled.py``: ``step_graph`` is the dense arithmetic, free of
+Python that depends on the cache, around one ``attend`` call per layer (the KV write
+and Hearth's attention); compiled, ``attend`` is an opaque op.
+
 Anything it does not know (another architecture, a rope it cannot take from the
 model, biases on the MLP, a non-SiLU activation) keeps transformers' forward.
 """

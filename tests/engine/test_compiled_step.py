@@ -10,6 +10,7 @@ import logging
 from pathlib import Path
 
 import pytest
+import torch
 
 from hearth_engine.attention import PrefixPart
 from hearth_engine.runner import ModelRunner
@@ -69,14 +70,17 @@ def test_compiled_greedy_equals_eager(
     assert compiled_runner.compile_state == CompileState.ACTIVE
 
 
-async def test_a_failing_compiled_step_falls_back_to_eager_mid_request(
-    compiled_runner: ModelRunner, tiny_runner: ModelRunner, make_engine, caplog
+def test_a_failing_compiled_step_falls_back_to_the_exact_eager_step(
+    compiled_runner: ModelRunner, tiny_runner: ModelRunner, caplog: pytest.LogCaptureFixture
 ) -> None:
-    assert compiled_runner.compiler is not None
-    eager = make_engine()
-    _, expected, _ = await eager.generate(PROMPT, GREEDY)
-    step = compiled_runner.compiler._step
+    """A compiled step that fails after writing some KV: the eager step redoes it on the
+    cache as it was, so logits and cache equal a plain eager step's."""
+    step = compiled_runner.compiler._step  # type: ignore[union-attr]
     assert step is not None
+    compiled_kv = compiled_runner.new_buffer(1, 32)
+    eager_kv = tiny_runner.new_buffer(1, 32)
+    compiled_runner.prefill(compiled_kv, PROMPT)
+    tiny_runner.prefill(eager_kv, PROMPT)
     run = step.run
 
     def half_then_fail(ids, positions, cache, mask, parts=()):
@@ -84,14 +88,25 @@ async def test_a_failing_compiled_step_falls_back_to_eager_mid_request(
         raise RuntimeError("simulated kernel failure")
 
     step.run = half_then_fail  # type: ignore[method-assign]
-    engine = make_engine(runner=compiled_runner)
     with caplog.at_level(logging.WARNING, logger="hearth_engine.step_compiler"):
-        _, reply, finish = await engine.generate(PROMPT, GREEDY)
-    assert reply == expected
-    assert finish.stats.completion_tokens == len(expected)
+        got = compiled_runner.decode(compiled_kv, [77], [len(PROMPT)], None)
+    expected = tiny_runner.decode(eager_kv, [77], [len(PROMPT)], None)
+    assert torch.equal(got, expected)
+    assert compiled_kv.length == eager_kv.length == len(PROMPT) + 1
+    assert torch.equal(compiled_kv.read_segment(0, 0, 13), eager_kv.read_segment(0, 0, 13))
     assert compiled_runner.compile_state == CompileState.FAILED
     assert "simulated kernel failure" in caplog.text
     assert len([r for r in caplog.records if "serving the eager step" in r.message]) == 1
+
+
+async def test_requests_after_a_compiler_failure_succeed(
+    compiled_runner: ModelRunner, make_engine
+) -> None:
+    assert compiled_runner.compile_state == CompileState.FAILED  # the test before
+    _, expected, _ = await make_engine().generate(PROMPT, GREEDY)
+    _, reply, finish = await make_engine(runner=compiled_runner).generate(PROMPT, GREEDY)
+    assert reply == expected
+    assert finish.stats.completion_tokens == len(expected)
 
 
 async def test_broken_cache_folder_serves_eager(
