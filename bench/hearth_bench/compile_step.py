@@ -77,7 +77,7 @@ def side_by_side(
             t0 = time.perf_counter()
             a = runner.lean.forward(ids, pos, eager_kv, None, [part])
             t1 = time.perf_counter()
-            b = step(ids, pos, compiled_kv, None, [part])
+            b = step.run(ids, pos, compiled_kv, None, [part])
             t2 = time.perf_counter()
             agree = agree and torch.equal(a.argmax(-1), b.argmax(-1))
             if i >= WARMUP:

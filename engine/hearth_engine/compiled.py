@@ -121,7 +121,6 @@ class CompiledStep:
             dynamic=False,
             options=options if options is not None else OPTIONS,
         )
-        self._run_only = torch._dynamo.run(self._dense)
 
     def _dense(self, ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         return self.decoder.step_graph(ids, positions, torch.ops.hearth.decode_attend)
@@ -147,9 +146,14 @@ class CompiledStep:
         attention_mask: torch.Tensor | None,
         parts: Sequence[PrefixPart] = (),
     ) -> torch.Tensor:
-        """One step with the code compiled so far, never compiling (an unseen shape runs
-        the traced function eagerly)."""
-        return self._call(self._run_only, ids, positions, cache, attention_mask, parts)
+        """One step with the code compiled so far; raises rather than compile (a guard
+        that fails, e.g. a batch size not compiled for)."""
+        # ``freezing`` as when it was compiled: dynamo guards on it.
+        with (
+            torch.compiler.set_stance("fail_on_recompile"),
+            torch._inductor.config.patch(freezing=True),
+        ):
+            return self._call(self._fn, ids, positions, cache, attention_mask, parts)
 
     def _call(  # noqa: PLR0917
         self,

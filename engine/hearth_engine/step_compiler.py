@@ -105,7 +105,7 @@ class StepCompiler:
         started = time.monotonic()
         try:
             cache = inductor_cache_dir(self.cache_root)
-            with torch.inference_mode(), torch._inductor.config.patch(compile_threads=1):
+            with torch._inductor.config.patch(compile_threads=1):
                 for batch in self.batches:
                     self._warm_up(step, batch)
         except Exception as err:  # noqa: BLE001 - any compiler failure: log it, serve eager
@@ -122,10 +122,16 @@ class StepCompiler:
         )
 
     def _warm_up(self, step: CompiledStep, batch: int) -> None:
-        """Compile for ``batch`` rows: one step on a scratch buffer."""
+        """Compile for ``batch`` rows: one step on a scratch buffer.
+
+        The inputs are made as ``ModelRunner.decode`` makes them (outside inference
+        mode): dynamo guards on that too.
+        """
         buffer = KVBuffer(self.layout, batch, 2)
         ids = torch.zeros(batch, 1, dtype=torch.long, device=self.layout.device)
-        step(ids, torch.zeros_like(ids), buffer, None)
+        positions = torch.zeros_like(ids)
+        with torch.inference_mode():
+            step(ids, positions, buffer, None)
 
     def _fail(self, message: str) -> None:
         self.error = message
@@ -146,6 +152,8 @@ class StepCompiler:
         step = self._step
         if step is None or ids.shape[0] not in self.batches or ids.shape[1] != 1:
             return None
+        if cache.length >= cache.capacity:
+            return None  # the eager step raises the overflow, not a compiler failure
         past = cache.length
         try:
             return step.run(ids, positions, cache, attention_mask, parts)
