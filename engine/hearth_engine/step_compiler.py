@@ -15,7 +15,7 @@ import enum
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
@@ -67,13 +67,11 @@ class StepCompiler:
         layout: KVLayout,
         batches: Sequence[int] = (1,),
         cache_root: Path | None = None,
-        make_step: Callable[[LeanDecoder], CompiledStep] = CompiledStep,
     ) -> None:
         self.decoder = decoder
         self.layout = layout
         self.batches = tuple(sorted(set(batches)))
         self.cache_root = cache_root
-        self._make_step = make_step
         self._step: CompiledStep | None = None
         self.state = CompileState.OFF
         self.compile_s: float | None = None
@@ -86,7 +84,7 @@ class StepCompiler:
             return
         self.state = CompileState.COMPILING
         try:  # here, not on the thread: it readies the decoder's weights for freezing
-            step = self._make_step(self.decoder)
+            step = CompiledStep(self.decoder)
         except Exception as err:  # noqa: BLE001 - any compiler failure: log it, serve eager
             self._fail(f"compiling the decode step failed ({_one_line(err)})")
             return
