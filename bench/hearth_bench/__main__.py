@@ -1,5 +1,5 @@
 """``scripts/bench MODE ...``: ttft, concurrency, household, fuzz, load, faults, decode,
-agreement, models, accuracy."""
+agreement, models, accuracy, compile."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ MODES = {
     "agreement": "hearth_bench.agreement",
     "models": "hearth_bench.models",
     "accuracy": "hearth_bench.accuracy",
+    "compile": "hearth_bench.compile_step",
 }
 
 

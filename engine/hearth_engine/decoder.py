@@ -13,6 +13,10 @@ module runs the same arithmetic with the model's own weights and embeddings:
 * attention is Hearth's (``attention.py``): grouped heads inside the kernel, shared
   prefixes read in place.
 
+The step is split for ``compiled.py``: ``step_graph`` is the dense arithmetic, free of
+Python that depends on the cache, around one ``attend`` call per layer (the KV write
+and Hearth's attention); compiled, ``attend`` is an opaque op.
+
 Anything it does not know (another architecture, a rope it cannot take from the
 model, biases on the MLP, a non-SiLU activation) keeps transformers' forward.
 """
@@ -20,7 +24,7 @@ model, biases on the MLP, a non-SiLU activation) keeps transformers' forward.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -150,6 +154,11 @@ class LeanDecoder:
             down=fuse([mlp.down_proj], quantization),
         )
 
+    def linears(self) -> list[FrozenLinear]:
+        """Every linear of the forward pass."""
+        per_layer = [[x.qkv, x.o, x.gate_up, x.down] for x in self.layers]
+        return [self.lm_head, *(linear for group in per_layer for linear in group)]
+
     def forward(
         self,
         ids: torch.Tensor,  # [B, Q]
@@ -159,7 +168,7 @@ class LeanDecoder:
         parts: Sequence[PrefixPart] = (),
     ) -> torch.Tensor:
         """Logits of each row's last position, float32 ``[B, V]``."""
-        b, q_len = ids.shape
+        q_len = ids.shape[1]
         if attention_mask is not None and q_len != 1:
             raise ValueError("a padding mask is only supported for one-token steps")
         mask = None if attention_mask is None else attention_mask[:, None, None, :]
@@ -170,6 +179,41 @@ class LeanDecoder:
             rows = torch.arange(q_len, device=ids.device)[:, None]
             cols = torch.arange(past + q_len, device=ids.device)[None, :]
             mask = (cols <= rows + past)[None, None]
+
+        def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, index: int) -> torch.Tensor:
+            return self.attend(q, k, v, index, cache, mask, parts)
+
+        return self.step_graph(ids, positions, attend)
+
+    def attend(  # noqa: PLR0917 - one layer's attention and its whole context
+        self,
+        q: torch.Tensor,  # [B, Q, Hq, D]
+        k: torch.Tensor,  # [B, Q, Hkv, D]
+        v: torch.Tensor,
+        index: int,
+        cache: KVBuffer,
+        mask: torch.Tensor | None,  # [B, 1, Q|1, K] bool
+        parts: Sequence[PrefixPart],
+    ) -> torch.Tensor:
+        """Write layer ``index``'s k/v into ``cache`` and attend; ``[B, Q, Hq, D]``."""
+        keys, values = cache.layers[index].update(k.transpose(1, 2), v.transpose(1, 2))
+        query = q.transpose(1, 2)
+        if parts:
+            return attention.merged_attention(query, keys, values, mask, self.scale, parts, index)
+        return attention.plain_attention(query, keys, values, mask, self.scale)
+
+    def step_graph(
+        self,
+        ids: torch.Tensor,  # [B, Q]
+        positions: torch.Tensor,  # [B, Q]
+        attend: Callable[[torch.Tensor, torch.Tensor, torch.Tensor, int], torch.Tensor],
+    ) -> torch.Tensor:
+        """The forward's dense parts around ``attend(q, k, v, layer)`` per layer.
+
+        Free of Python control flow that depends on the cache, so that ``compiled.py``
+        can trace it with ``attend`` as an opaque op.
+        """
+        b, q_len = ids.shape
         hidden = self.embed(ids)
         cos, sin = self.rotary(hidden, positions)  # [B, Q, D]
         cos, sin = cos[:, :, None], sin[:, :, None]  # [B, Q, 1, D]
@@ -185,14 +229,7 @@ class LeanDecoder:
                 qk = _rotate(qkv[:, :, : nq + nkv], cos, sin)
                 q, k = qk[:, :, :nq], qk[:, :, nq:]
             v = qkv[:, :, nq + nkv :]
-            keys, values = cache.layers[index].update(k.transpose(1, 2), v.transpose(1, 2))
-            query = q.transpose(1, 2)
-            if parts:
-                out = attention.merged_attention(
-                    query, keys, values, mask, self.scale, parts, index
-                )
-            else:
-                out = attention.plain_attention(query, keys, values, mask, self.scale)
+            out = attend(q, k, v, index)
             hidden = hidden + layer.o(out.view(b, q_len, nq * d))
             x = rms_norm(hidden, layer.post_norm, layer.post_eps)
             gate, up = layer.gate_up(x).chunk(2, dim=-1)

@@ -24,6 +24,7 @@ from .hardware import pick_device, pick_dtype
 from .kv import KVBuffer, KVLayout, segment_tokens
 from .linear import Quantization, int8_unsupported
 from .loader import LoadedModel, ModelLoadError, load_model
+from .step_compiler import CompileMode, CompileState, StepCompiler, wants_compile
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -93,6 +94,9 @@ class ModelRunner:
         dtype: torch.dtype,
         quantization: Quantization = Quantization.NONE,
         forward: Forward = Forward.AUTO,
+        *,
+        compile_mode: CompileMode = CompileMode.OFF,
+        compile_batches: Sequence[int] = (1,),
     ) -> None:
         self.loaded = loaded
         self.model = loaded.model
@@ -114,6 +118,10 @@ class ModelRunner:
         self.lean: LeanDecoder | None = None
         if pick_lean(self.model, forward, quantization):
             self.lean = LeanDecoder(self.model, quantization)
+        # The compiled decode step (step_compiler.py); ``start_compile`` starts it.
+        self.compiler: StepCompiler | None = None
+        if self.lean is not None and wants_compile(compile_mode, self.layout):
+            self.compiler = StepCompiler(self.lean, self.layout, compile_batches)
         self.info = ModelInfo(
             name=loaded.name,
             path=str(loaded.path),
@@ -135,12 +143,15 @@ class ModelRunner:
         dtype: str = "auto",
         quantize: str = "none",
         forward: str = "auto",
+        *,
+        compile_mode: str = "off",
     ) -> ModelRunner:
         dev = pick_device(device)
         dt = pick_dtype(dev, dtype)
         started = time.monotonic()
         loaded = load_model(spec, dev, dt)
-        runner = cls(loaded, dev, dt, Quantization(quantize), Forward(forward))
+        mode = CompileMode(compile_mode)
+        runner = cls(loaded, dev, dt, Quantization(quantize), Forward(forward), compile_mode=mode)
         _LOGGER.info(
             "Loaded %s on %s as %s (%s forward, quantize %s) in %.1f s",
             loaded.name,
@@ -150,7 +161,18 @@ class ModelRunner:
             quantize,
             time.monotonic() - started,
         )
+        runner.start_compile()
         return runner
+
+    def start_compile(self) -> None:
+        """Start compiling the decode step in the background (when asked for)."""
+        if self.compiler is not None:
+            self.compiler.start()
+
+    @property
+    def compile_state(self) -> str:
+        """``off``, ``compiling``, ``active`` or ``failed`` (for ``/v1/stats``)."""
+        return CompileState.OFF if self.compiler is None else self.compiler.state
 
     @functools.cached_property
     def shares_prefix(self) -> bool:
@@ -216,6 +238,11 @@ class ModelRunner:
         device = self.layout.device
         ids = torch.tensor(token_ids, dtype=torch.long, device=device)[:, None]  # [B, 1]
         pos = torch.tensor(positions, dtype=torch.long, device=device)[:, None]  # [B, 1]
+        if self.compiler is not None:
+            with torch.inference_mode():
+                logits = self.compiler.step(ids, pos, cache, attention_mask, parts)
+            if logits is not None:
+                return logits
         return self._forward(ids, pos, cache, attention_mask, parts)
 
     def check_shared_prefix(self, tokens: int = 64) -> bool:
