@@ -73,6 +73,13 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
         default="auto",
         help="auto: Hearth's lean forward where the model is supported, else transformers'",
     )
+    group.add_argument(
+        "--compile",
+        choices=["auto", "on", "off"],
+        default="off",
+        help="compile the decode step in the background (inductor; eager until it is ready;"
+        " cached under ~/.cache/hearth/inductor); auto: bfloat16 on a CPU",
+    )
 
 
 def add_serve_args(parser: argparse.ArgumentParser) -> None:
@@ -114,4 +121,5 @@ def engine_config_from_args(args: argparse.Namespace) -> EngineConfig:
         threads=args.threads,
         quantize=args.quantize,
         forward=args.forward,
+        compile=args.compile,
     )

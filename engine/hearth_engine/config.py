@@ -42,6 +42,7 @@ class EngineConfig:
     threads: int | None = None
     quantize: str = "none"  # none | int8 (linear.Quantization)
     forward: str = "auto"  # auto | lean | transformers (runner.Forward)
+    compile: str = "off"  # auto | on | off (step_compiler.CompileMode)
     default_max_tokens: int = 512
     extra_stop_tokens: tuple[str, ...] = field(
         default=("<|im_end|>", "<|endoftext|>", "<|eot_id|>")

@@ -117,7 +117,12 @@ class Engine:
         tune_cpu_allocator()
         set_threads(config.threads)
         runner = ModelRunner.load(
-            config.model, config.device, config.dtype, config.quantize, config.forward
+            config.model,
+            config.device,
+            config.dtype,
+            config.quantize,
+            config.forward,
+            compile_mode=config.compile,
         )
         return cls(config, runner)
 

@@ -15,6 +15,7 @@ import torch
 from hearth_engine.attention import PrefixPart
 from hearth_engine.runner import ModelRunner
 from hearth_engine.sampling import SamplingParams
+from hearth_engine.server.metrics import engine_stats
 from hearth_engine.step_compiler import CompileState, StepCompiler
 
 GREEDY = SamplingParams(max_tokens=12)
@@ -104,9 +105,11 @@ async def test_requests_after_a_compiler_failure_succeed(
 ) -> None:
     assert compiled_runner.compile_state == CompileState.FAILED  # the test before
     _, expected, _ = await make_engine().generate(PROMPT, GREEDY)
-    _, reply, finish = await make_engine(runner=compiled_runner).generate(PROMPT, GREEDY)
+    engine = make_engine(runner=compiled_runner)
+    _, reply, finish = await engine.generate(PROMPT, GREEDY)
     assert reply == expected
     assert finish.stats.completion_tokens == len(expected)
+    assert engine_stats(engine)["compiled_step"] == "failed"  # what /v1/stats shows
 
 
 async def test_broken_cache_folder_serves_eager(

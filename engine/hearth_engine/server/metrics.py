@@ -51,6 +51,7 @@ def engine_stats(engine: Engine) -> dict[str, Any]:
         "dtype": engine.info.dtype,
         "quantization": engine.info.quantization,
         "forward": engine.info.forward,
+        "compiled_step": engine.runner.compile_state,
         "cache_mode": engine.config.cache_mode.value,
         "requests_total": c.requests,
         "requests_failed": c.requests_failed,
