@@ -4,10 +4,14 @@
 ``llama-cpp-python`` sdist (``requirements/llamacpp.txt``) into
 ``$HEARTH_CACHE/llama.cpp/<version>-<key>/bin/llama-server``. This module owns the key,
 so the set-up and the code that looks for the binary cannot disagree: the key hashes the
-version, the machine architecture, the cmake flags and the CPU's feature flags. The build
-is ``GGML_NATIVE=ON`` (AVX-512/AMX kernels where the CPU has them: a fair comparison with
-the engine), and a cache copied to a CPU with other features gets another key and is
-rebuilt there instead of dying on an illegal instruction.
+version, the machine architecture, the cmake flags and the CPU's feature flags.
+
+On x86-64 the build enables each of ggml's instruction sets the CPU lists (AVX2,
+AVX-512, VNNI, BF16...: as fast as ``-march=native``, a fair comparison with the engine),
+except AMX: ``-march=native`` compiled AMX tile kernels that died with SIGILL on this VM
+(the CPU lists ``amx_tile``, but the hypervisor does not let a process use tile data).
+A cache copied to a CPU with other features gets another key and is rebuilt there
+instead of dying on an illegal instruction. Elsewhere the build is ``GGML_NATIVE=ON``.
 
 Only the standard library is used: the module is imported from the engine venv (bench,
 engine tests) and from the Home Assistant venv (Python 3.14, no torch, no hearth_engine).
@@ -16,6 +20,7 @@ engine tests) and from the Home Assistant venv (Python 3.14, no torch, no hearth
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import glob
 import hashlib
@@ -43,9 +48,8 @@ GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 TEMPLATES_FILE = ROOT / "engine" / "hearth_engine" / "models" / "templates.py"
 # Only the server target, statically linked (the cached folder is self-contained), no
 # network features (nothing here can reach a hub), no web UI download.
-CMAKE_FLAGS = (
+BASE_FLAGS = (
     "-DCMAKE_BUILD_TYPE=Release",
-    "-DGGML_NATIVE=ON",
     "-DGGML_OPENMP=OFF",
     "-DBUILD_SHARED_LIBS=OFF",
     "-DLLAMA_BUILD_TESTS=OFF",
@@ -58,6 +62,21 @@ CMAKE_FLAGS = (
     "-DLLAMA_BUILD_UI=OFF",
     "-DLLAMA_USE_PREBUILT_UI=OFF",
 )
+# ggml's x86 instruction-set options -> the /proc/cpuinfo flags each one needs.
+X86_OPTIONS = {
+    "GGML_SSE42": ("sse4_2",),
+    "GGML_AVX": ("avx",),
+    "GGML_AVX2": ("avx2",),
+    "GGML_BMI2": ("bmi2",),
+    "GGML_FMA": ("fma",),
+    "GGML_F16C": ("f16c",),
+    "GGML_AVX_VNNI": ("avx_vnni",),
+    "GGML_AVX512": ("avx512f", "avx512cd", "avx512vl", "avx512dq", "avx512bw"),
+    "GGML_AVX512_VBMI": ("avx512vbmi",),
+    "GGML_AVX512_VNNI": ("avx512_vnni",),
+    "GGML_AVX512_BF16": ("avx512_bf16",),
+}
+NO_AMX = ("-DGGML_AMX_TILE=OFF", "-DGGML_AMX_INT8=OFF", "-DGGML_AMX_BF16=OFF")
 START_TIMEOUT_S = 120.0
 
 
@@ -87,9 +106,21 @@ def cpu_features() -> str:
     return platform.processor()
 
 
+def cmake_flags(features: str | None = None) -> tuple[str, ...]:
+    """The cmake options: the base ones, then the CPU's instruction sets (never AMX)."""
+    if platform.machine() not in ("x86_64", "AMD64"):
+        return (*BASE_FLAGS, "-DGGML_NATIVE=ON")
+    have = set((cpu_features() if features is None else features).split())
+    isa = [
+        f"-D{option}={'ON' if set(needs) <= have else 'OFF'}"
+        for option, needs in X86_OPTIONS.items()
+    ]
+    return (*BASE_FLAGS, "-DGGML_NATIVE=OFF", *isa, *NO_AMX)
+
+
 def build_key(version: str) -> str:
     """What changes the binary: version, architecture, cmake flags, CPU features."""
-    text = "\n".join([version, platform.machine(), *CMAKE_FLAGS, cpu_features()])
+    text = "\n".join([version, platform.machine(), *cmake_flags(), cpu_features()])
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
@@ -168,8 +199,10 @@ class LlamaServer:
     """A ``llama-server`` child process on a free loopback port; output in ``log_path``.
 
     ``model`` defaults to the default model's GGUF, ``chat_template`` to the engine's
-    Hermes template (``None`` keeps the GGUF's own). ``extra_args`` go last (e.g.
-    ``["--cache-ram", "0"]``).
+    Hermes template (``None`` keeps the GGUF's own). ``ctx_size`` is the whole KV in
+    tokens: llama.cpp splits it evenly across the ``parallel`` slots. ``cache_ram_mib``
+    sizes the host-RAM prompt cache (``--cache-ram``; None: the server's 8 GiB, 0: off).
+    ``extra_args`` go last (e.g. ``["--kv-unified"]``).
     """
 
     log_path: Path
@@ -179,6 +212,7 @@ class LlamaServer:
     threads: int = 2
     chat_template: str | None = field(default_factory=hermes_template)
     extra_args: Sequence[str] = ()
+    cache_ram_mib: int | None = None
     port: int = field(default_factory=free_port)
     proc: subprocess.Popen[bytes] | None = None
 
@@ -202,6 +236,8 @@ class LlamaServer:
             "--slots",  # /slots
             "--no-webui",
         ]  # fmt: skip
+        if self.cache_ram_mib is not None:
+            cmd += ["--cache-ram", str(self.cache_ram_mib)]
         if self.chat_template is not None:
             template = self.log_path.with_suffix(".jinja")
             template.write_text(self.chat_template)
@@ -274,15 +310,45 @@ def llama_server(log_path: Path, **kwargs: Any) -> Iterator[LlamaServer]:
         yield server
 
 
+def serve(argv: Sequence[str]) -> int:
+    """Run the built server in the foreground (for ``bench household --engine-url``)."""
+    parser = argparse.ArgumentParser(prog="python -m hearth_bench.llama_server serve")
+    parser.add_argument("--port", type=int, default=8080)
+    parser.add_argument("--ctx-size", type=int, default=8192, help="per slot")
+    parser.add_argument("--parallel", type=int, default=1)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--model", type=Path, default=None, help="a GGUF (default: SmolLM2)")
+    parser.add_argument("--own-template", action="store_true", help="keep the GGUF's template")
+    parser.add_argument("--log", type=Path, default=Path("llama-server.log"))
+    args, extra = parser.parse_known_args(argv)
+    server = LlamaServer(
+        args.log, args.model, args.ctx_size * args.parallel, args.parallel, args.threads,
+        None if args.own_template else hermes_template(), extra, port=args.port,
+    )  # fmt: skip
+    server.start()
+    print(f"{server.url} (log: {args.log}); Ctrl-C stops it", flush=True)
+    try:
+        assert server.proc is not None
+        server.proc.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+    return 0
+
+
 def main(argv: Sequence[str]) -> int:
-    """``info``: shell lines for ``scripts/setup`` (version, build folder, cmake flags)."""
+    """``info``: shell lines for ``scripts/setup`` (version, build folder, cmake flags);
+    ``serve [--parallel N] ...``: the server in the foreground."""
+    if argv[:1] == ["serve"]:
+        return serve(argv[1:])
     if list(argv) != ["info"]:
-        print("usage: python -m hearth_bench.llama_server info", file=sys.stderr)
+        print("usage: python -m hearth_bench.llama_server info|serve [--help]", file=sys.stderr)
         return 2
     version = pinned_version()
     print(version)
     print(build_dir(version))
-    print(" ".join(CMAKE_FLAGS))
+    print(" ".join(cmake_flags()))
     return 0
 
 
