@@ -23,9 +23,9 @@ from hearth_bench import llama_server
 from hearth_bench.household import probe_server
 from hearth_bench.llama_server import LlamaServer, default_gguf, find_llama_server
 
-# ~900 tokens of house-like text: long enough that reuse is unmistakable.
+# ~670 tokens of house-like text: long enough that reuse is unmistakable.
 HOUSE = "You control a smart home. Devices:\n" + "\n".join(
-    f"- light.room_{n}: Room {n} Light (area Floor {n % 3}), state off" for n in range(60)
+    f"- light.room_{n}: Room {n} Light (area Floor {n % 3}), state off" for n in range(30)
 )
 TURN_ON = {
     "type": "function",
@@ -83,7 +83,7 @@ def test_a_streamed_chat_ends_with_usage_and_timings(server: LlamaServer) -> Non
     assert text
     final = chunks[-1]
     usage = final["usage"]
-    assert usage["prompt_tokens"] > 500
+    assert usage["prompt_tokens"] > 600
     assert 1 <= usage["completion_tokens"] <= 4
     assert usage["prompt_tokens_details"]["cached_tokens"] == 0  # cache_prompt off
     assert final["timings"]["prompt_n"] == usage["prompt_tokens"]
@@ -103,7 +103,7 @@ def test_a_shared_prefix_is_reported_as_cached_tokens(server: LlamaServer) -> No
 
 def test_a_tool_call_comes_back_in_openai_format(server: LlamaServer) -> None:
     body = ask("turn on the room 3 light", tools=[TURN_ON], tool_choice="required")
-    chunks = stream(server, {**body, "max_tokens": 128})
+    chunks = stream(server, {**body, "max_tokens": 128, "parallel_tool_calls": False})
     calls = [
         call
         for c in chunks
@@ -114,8 +114,9 @@ def test_a_tool_call_comes_back_in_openai_format(server: LlamaServer) -> None:
     assert calls[0]["type"] == "function"
     assert calls[0]["id"]
     assert calls[0]["function"]["name"] == "HassTurnOn"
-    arguments = json.loads("".join(c["function"].get("arguments") or "" for c in calls))
-    assert isinstance(arguments["name"], str)
+    # Arguments stream in pieces (with parallel calls, the model may add index 1, ...).
+    first = "".join(c["function"].get("arguments") or "" for c in calls if c["index"] == 0)
+    assert isinstance(json.loads(first)["name"], str)
     reasons = [ch["finish_reason"] for c in chunks for ch in c.get("choices") or ()]
     assert "tool_calls" in reasons
 
