@@ -435,7 +435,10 @@ class Replay:
         url = (self.settings.engine_url or "").rstrip("/")
         started = time.monotonic()
         timeout = aiohttp.ClientTimeout(total=3600)
-        async with aiohttp.ClientSession(timeout=timeout) as session:
+        # A connection per request: reusing a pooled connection right after a streamed
+        # answer failed at once against llama-server (ServerDisconnectedError, 2 of 6).
+        connector = aiohttp.TCPConnector(force_close=True)
+        async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
             self.server = await probe_server(session, url)
             print(f"  {url}: {self.server.kind}, model {self.server.model}", flush=True)
             warm = await stream_chat(session, url, self._external_body({
@@ -615,8 +618,9 @@ def summarize(
         "ttft_p50_ms": round(percentile(ttft, 0.5), 1),
         "ttft_p95_ms": round(percentile(ttft, 0.95), 1),
         "ttft_max_ms": round(max(ttft, default=0.0), 1),
-        "engine_ttft_p50_ms": round(percentile(engine_ttft, 0.5), 1),
-        "engine_ttft_p95_ms": round(percentile(engine_ttft, 0.95), 1),
+        # None: the server reports no engine-side TTFT (only Hearth does).
+        "engine_ttft_p50_ms": round(percentile(engine_ttft, 0.5), 1) if engine_ttft else None,
+        "engine_ttft_p95_ms": round(percentile(engine_ttft, 0.95), 1) if engine_ttft else None,
         "total_p50_ms": round(percentile([r.total_ms for r in ok], 0.5), 1),
         # Reply: the time to the last token (``--max-tokens 32`` for a voice-like reply).
         "reply_p50_ms": round(percentile([r.total_ms for r in ok], 0.5), 1),

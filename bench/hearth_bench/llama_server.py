@@ -325,16 +325,17 @@ def serve(argv: Sequence[str]) -> int:
         args.log, args.model, args.ctx_size * args.parallel, args.parallel, args.threads,
         None if args.own_template else hermes_template(), extra, port=args.port,
     )  # fmt: skip
+    # SIGTERM too must stop the child, not orphan it: turn it into KeyboardInterrupt.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     server.start()
     print(f"{server.url} (log: {args.log}); Ctrl-C stops it", flush=True)
     try:
         assert server.proc is not None
-        server.proc.wait()
+        return server.proc.wait()
     except KeyboardInterrupt:
-        pass
+        return 0
     finally:
         server.stop()
-    return 0
 
 
 def main(argv: Sequence[str]) -> int:

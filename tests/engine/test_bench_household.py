@@ -123,7 +123,10 @@ def test_cached_tokens_come_from_usage_else_llama_timings() -> None:
 
 def test_a_server_that_reports_no_cached_tokens_reads_na() -> None:
     records = [_record(n, 100.0) for n in range(3)]
-    records = [dataclasses.replace(r, cached_tokens=None) for r in records]
+    records = [
+        dataclasses.replace(r, cached_tokens=None, engine_ttft_ms=None, prefill_ms=None)
+        for r in records
+    ]
     run = {
         "label": "external (openai)",
         "stats": {},
@@ -139,6 +142,7 @@ def test_a_server_that_reports_no_cached_tokens_reads_na() -> None:
     assert result["reused_tokens"] is None
     assert result["kv_peak_bytes"] is None
     assert result["prefill_tok_s"] is None
+    assert result["engine_ttft_p95_ms"] is None
 
 
 def test_engine_url_alone_runs_only_the_external_server() -> None:
