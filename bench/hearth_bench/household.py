@@ -18,6 +18,14 @@ The same trace runs against a fresh engine process per configuration:
 * ``hearth_fresh_prefix`` (only with ``--configs``): as ``hearth``, but requests switch to
   the renamed prefix at once (the plugin before it kept the pinned prefix during re-pins:
   every request then cold-prefilled most of the house).
+* ``external`` (``--engine-url URL``): any OpenAI-compatible server already running
+  (llama.cpp's ``llama-server``, vLLM, SGLang...), not started or stopped here. It gets
+  the same messages and tools (it renders them with its own chat template), no pins and
+  no ``hearth`` body fields; its row is named after the server kind ``/props``,
+  ``/metrics`` or ``/v1/models`` reveal. Cached tokens come from
+  ``usage.prompt_tokens_details.cached_tokens``, else llama.cpp's ``timings.cache_n``;
+  a server that sends neither gets ``n/a``, never 0. ``--engine-url`` alone runs only
+  this row; with ``--configs`` it is added to the built-in ones.
 
 On this 2-core CPU the default model's house prompt is ~5,400 tokens: a cold request
 costs ~30 s, so the default 12 requests take about 20 minutes for the three configs.
@@ -46,6 +54,7 @@ import aiohttp
 
 from .capture import FIXTURE, Fixture, FixtureMissingError, Sample, load_fixture
 from .common import Periodic, percentile, print_table, write_json
+from .llama_server import parse_metrics
 from .server import EngineProcess
 
 ROLES = ("satellite_a", "satellite_b", "chat", "automation")
@@ -56,7 +65,9 @@ CONFIGS = {
     "no_cache": ("none", False, False),
     "last_prompt": ("last_prompt", False, False),
     "hearth_fresh_prefix": ("radix", True, False),
+    "external": ("server", False, False),  # --engine-url: whatever the server does
 }
+EXTERNAL = "external"
 DEFAULT_CONFIGS = ["hearth", "no_cache", "last_prompt"]
 GOAL_HIT_RATE = 0.97
 GOAL_VS_NO_CACHE = 0.2
@@ -133,6 +144,7 @@ class Reply:
     total_ms: float = 0.0
     text: str = ""
     usage: dict[str, Any] = field(default_factory=dict)
+    timings: dict[str, Any] = field(default_factory=dict)  # llama.cpp's last-chunk timings
     error: str | None = None
 
     @property
@@ -140,8 +152,15 @@ class Reply:
         return int(self.usage.get("prompt_tokens", 0))
 
     @property
-    def cached_tokens(self) -> int:
-        return int((self.usage.get("prompt_tokens_details") or {}).get("cached_tokens", 0))
+    def cached_tokens(self) -> int | None:
+        """OpenAI's ``prompt_tokens_details.cached_tokens``, else llama.cpp's
+        ``timings.cache_n``; None when the server reports neither."""
+        details = self.usage.get("prompt_tokens_details") or {}
+        if details.get("cached_tokens") is not None:
+            return int(details["cached_tokens"])
+        if self.timings.get("cache_n") is not None:
+            return int(self.timings["cache_n"])
+        return None
 
     @property
     def engine(self) -> dict[str, Any]:
@@ -164,6 +183,7 @@ async def stream_chat(session: aiohttp.ClientSession, url: str, body: dict[str, 
                     continue
                 chunk = json.loads(line[5:])
                 reply.usage = chunk.get("usage") or reply.usage
+                reply.timings = chunk.get("timings") or reply.timings
                 for choice in chunk.get("choices") or ():
                     delta = choice.get("delta") or {}
                     if (delta.get("content") or delta.get("tool_calls")) and not reply.ttft_ms:
@@ -220,6 +240,57 @@ class StatsPoller(Periodic):
             await self.sample()
 
 
+async def get_text(session: aiohttp.ClientSession, url: str) -> str | None:
+    """The body of a GET that answered 200, else None (a probe: any failure is "no")."""
+    with contextlib.suppress(aiohttp.ClientError, TimeoutError):
+        async with session.get(url, timeout=aiohttp.ClientTimeout(total=10)) as resp:
+            if resp.status == 200:
+                return await resp.text()
+    return None
+
+
+@dataclass(frozen=True)
+class Server:
+    """What ``probe_server`` found out about an external server."""
+
+    kind: str  # hearth, llama.cpp, vllm, sglang or openai (unknown)
+    model: str | None  # the first id of /v1/models (vLLM and SGLang require it)
+
+
+async def probe_server(session: aiohttp.ClientSession, url: str) -> Server:
+    """The server kind, from its metric names, /props or /v1/models' ``owned_by``."""
+    models = await get_text(session, f"{url}/v1/models")
+    data = (json.loads(models).get("data") or [{}]) if models else [{}]
+    model, owner = data[0].get("id"), str(data[0].get("owned_by", "")).lower()
+    metrics = await get_text(session, f"{url}/metrics") or ""
+    for prefix, kind in (("llamacpp:", "llama.cpp"), ("vllm:", "vllm"), ("sglang:", "sglang")):
+        if prefix in metrics:
+            return Server(kind, model)
+    if owner in ("hearth", "vllm", "sglang"):
+        return Server(owner, model)
+    if owner == "llamacpp" or await get_text(session, f"{url}/props") is not None:
+        return Server("llama.cpp", model)
+    return Server("openai", model)
+
+
+async def server_stats(session: aiohttp.ClientSession, url: str, kind: str) -> dict[str, Any]:
+    """The engine counters the table shows, from whatever the server reports.
+
+    Hearth: ``/v1/stats``. llama.cpp: ``/metrics`` (average prompt throughput and prompt
+    tokens processed). Others: nothing (the columns read n/a).
+    """
+    if kind == "hearth":
+        return await get_json(session, f"{url}/v1/stats")
+    if kind == "llama.cpp":
+        metrics = parse_metrics(await get_text(session, f"{url}/metrics") or "")
+        if "llamacpp:prompt_tokens_seconds" in metrics:
+            return {
+                "prefill_tokens_per_s": round(metrics["llamacpp:prompt_tokens_seconds"], 1),
+                "prefill_tokens_total": int(metrics.get("llamacpp:prompt_tokens_total", 0)),
+            }
+    return {}
+
+
 # ------------------------------------------------------------------------ replay
 
 
@@ -238,7 +309,7 @@ class Record:
     ttft_ms: float
     total_ms: float
     prompt_tokens: int
-    cached_tokens: int
+    cached_tokens: int | None
     engine_ttft_ms: float | None
     prefill_ms: float | None
     queue_ms: float | None
@@ -256,6 +327,7 @@ class Settings:
     repin_delay: float
     kv_cache_mb: int | None
     workdir: Path
+    engine_url: str | None = None  # the ``external`` configuration's server
 
 
 class Household:
@@ -316,6 +388,12 @@ class Replay:
         self.records: list[Record] = []
         self.state_changes = 0
         self.t0 = 0.0
+        self.server = Server("hearth", None)  # the external configuration probes its own
+
+    @property
+    def label(self) -> str:
+        """The table's name: ``external (llama.cpp)`` for an external server."""
+        return f"{self.name} ({self.server.kind})" if self.name == EXTERNAL else self.name
 
     def engine_args(self) -> list[str]:
         args = ["--model", self.settings.model, "--cache-mode", self.cache_mode]
@@ -325,6 +403,8 @@ class Replay:
         return args
 
     async def run(self, trace: Sequence[Step]) -> dict[str, Any]:
+        if self.name == EXTERNAL:
+            return await self.run_external(trace)
         log = self.settings.workdir / f"engine-{self.name}.log"
         engine = EngineProcess(self.engine_args(), log)
         await asyncio.to_thread(engine.start)
@@ -349,6 +429,42 @@ class Replay:
             "repin_windows_s": [(round(a, 2), round(b, 2)) for a, b in self.repin_windows],
             "state_changes": self.state_changes,
         }
+
+    async def run_external(self, trace: Sequence[Step]) -> dict[str, Any]:
+        """The trace against a server that is already running: no pins, no /v1/stats."""
+        url = (self.settings.engine_url or "").rstrip("/")
+        started = time.monotonic()
+        timeout = aiohttp.ClientTimeout(total=3600)
+        # A connection per request: reusing a pooled connection right after a streamed
+        # answer failed at once against llama-server (ServerDisconnectedError, 2 of 6).
+        connector = aiohttp.TCPConnector(force_close=True)
+        async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
+            self.server = await probe_server(session, url)
+            print(f"  {url}: {self.server.kind}, model {self.server.model}", flush=True)
+            warm = await stream_chat(session, url, self._external_body({
+                "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1,
+            }))  # fmt: skip
+            if warm.error is not None:
+                raise RuntimeError(f"{url} refused a chat request: {warm.error}")
+            self.t0 = time.perf_counter()
+            repins = await self._run_steps(session, url, trace)
+            await asyncio.gather(*repins)
+            stats = await server_stats(session, url, self.server.kind)
+        return {
+            "label": self.label,
+            "wall_s": round(time.monotonic() - started, 1),
+            "stats": stats,
+            "peaks": None,
+            "pin_ms": [],
+            "repin_windows_s": [],
+            "state_changes": self.state_changes,
+        }
+
+    def _external_body(self, body: dict[str, Any]) -> dict[str, Any]:
+        """The body for another server: its model name, no Hearth extensions."""
+        if self.server.kind != "hearth":
+            body = {k: v for k, v in body.items() if k != "hearth"}
+        return {**body, "model": self.server.model} if self.server.model else body
 
     async def _prepare(self, session: aiohttp.ClientSession, url: str) -> StatsPoller:
         """Warm torch up on an unrelated prompt, pin like the plugin, start polling."""
@@ -427,7 +543,10 @@ class Replay:
         agent, version, body, chat_entry = self._body(call)
         issued = time.perf_counter() - self.t0
         in_repin, in_debounce = self.repins_running > 0, self.debounce_running > 0
-        reply = await stream_chat(session, url, {**body, "max_tokens": self.settings.max_tokens})
+        body = {**body, "max_tokens": self.settings.max_tokens}
+        if self.name == EXTERNAL:
+            body = self._external_body(body)
+        reply = await stream_chat(session, url, body)
         if chat_entry is not None and reply.error is None:
             self.history += [*chat_entry, {"role": "assistant", "content": reply.text}]
         engine = reply.engine
@@ -470,8 +589,11 @@ def summarize(
     name: str, run: dict[str, Any], records: list[Record], window: set[tuple[int, int]]
 ) -> dict[str, Any]:
     ok = [r for r in records if r.error is None]
-    prompt = sum(r.prompt_tokens for r in ok)
-    cached = sum(r.cached_tokens for r in ok)
+    reported = [r for r in ok if r.cached_tokens is not None]
+    prompt = sum(r.prompt_tokens for r in reported)
+    cached = sum(r.cached_tokens or 0 for r in reported)
+    unknown = bool(ok) and not reported  # the server reports no cached tokens at all
+    peaks = run["peaks"] or {}  # None: an external server reports no KV counters
     ttft = [r.ttft_ms for r in ok]
     engine_ttft = [r.engine_ttft_ms for r in ok if r.engine_ttft_ms is not None]
     in_window = [r.ttft_ms for r in ok if r.key in window]
@@ -484,30 +606,31 @@ def summarize(
         else None
     )
     return {
-        "config": name,
+        "config": run.get("label", name),
         "cache_mode": CONFIGS[name][0],
         "pins": CONFIGS[name][1],
         "switch_after_pin": CONFIGS[name][2],
         "requests": len(records),
         "errors": len(records) - len(ok),
-        "hit_rate": round(cached / prompt, 4) if prompt else 0.0,
+        "hit_rate": None if unknown else round(cached / prompt, 4) if prompt else 0.0,
         "prompt_tokens": prompt,
-        "reused_tokens": cached,
+        "reused_tokens": None if unknown else cached,
         "ttft_p50_ms": round(percentile(ttft, 0.5), 1),
         "ttft_p95_ms": round(percentile(ttft, 0.95), 1),
         "ttft_max_ms": round(max(ttft, default=0.0), 1),
-        "engine_ttft_p50_ms": round(percentile(engine_ttft, 0.5), 1),
-        "engine_ttft_p95_ms": round(percentile(engine_ttft, 0.95), 1),
+        # None: the server reports no engine-side TTFT (only Hearth does).
+        "engine_ttft_p50_ms": round(percentile(engine_ttft, 0.5), 1) if engine_ttft else None,
+        "engine_ttft_p95_ms": round(percentile(engine_ttft, 0.95), 1) if engine_ttft else None,
         "total_p50_ms": round(percentile([r.total_ms for r in ok], 0.5), 1),
         # Reply: the time to the last token (``--max-tokens 32`` for a voice-like reply).
         "reply_p50_ms": round(percentile([r.total_ms for r in ok], 0.5), 1),
         "reply_p95_ms": round(percentile([r.total_ms for r in ok], 0.95), 1),
-        "prefill_tok_s": float(stats.get("prefill_tokens_per_s", 0.0)),
-        "prefill_tokens": int(stats.get("prefill_tokens_total", 0)),
-        "kv_peak_bytes": run["peaks"]["kv_total_bytes"],
-        "kv_cache_peak_bytes": run["peaks"]["kv_cache_used_bytes"],
-        "kv_working_peak_bytes": run["peaks"]["kv_working_bytes"],
-        "evictions": int(stats.get("kv_cache_evictions_total", 0)),
+        "prefill_tok_s": stats.get("prefill_tokens_per_s"),
+        "prefill_tokens": stats.get("prefill_tokens_total"),
+        "kv_peak_bytes": peaks.get("kv_total_bytes"),
+        "kv_cache_peak_bytes": peaks.get("kv_cache_used_bytes"),
+        "kv_working_peak_bytes": peaks.get("kv_working_bytes"),
+        "evictions": stats.get("kv_cache_evictions_total"),
         "repin_stall_ratio": stall,
         "repin_window_requests": len(in_window),
         "repin_window_ttft_p95_ms": round(percentile(in_window, 0.95), 1),
@@ -579,7 +702,8 @@ TABLE = [
 def print_report(configs: dict[str, dict[str, Any]]) -> None:
     rows = []
     for result in configs.values():
-        view = {**result, "kv_peak_mib": result["kv_peak_bytes"] / 2**20}
+        peak = result["kv_peak_bytes"]
+        view = {**result, "kv_peak_mib": None if peak is None else peak / 2**20}
         rows.append(["n/a" if view[key] is None else view[key] for _, key in TABLE])
     print_table([h for h, _ in TABLE], rows)
 
@@ -619,7 +743,8 @@ async def run_all(
     runs: dict[str, list[Record]] = {}
     window = fallback_window(trace)
     for name in sorted(names, key=list(CONFIGS).index):  # hearth first: it finds the windows
-        print(f"# {name}: {settings.model}, {len(trace)} steps", flush=True)
+        target = settings.engine_url if name == EXTERNAL else settings.model
+        print(f"# {name}: {target}, {len(trace)} steps", flush=True)
         replay = Replay(household, name, settings)
         run = await replay.run(trace)
         own = {r.key for r in replay.records if r.in_repin}
@@ -627,9 +752,11 @@ async def run_all(
             window = own
         runs[name] = replay.records
         results[name] = summarize(name, run, replay.records, own if replay.pins else window)
+        hit = results[name]["hit_rate"]
         print(
             f"  {results[name]['requests']} requests in {run['wall_s']} s, hit rate"
-            f" {results[name]['hit_rate']:.2%}, p95 TTFT {results[name]['ttft_p95_ms']:.0f} ms",
+            f" {'n/a' if hit is None else f'{hit:.2%}'},"
+            f" p95 TTFT {results[name]['ttft_p95_ms']:.0f} ms",
             flush=True,
         )
     return results, runs
@@ -651,16 +778,37 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--configs",
         nargs="+",
         choices=list(CONFIGS),
-        default=DEFAULT_CONFIGS,
+        default=None,
         metavar="CONFIG",
-        help=f"of {', '.join(CONFIGS)} (default: %(default)s)",
+        help=f"of {', '.join(CONFIGS)} (default: {' '.join(DEFAULT_CONFIGS)};"
+        f" {EXTERNAL} needs --engine-url)",
+    )
+    parser.add_argument(
+        "--engine-url",
+        default=None,
+        metavar="URL",
+        help=f"an OpenAI-compatible server already running (e.g. http://127.0.0.1:8080):"
+        f" the {EXTERNAL} row; alone, the only one",
     )
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--plot", type=Path, default=None)
     parser.add_argument("--records", type=Path, default=None, help="every request, as JSON")
     parser.add_argument("--workdir", type=Path, default=None, help="keep engine logs here")
     parser.add_argument("--check", action="store_true", help="exit 1 if a goal is missed")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    args.configs = chosen_configs(args.configs, args.engine_url)
+    if EXTERNAL in args.configs and args.engine_url is None:
+        parser.error(f"--configs {EXTERNAL} needs --engine-url URL")
+    return args
+
+
+def chosen_configs(configs: list[str] | None, engine_url: str | None) -> list[str]:
+    """``--engine-url`` alone: only the external server; with ``--configs``: added to them."""
+    if configs is None:
+        return [EXTERNAL] if engine_url else list(DEFAULT_CONFIGS)
+    if engine_url and EXTERNAL not in configs:
+        return [*configs, EXTERNAL]
+    return configs
 
 
 def main(argv: list[str]) -> int:
@@ -684,8 +832,9 @@ def main(argv: list[str]) -> int:
         workdir = args.workdir or Path(tmp)
         workdir.mkdir(parents=True, exist_ok=True)
         settings = Settings(
-            args.model, args.max_tokens, args.repin_delay, args.kv_cache_mb, workdir
-        )
+            args.model, args.max_tokens, args.repin_delay, args.kv_cache_mb, workdir,
+            args.engine_url,
+        )  # fmt: skip
         started = time.monotonic()
         configs, runs = asyncio.run(run_all(household, trace, args.configs, settings))
     print()
@@ -700,6 +849,7 @@ def main(argv: list[str]) -> int:
         "goals": [{"pass": ok, "check": text} for ok, text in goals],
         "trace": {"seed": args.seed, **summary},
         "model": args.model,
+        "engine_url": args.engine_url,
         "max_tokens": args.max_tokens,
         "repin_delay_s": args.repin_delay,
         "fixture": household.fixture.meta,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from pathlib import Path
 
@@ -12,10 +13,15 @@ from hearth_bench.household import (
     ROLES,
     Household,
     Record,
+    Replay,
+    Reply,
+    Server,
+    Settings,
     chat_turns,
     fallback_window,
     goal_lines,
     make_trace,
+    parse_args,
     summarize,
     trace_summary,
 )
@@ -104,3 +110,60 @@ def test_without_a_hearth_run_the_window_follows_the_renames() -> None:
     window = fallback_window(trace)
     assert window
     assert all(trace[step].kind in ("request", "burst") for step, _ in window)
+
+
+def test_cached_tokens_come_from_usage_else_llama_timings() -> None:
+    assert Reply(usage={"prompt_tokens_details": {"cached_tokens": 5}}).cached_tokens == 5
+    # llama.cpp sends both; OpenAI's field wins, and a 0 there is a real 0.
+    both = Reply(usage={"prompt_tokens_details": {"cached_tokens": 0}}, timings={"cache_n": 7})
+    assert both.cached_tokens == 0
+    assert Reply(usage={"prompt_tokens": 9}, timings={"cache_n": 7}).cached_tokens == 7
+    assert Reply(usage={"prompt_tokens": 9}).cached_tokens is None
+
+
+def test_a_server_that_reports_no_cached_tokens_reads_na() -> None:
+    records = [_record(n, 100.0) for n in range(3)]
+    records = [
+        dataclasses.replace(r, cached_tokens=None, engine_ttft_ms=None, prefill_ms=None)
+        for r in records
+    ]
+    run = {
+        "label": "external (openai)",
+        "stats": {},
+        "peaks": None,
+        "pin_ms": [],
+        "repin_windows_s": [],
+        "state_changes": 0,
+        "wall_s": 1.0,
+    }
+    result = summarize("external", run, records, set())
+    assert result["config"] == "external (openai)"
+    assert result["hit_rate"] is None
+    assert result["reused_tokens"] is None
+    assert result["kv_peak_bytes"] is None
+    assert result["prefill_tok_s"] is None
+    assert result["engine_ttft_p95_ms"] is None
+
+
+def test_engine_url_alone_runs_only_the_external_server() -> None:
+    assert parse_args([]).configs == ["hearth", "no_cache", "last_prompt"]
+    assert parse_args(["--engine-url", "http://h:1"]).configs == ["external"]
+    both = parse_args(["--configs", "hearth", "--engine-url", "http://h:1"])
+    assert both.configs == ["hearth", "external"]
+    with pytest.raises(SystemExit):
+        parse_args(["--configs", "external"])
+
+
+def test_an_external_server_gets_no_hearth_fields() -> None:
+    settings = Settings("default", 8, 0.0, None, Path(), "http://h:1")
+    replay = Replay(Household(load_fixture()), "external", settings)
+    sample = replay.household.pools["satellite_a"][0]
+    body = replay.household.fixture.body(sample)
+    assert "hearth" in body  # the captured request carried Hearth's extension
+    replay.server = Server("vllm", "qwen")
+    sent = replay._external_body(body)
+    assert "hearth" not in sent
+    assert sent["model"] == "qwen"
+    assert sent["messages"] == body["messages"]
+    assert sent["tools"] == body["tools"]
+    assert replay.label == "external (vllm)"
