@@ -19,13 +19,18 @@ The same trace runs against a fresh engine process per configuration:
   the renamed prefix at once (the plugin before it kept the pinned prefix during re-pins:
   every request then cold-prefilled most of the house).
 * ``external`` (``--engine-url URL``): any OpenAI-compatible server already running
-  (llama.cpp's ``llama-server``, vLLM, SGLang...), not started or stopped here. It gets
-  the same messages and tools (it renders them with its own chat template), no pins and
-  no ``hearth`` body fields; its row is named after the server kind ``/props``,
+  (llama.cpp's ``llama-server``, vLLM, SGLang...), not started or stopped here, driven as
+  the plugin drives it: the same messages and tools (it renders them with its own chat
+  template), no ``hearth`` body fields, and instead of pins a priming request per agent
+  (``max_tokens`` 1) at start and after each rename's debounce, requests keeping the
+  primed prefix until then; on llama.cpp ``cache_prompt`` and a slot per agent while
+  spare slots last (one stays free). Its row is named after the server kind ``/props``,
   ``/metrics`` or ``/v1/models`` reveal. Cached tokens come from
   ``usage.prompt_tokens_details.cached_tokens``, else llama.cpp's ``timings.cache_n``;
   a server that sends neither gets ``n/a``, never 0. ``--engine-url`` alone runs only
   this row; with ``--configs`` it is added to the built-in ones.
+* ``external_unprimed`` (``--configs``, with ``--engine-url``): the same server as Home
+  Assistant's own clients drive it: no priming, each request sends the house as it is.
 
 On this 2-core CPU the default model's house prompt is ~5,400 tokens: a cold request
 costs ~30 s, so the default 12 requests take about 20 minutes for the three configs.
@@ -65,9 +70,17 @@ CONFIGS = {
     "no_cache": ("none", False, False),
     "last_prompt": ("last_prompt", False, False),
     "hearth_fresh_prefix": ("radix", True, False),
-    "external": ("server", False, False),  # --engine-url: whatever the server does
+    # --engine-url: the server as the plugin drives it: each agent's prefix primed at start
+    # and after each rename (max_tokens 1), requests on the primed prefix until then; on
+    # llama.cpp cache_prompt and a slot per agent where there are spare slots.
+    "external": ("server", True, True),
+    # --engine-url, as Home Assistant's own clients drive it: no priming; each request
+    # sends the house as it is now.
+    "external_unprimed": ("server", False, False),
 }
 EXTERNAL = "external"
+EXTERNALS = ("external", "external_unprimed")
+PRIMING_TEXT = "Hello"  # the user message after the prefix in a priming request
 DEFAULT_CONFIGS = ["hearth", "no_cache", "last_prompt"]
 GOAL_HIT_RATE = 0.97
 GOAL_VS_NO_CACHE = 0.2
@@ -255,6 +268,7 @@ class Server:
 
     kind: str  # hearth, llama.cpp, vllm, sglang or openai (unknown)
     model: str | None  # the first id of /v1/models (vLLM and SGLang require it)
+    slots: int = 0  # llama.cpp's total_slots (/props)
 
 
 async def probe_server(session: aiohttp.ClientSession, url: str) -> Server:
@@ -263,13 +277,16 @@ async def probe_server(session: aiohttp.ClientSession, url: str) -> Server:
     data = (json.loads(models).get("data") or [{}]) if models else [{}]
     model, owner = data[0].get("id"), str(data[0].get("owned_by", "")).lower()
     metrics = await get_text(session, f"{url}/metrics") or ""
+    props_text = await get_text(session, f"{url}/props")
+    props = json.loads(props_text) if props_text and props_text.startswith("{") else {}
+    slots = int(props.get("total_slots") or 0)
     for prefix, kind in (("llamacpp:", "llama.cpp"), ("vllm:", "vllm"), ("sglang:", "sglang")):
         if prefix in metrics:
-            return Server(kind, model)
+            return Server(kind, model, slots if kind == "llama.cpp" else 0)
     if owner in ("hearth", "vllm", "sglang"):
         return Server(owner, model)
-    if owner == "llamacpp" or await get_text(session, f"{url}/props") is not None:
-        return Server("llama.cpp", model)
+    if owner == "llamacpp" or props:
+        return Server("llama.cpp", model, slots)
     return Server("openai", model)
 
 
@@ -393,7 +410,15 @@ class Replay:
     @property
     def label(self) -> str:
         """The table's name: ``external (llama.cpp)`` for an external server."""
-        return f"{self.name} ({self.server.kind})" if self.name == EXTERNAL else self.name
+        return f"{self.name} ({self.server.kind})" if self.name in EXTERNALS else self.name
+
+    def _slot(self, agent: str) -> int | None:
+        """The agent's llama.cpp slot, as the plugin gives them: in order, one left free."""
+        agents = list(self.household.fixture.agents)
+        if self.name != EXTERNAL or self.server.kind != "llama.cpp":
+            return None
+        index = agents.index(agent)
+        return index if index < self.server.slots - 1 else None
 
     def engine_args(self) -> list[str]:
         args = ["--model", self.settings.model, "--cache-mode", self.cache_mode]
@@ -403,7 +428,7 @@ class Replay:
         return args
 
     async def run(self, trace: Sequence[Step]) -> dict[str, Any]:
-        if self.name == EXTERNAL:
+        if self.name in EXTERNALS:
             return await self.run_external(trace)
         log = self.settings.workdir / f"engine-{self.name}.log"
         engine = EngineProcess(self.engine_args(), log)
@@ -446,6 +471,8 @@ class Replay:
             }))  # fmt: skip
             if warm.error is not None:
                 raise RuntimeError(f"{url} refused a chat request: {warm.error}")
+            if self.pins:
+                await self._pin_all(session, url, initial=True)  # the plugin's priming
             self.t0 = time.perf_counter()
             repins = await self._run_steps(session, url, trace)
             await asyncio.gather(*repins)
@@ -455,15 +482,20 @@ class Replay:
             "wall_s": round(time.monotonic() - started, 1),
             "stats": stats,
             "peaks": None,
-            "pin_ms": [],
-            "repin_windows_s": [],
+            "pin_ms": self.pin_ms,
+            "repin_windows_s": [(round(a, 2), round(b, 2)) for a, b in self.repin_windows],
             "state_changes": self.state_changes,
         }
 
-    def _external_body(self, body: dict[str, Any]) -> dict[str, Any]:
-        """The body for another server: its model name, no Hearth extensions."""
+    def _external_body(self, body: dict[str, Any], agent: str | None = None) -> dict[str, Any]:
+        """The body for another server: its model name, no Hearth extensions; on
+        llama.cpp (primed like the plugin) ``cache_prompt`` and the agent's slot."""
         if self.server.kind != "hearth":
             body = {k: v for k, v in body.items() if k != "hearth"}
+        if self.server.kind == "llama.cpp" and self.name == EXTERNAL:
+            body = {**body, "cache_prompt": True}
+            if agent is not None and (slot := self._slot(agent)) is not None:
+                body["id_slot"] = slot
         return {**body, "model": self.server.model} if self.server.model else body
 
     async def _prepare(self, session: aiohttp.ClientSession, url: str) -> StatsPoller:
@@ -494,9 +526,26 @@ class Replay:
                 return
             agent = self.household.fixture.agents[key]
             started = time.perf_counter()
-            await put_pin(session, url, agent.pin, agent.prefixes[version].body())
+            if self.name == EXTERNAL:
+                await self._prime(session, url, key, agent.prefixes[version])
+            else:
+                await put_pin(session, url, agent.pin, agent.prefixes[version].body())
             self.pin_ms.append(round((time.perf_counter() - started) * 1000, 1))
             self.pinned[key] = version
+
+    async def _prime(self, session: aiohttp.ClientSession, url: str, key: str, prefix: Any) -> None:
+        """The plugin's priming request (priming.py): the prefix, a short user message,
+        one token, so the server caches the prefix before the next real request."""
+        body = {
+            "messages": [*prefix.messages, {"role": "user", "content": PRIMING_TEXT}],
+            "max_tokens": 1,
+            "temperature": 0.0,
+        }
+        if prefix.tools:
+            body["tools"] = list(prefix.tools)
+        reply = await stream_chat(session, url, self._external_body(body, key))
+        if reply.error is not None:
+            raise RuntimeError(f"priming {key} refused: {reply.error}")
 
     def _serving(self, agent: str) -> int:
         """The prefix version a request of ``agent`` is sent with now.
@@ -544,8 +593,8 @@ class Replay:
         issued = time.perf_counter() - self.t0
         in_repin, in_debounce = self.repins_running > 0, self.debounce_running > 0
         body = {**body, "max_tokens": self.settings.max_tokens}
-        if self.name == EXTERNAL:
-            body = self._external_body(body)
+        if self.name in EXTERNALS:
+            body = self._external_body(body, agent)
         reply = await stream_chat(session, url, body)
         if chat_entry is not None and reply.error is None:
             self.history += [*chat_entry, {"role": "assistant", "content": reply.text}]
@@ -743,7 +792,7 @@ async def run_all(
     runs: dict[str, list[Record]] = {}
     window = fallback_window(trace)
     for name in sorted(names, key=list(CONFIGS).index):  # hearth first: it finds the windows
-        target = settings.engine_url if name == EXTERNAL else settings.model
+        target = settings.engine_url if name in EXTERNALS else settings.model
         print(f"# {name}: {target}, {len(trace)} steps", flush=True)
         replay = Replay(household, name, settings)
         run = await replay.run(trace)
@@ -781,7 +830,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         default=None,
         metavar="CONFIG",
         help=f"of {', '.join(CONFIGS)} (default: {' '.join(DEFAULT_CONFIGS)};"
-        f" {EXTERNAL} needs --engine-url)",
+        f" {' and '.join(EXTERNALS)} need --engine-url)",
     )
     parser.add_argument(
         "--engine-url",
@@ -797,8 +846,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--check", action="store_true", help="exit 1 if a goal is missed")
     args = parser.parse_args(argv)
     args.configs = chosen_configs(args.configs, args.engine_url)
-    if EXTERNAL in args.configs and args.engine_url is None:
-        parser.error(f"--configs {EXTERNAL} needs --engine-url URL")
+    if set(EXTERNALS) & set(args.configs) and args.engine_url is None:
+        parser.error(f"--configs {' / '.join(EXTERNALS)} needs --engine-url URL")
     return args
 
 
@@ -806,7 +855,7 @@ def chosen_configs(configs: list[str] | None, engine_url: str | None) -> list[st
     """``--engine-url`` alone: only the external server; with ``--configs``: added to them."""
     if configs is None:
         return [EXTERNAL] if engine_url else list(DEFAULT_CONFIGS)
-    if engine_url and EXTERNAL not in configs:
+    if engine_url and not set(EXTERNALS) & set(configs):
         return [*configs, EXTERNAL]
     return configs
 
