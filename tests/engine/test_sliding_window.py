@@ -182,3 +182,89 @@ def test_windowed_merge_equals_windowed_attention_over_the_concatenated_kv(q_len
             query[r][None], k_all[None], v_all[None], attn_mask=mask, enable_gqa=True
         )
         torch.testing.assert_close(got[r], want[0].transpose(0, 1), rtol=1e-12, atol=1e-12)
+
+
+# ---------------------------------------------------------------------- the store
+
+
+def test_the_store_keeps_only_the_window_of_sliding_layers(tmp_path: Path) -> None:
+    """Full layers keep every token, sliding layers their last ``window`` (bytes too)."""
+    from hearth_engine.store import PrefixStore, prefix_key
+
+    layers, heads, dim, total = 4, 2, 4, 40
+    tokens = list(range(100, 100 + total))
+    kv = torch.randn(layers, 2, heads, total, dim, generator=torch.Generator().manual_seed(1))
+    store = PrefixStore(tmp_path)
+    store.keep_windows(layers, (0, 2, 3), WINDOW)
+    assert store.save("ns", tokens, [kv[:, :, :, :25], kv[:, :, :, 25:]])  # cache segments
+    loaded = store.load("ns", tokens)
+    assert loaded is not None and loaded.shape == kv.shape
+    assert torch.equal(loaded[1], kv[1])  # the full layer: every token
+    assert torch.equal(loaded[[0, 2, 3], :, :, -WINDOW:], kv[[0, 2, 3], :, :, -WINDOW:])
+    assert not loaded[[0, 2, 3], :, :, :-WINDOW].any()  # older tokens: not stored
+    size = store.path_for("ns", prefix_key("ns", tokens)).stat().st_size
+    per_layer_token = 2 * heads * dim * kv.element_size()
+    kv_bytes = (1 * total + 3 * WINDOW) * per_layer_token
+    assert kv_bytes < size < kv_bytes + 8 * total + 1024  # + token ids and the header
+    full_bytes = layers * total * per_layer_token
+    assert size < full_bytes / 2
+    # A store without windows (another model) cannot read it: discarded, rebuilt.
+    assert PrefixStore(tmp_path).load("ns", tokens) is None
+
+
+def test_a_short_prefix_keeps_all_its_tokens(tmp_path: Path) -> None:
+    from hearth_engine.store import PrefixStore
+
+    kv = torch.randn(4, 2, 2, 5, 4)
+    store = PrefixStore(tmp_path)
+    store.keep_windows(4, (0, 2, 3), WINDOW)
+    assert store.save("ns", list(range(5)), kv)
+    loaded = store.load("ns", list(range(5)))
+    assert loaded is not None and torch.equal(loaded, kv)
+
+
+def test_pinned_prefix_bytes_per_layer_type(sliding64: ModelRunner) -> None:
+    layout = sliding64.layout
+    per_layer = layout.layer_bytes_per_token
+    assert layout.prefix_bytes(1000) == (1 * 1000 + 3 * WINDOW) * per_layer
+    assert layout.prefix_bytes(4) == 4 * layout.bytes_per_token
+    assert layout.bytes_per_token == 4 * per_layer
+
+
+@pytest.mark.parametrize("share_prefix", [True, False], ids=["read-in-place", "copied"])
+async def test_a_restored_windowed_pin_serves_exactly_at_its_end_only(
+    make_engine, sliding64: ModelRunner, tmp_path: Path, share_prefix: bool
+) -> None:
+    """After a restart the pin's sliding layers hold their last window only: requests
+    that extend the pin hit it and equal cold runs; a prompt that leaves the pin inside
+    it misses (the window before that point is gone) and equals a cold run too."""
+    rng = random.Random(11)
+    house = _tokens(rng, 6 * WINDOW + 5)
+    config = {"chunk_tokens": 16, "prefix_store": tmp_path, "share_prefix": share_prefix}
+    first = make_engine(runner=sliding64, **config)
+    assert not (await first.pin("house", house)).restored
+    await first.shutdown()
+    (file,) = tmp_path.rglob("*.safetensors")
+    layout = sliding64.layout
+    assert file.stat().st_size < layout.prefix_bytes(len(house)) + 8 * len(house) + 2048
+    assert layout.prefix_bytes(len(house)) < len(house) * layout.bytes_per_token / 2
+
+    second = make_engine(runner=sliding64, **config)
+    assert second.pin_status("house")["restored"] is True
+    cold = make_engine(runner=sliding64, cache_mode=CacheMode.NONE)
+    for suffix in (1, WINDOW - 1, WINDOW + 3):
+        prompt = house + _tokens(rng, suffix)
+        _, warm_ids, fin = await second.generate(prompt, LONG)
+        _, cold_ids, _ = await cold.generate(prompt, LONG)
+        assert fin.stats.cached_tokens == len(house)
+        assert warm_ids == cold_ids
+    for cut in (WINDOW // 2, 3 * WINDOW, len(house) - 1):
+        prompt = house[:cut] + _tokens(rng, WINDOW)
+        _, warm_ids, fin = await second.generate(prompt, LONG)
+        _, cold_ids, _ = await cold.generate(prompt, LONG)
+        assert warm_ids == cold_ids
+        assert fin.stats.cached_tokens == 0
+    # A pin inside the restored one is served, but never saved from the zeros.
+    await second.pin("porch", house[: 3 * WINDOW])
+    await second.shutdown()
+    assert len(list(tmp_path.rglob("*.safetensors"))) == 1
