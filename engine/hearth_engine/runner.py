@@ -199,8 +199,9 @@ class ModelRunner:
         kwargs: dict[str, Any] = {self._cache_kwarg: cache}
         if parts:  # reaches the attention function (see attention.py)
             kwargs[PARTS_KWARG] = tuple(parts)
-            if self.layout.sliding:  # a sliding layer places the parts against its window
-                kwargs[POSITIONS_KWARG] = positions
+            # A sliding layer places the parts against its window (also a window longer
+            # than the context, as Phi-4-mini's, which never slides but is passed).
+            kwargs[POSITIONS_KWARG] = positions
         with torch.inference_mode():
             out = self.model(
                 input_ids=ids,
