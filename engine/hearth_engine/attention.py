@@ -20,6 +20,14 @@ The parts reach this function as the ``hearth_prefix_parts`` keyword of the mode
 forward: transformers passes a forward's extra keywords down through the decoder
 layers to the attention function (checked for Llama and Qwen2 in transformers 5.24).
 
+**Sliding-window layers** (Gemma 3; ``sliding_window`` reaches the attention function
+as a keyword): a query at position ``p`` sees keys at positions ``> p - W``, the rule
+of transformers' masks. The working KV is windowed by the mask transformers builds for
+the layer; the prefix parts, which that mask does not cover, are windowed here from the
+queries' absolute positions (``hearth_positions``) and each part's start: only the keys
+some query can see are read, so a sliding layer reads the last ``W`` tokens of a long
+prefix, and a part wholly behind the window is skipped.
+
 **Precision.** The merge runs in float32 (float64 for float64 models). The CPU flash
 kernel returns each partial output in the model's dtype, so in bfloat16 each partial
 is rounded once before the merge; computing the partials in float32 would mean

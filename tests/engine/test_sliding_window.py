@@ -36,6 +36,11 @@ def sliding64(sliding_folder: Path) -> ModelRunner:
     return ModelRunner.load(str(sliding_folder), dtype="float64")
 
 
+@pytest.fixture(scope="module")
+def sliding32(sliding_folder: Path) -> ModelRunner:
+    return ModelRunner.load(str(sliding_folder), dtype="float32")
+
+
 def _tokens(rng: random.Random, n: int) -> list[int]:
     return [rng.randrange(3, 1000) for _ in range(n)]
 
@@ -123,6 +128,56 @@ async def test_pinned_prefixes_longer_than_the_window_in_one_batch(
         len(houses[i % 2]) for i in range(5)
     ]
     assert [ids for _, ids, _ in together] == alone
+
+
+def _logits(runner: ModelRunner, tokens: list[int], chunks: list[int], shared: int = 0):
+    """Last logits of ``tokens`` prefilled in ``chunks`` after ``shared`` tokens whose KV
+    (from a cold prefill) is read in place."""
+    buffer = runner.new_buffer(1, len(tokens) + 1)
+    segments = []
+    if shared:
+        source = runner.new_buffer(1, len(tokens) + 1)
+        runner.prefill(source, tokens)
+        segments = [source.read_segment(0, 0, shared)]
+    pos = shared
+    for n in chunks:
+        logits = runner.prefill(buffer, tokens[pos : pos + n], segments)
+        pos += n
+    assert pos == len(tokens)
+    return logits
+
+
+@pytest.mark.parametrize("shared", [3, WINDOW - 1, WINDOW, WINDOW + 1, 5 * WINDOW + 2])
+@pytest.mark.parametrize("suffix", [1, WINDOW - 1, 2 * WINDOW + 1])
+def test_float32_prefix_logits_equal_a_cold_prefill(
+    sliding32: ModelRunner, shared: int, suffix: int
+) -> None:
+    """In float32 a cache hit moves the logits by float32 rounding only (1e-4 at most)."""
+    tokens = _tokens(random.Random(shared * 100 + suffix), shared + suffix)
+    expected = _logits(sliding32, tokens, [len(tokens)])
+    got = _logits(sliding32, tokens, [suffix], shared=shared)
+    assert float((got - expected).abs().max()) <= 1e-4
+    assert int(got.argmax()) == int(expected.argmax())
+
+
+async def test_float32_pinned_decode_equals_cold(make_engine, sliding32: ModelRunner) -> None:
+    """float32 greedy text over a pin longer than the window, decoding 2+ windows."""
+    engine = make_engine(runner=sliding32, chunk_tokens=16)
+    cold = make_engine(runner=sliding32, cache_mode=CacheMode.NONE)
+    assert engine.kv.share_prefix is True
+    rng = random.Random(3)
+    house = _tokens(rng, 4 * WINDOW + 1)
+    await engine.pin("house", house)
+    for suffix in (1, WINDOW, WINDOW + 5):
+        prompt = house + _tokens(rng, suffix)
+        _, warm_ids, fin = await engine.generate(prompt, LONG)
+        _, cold_ids, _ = await cold.generate(prompt, LONG)
+        assert fin.stats.cached_tokens == len(house)
+        assert warm_ids == cold_ids
+
+
+def test_bfloat16_passes_the_self_test(sliding_folder: Path) -> None:
+    assert ModelRunner.load(str(sliding_folder), dtype="bfloat16").shares_prefix is True
 
 
 def test_a_part_read_without_its_window_fails_the_self_test(
