@@ -4,18 +4,21 @@ For each family of ``families.py`` (random weights in the family's real small sh
 in process, one engine at a time:
 
 * **loads**: whether the engine takes it. A family whose layers the engine refuses
-  (``check_full_attention``: sliding windows, linear attention, convolutions, state
-  space) is refused from its config alone, before gigabytes of weights are written;
-  its row says why and measures nothing else;
+  (``check_layer_types``: linear attention, convolutions, state space) is refused from
+  its config alone, before gigabytes of weights are written; its row says why and
+  measures nothing else;
 * **exact**: the greedy continuation of a prompt, cold (nothing cached) against warm
   (its prefix pinned), token for token, in float32 so that rounding is not taken for a
   cache bug. Exactness is a property of the layer kinds, not of depth or vocabulary, so
   this runs on the family's config at 2 layers (one of each kind first) with the test
-  tokenizer's vocabulary;
+  tokenizer's vocabulary. A family with a sliding window gets a prefix of two windows
+  and more, so that the window slides inside the pinned prefix;
 * **TTFT** cold, warm, floor and store restore at ``--prefix`` tokens (2,048) as
   ``scripts/bench ttft`` measures them (``ttft.measure``);
 * **decode ms/token**: the engine's own mean over 32 tokens after that prefix;
 * **KV bytes per token** of the prefix cache (K and V of every layer, in the dtype run).
+  For a sliding-window family a line under the table gives a stored pin's bytes per
+  token at ``--prefix`` tokens: its sliding layers keep their last window only.
 
 ``--quick`` builds every family at 2 layers and times a 256-token prefix (a smoke run,
 not figures for the README). A full run builds each family once into the Hearth cache
@@ -34,7 +37,7 @@ from typing import Any
 
 from hearth_engine.config import MIB
 from hearth_engine.engine import Engine
-from hearth_engine.loader import ModelLoadError, check_full_attention
+from hearth_engine.loader import ModelLoadError, check_layer_types
 from hearth_engine.sampling import SamplingParams
 
 from .common import load_engine, print_table, random_tokens, token_range, write_json
@@ -70,17 +73,28 @@ def empty_row(family: Family, layers: int) -> dict[str, Any]:
 def refusal(family: Family, layers: int) -> str | None:
     """The engine's one-line refusal of this family's layers, if it refuses them."""
     try:
-        check_full_attention(family_config(family, layers, tokenizer()), Path(family.name))
+        check_layer_types(family_config(family, layers, tokenizer()), Path(family.name))
     except ModelLoadError as err:
         return str(err)
     return None
+
+
+def exact_prefix(engine: Engine) -> int:
+    """Tokens of the exactness prefix: more than two sliding windows where there is one."""
+    window = engine.runner.layout.window
+    return max(EXACT_PREFIX, 2 * window + 40) if window is not None else EXACT_PREFIX
+
+
+def stored_bytes_per_token(engine: Engine, prefix: int) -> float:
+    """Bytes per token of a stored pin of ``prefix`` tokens (sliding layers: a window)."""
+    return engine.runner.layout.prefix_bytes(prefix) / prefix
 
 
 async def cached_equals_cold(engine: Engine, seed: int) -> bool:
     """Greedy tokens of prefix + suffix: computed cold, then on the pinned prefix."""
     rng = random.Random(seed)
     vocab = token_range(engine)
-    prefix = random_tokens(rng, EXACT_PREFIX, vocab)
+    prefix = random_tokens(rng, exact_prefix(engine), vocab)
     prompt = prefix + random_tokens(rng, 20, vocab)
     params = SamplingParams(max_tokens=EXACT_TOKENS, min_tokens=EXACT_TOKENS, temperature=0.0)
     cold_text, cold_ids, cold = await engine.generate(prompt, params)
@@ -139,6 +153,8 @@ async def run_family(family: Family, args: argparse.Namespace) -> dict[str, Any]
         try:
             row["loads"] = True
             row["kv_bytes_per_token"] = engine.info.bytes_per_token
+            if engine.runner.layout.sliding:
+                row["stored_bytes_per_token"] = stored_bytes_per_token(engine, args.prefix)
             timed = await measure(
                 engine, family.name, args.prefix, args.suffix, args.runs, args.seed
             )
@@ -212,5 +228,12 @@ def main(argv: list[str]) -> int:
     for row in rows:
         if row["reason"]:
             print(f"{row['family']}: {row['reason']}")
+        stored = row.pop("stored_bytes_per_token", None)
+        if stored is not None:
+            print(
+                f"{row['family']}: a stored pin of {args.prefix} tokens holds {stored:.0f} "
+                f"B/token (sliding layers keep their last window; the cache holds "
+                f"{row['kv_bytes_per_token']} B/token)"
+            )
     write_json(args.json, rows)
     return 0

@@ -20,6 +20,14 @@ The parts reach this function as the ``hearth_prefix_parts`` keyword of the mode
 forward: transformers passes a forward's extra keywords down through the decoder
 layers to the attention function (checked for Llama and Qwen2 in transformers 5.24).
 
+**Sliding-window layers** (Gemma 3; ``sliding_window`` reaches the attention function
+as a keyword): a query at position ``p`` sees keys at positions ``> p - W``, the rule
+of transformers' masks. The working KV is windowed by the mask transformers builds for
+the layer; the prefix parts, which that mask does not cover, are windowed here from the
+queries' absolute positions (``hearth_positions``) and each part's start: only the keys
+some query can see are read, so a sliding layer reads the last ``W`` tokens of a long
+prefix, and a part wholly behind the window is skipped.
+
 **Precision.** The merge runs in float32 (float64 for float64 models). The CPU flash
 kernel returns each partial output in the model's dtype, so in bfloat16 each partial
 is rounded once before the merge; computing the partials in float32 would mean
@@ -48,7 +56,10 @@ from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 NAME = "hearth"
 PARTS_KWARG = "hearth_prefix_parts"
-_UNUSUAL = ("softcap", "position_bias", "s_aux", "sinks", "sliding_window")
+# The absolute positions ``[B, Q]`` of the queries, passed with the parts: a sliding
+# layer needs them to place the parts' keys against its window.
+POSITIONS_KWARG = "hearth_positions"
+_UNUSUAL = ("softcap", "position_bias", "s_aux", "sinks")
 
 
 def hearth_attention_forward(  # noqa: PLR0917 - signature fixed by transformers
@@ -63,6 +74,11 @@ def hearth_attention_forward(  # noqa: PLR0917 - signature fixed by transformers
     **kwargs: Any,
 ) -> tuple[torch.Tensor, None]:
     parts: Sequence[PrefixPart] | None = kwargs.pop(PARTS_KWARG, None)
+    positions: torch.Tensor | None = kwargs.pop(POSITIONS_KWARG, None)
+    # A sliding layer's own KV is windowed by the mask transformers builds for it (a
+    # window the buffer cannot exceed leaves no mask, as causal needs none); only the
+    # prefix parts need the window applied here.
+    window: int | None = kwargs.pop("sliding_window", None)
     unusual = dropout or any(kwargs.get(name) is not None for name in _UNUSUAL)
     if parts:
         if unusual:
@@ -70,7 +86,25 @@ def hearth_attention_forward(  # noqa: PLR0917 - signature fixed by transformers
         layer = getattr(module, "layer_idx", None)
         if layer is None:
             raise RuntimeError("shared-prefix attention needs the module's layer_idx")
-        return merged_attention(query, key, value, attention_mask, scaling, parts, layer), None
+        if window is None:
+            out = merged_attention(query, key, value, attention_mask, scaling, parts, layer)
+        else:
+            if positions is None:
+                raise RuntimeError("sliding-window attention over prefix parts needs positions")
+            out = merged_attention(
+                query,
+                key,
+                value,
+                attention_mask,
+                scaling,
+                parts,
+                layer,
+                window=window,
+                positions=positions,
+            )
+        return out, None
+    if window is not None:
+        kwargs["sliding_window"] = window
     if unusual:
         return sdpa_attention_forward(
             module, query, key, value, attention_mask, dropout, scaling, is_causal, **kwargs
@@ -115,6 +149,29 @@ class PrefixPart:
 
     segment: torch.Tensor
     rows: torch.Tensor | None = None
+
+
+def part_starts(parts: Sequence[PrefixPart], rows: int) -> list[int]:
+    """The absolute position of each part's first token, for a batch of ``rows`` rows.
+
+    A row's parts are the radix-tree path of its prompt, listed in path order (the
+    runner lists one row's segments in order; ``DecodeBatch`` lists each distinct
+    segment once, at its first reader, and a segment's ancestors come before it in
+    every row that reads it). So a part starts where the earlier parts of its rows end,
+    and that is the same for all of them (a node's depth): checked, never assumed.
+    """
+    ends = [0] * rows
+    starts = []
+    for part in parts:
+        members = range(rows) if part.rows is None else [int(r) for r in part.rows.tolist()]
+        start = ends[members[0]]
+        if any(ends[r] != start for r in members):
+            raise RuntimeError("prefix parts are not listed in path order")
+        end = start + int(part.segment.shape[3])
+        for r in members:
+            ends[r] = end
+        starts.append(start)
+    return starts
 
 
 # Working-KV partials up to this many scores per (row, KV head) are computed in float32
@@ -248,11 +305,19 @@ def merged_attention(  # noqa: PLR0917 - the attention call's own arguments
     scaling: float | None,
     parts: Sequence[PrefixPart],
     layer: int,
+    *,
+    window: int | None = None,
+    positions: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Attention over shared prefix parts plus the working KV; returns ``[B, Q, Hq, D]``.
 
     Grouped-query heads are folded into the query axis (``[B, Hkv, g*Q, D]``), and a
     part read by ``n`` rows folds those rows in too, so its KV is read once for all.
+
+    ``window`` (a sliding layer): a query at position ``p`` sees the keys at positions
+    ``> p - window`` only (transformers' ``sliding_window_overlay``: the window holds
+    ``window`` tokens, the query's own included). ``positions`` ``[B, Q]`` are the
+    queries' absolute positions; the own KV is windowed by ``attention_mask`` already.
     """
     b, hq, q_len, d = query.shape
     hkv = key.shape[1]
@@ -270,14 +335,22 @@ def merged_attention(  # noqa: PLR0917 - the attention call's own arguments
     own = _partials(q, key, value, mask, scale, exact)  # float32 from here on
     outs.append(own[0])
     lses.append(own[1])
-    for part in parts:
+    starts = part_starts(parts, b) if window is not None else [0] * len(parts)
+    for part, start in zip(parts, starts, strict=True):
         idx = part.rows
         qs = q if idx is None else q.index_select(0, idx)
         n = qs.shape[0]
         folded = qs.permute(1, 0, 2, 3).reshape(1, hkv, n * n_q, d)
         k = part.segment[layer, 0][None]  # [1, Hkv, T, D]
         v = part.segment[layer, 1][None]
-        out, part_lse = _partials(folded, k, v, None, scale)  # [P, 1, Hkv, n*g*Q, D|1]
+        if window is None or positions is None:
+            out, part_lse = _partials(folded, k, v, None, scale)  # [P, 1, Hkv, n*g*Q, D|1]
+        else:
+            rows_pos = positions if idx is None else positions.index_select(0, idx)
+            windowed = _window_partials(folded, k, v, scale, rows_pos, start, window, groups)
+            if windowed is None:  # the whole part is behind every query's window
+                continue
+            out, part_lse = windowed
         slices = out.shape[0]
         out = out.reshape(slices, hkv, n, n_q, d).transpose(1, 2)  # [P, n, Hkv, g*Q, D]
         part_lse = part_lse.reshape(slices, hkv, n, n_q, 1).transpose(1, 2)
@@ -291,6 +364,54 @@ def merged_attention(  # noqa: PLR0917 - the attention call's own arguments
     acc = merge(torch.cat(outs), torch.cat(lses))
     out = acc.to(query.dtype).view(b, hq, q_len, d)
     return out.transpose(1, 2).contiguous()
+
+
+def _window_partials(  # noqa: PLR0917
+    q: torch.Tensor,  # [1, Hkv, n*g*Q, D], folded as (row, group, query)
+    k: torch.Tensor,  # [1, Hkv, T, D]
+    v: torch.Tensor,
+    scale: float,
+    positions: torch.Tensor,  # [n, Q] absolute query positions of the part's rows
+    start: int,
+    window: int,
+    groups: int,
+) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """``_partials`` of one prefix part under a sliding window; None if no query sees it.
+
+    Only the keys inside some query's window are read (a sliding layer of a long prefix
+    reads its last ``window`` tokens, not the whole part). A query whose window holds
+    none of the part's keys gets an empty partial (weight 0 in the merge).
+    """
+    total = k.shape[2]
+    # Part key j is seen by a query at p iff start + j > p - window.
+    first_seen = positions.to(torch.long) - (start + window - 1)  # [n, Q]
+    lo = max(0, int(first_seen.min()))
+    if lo >= total:
+        return None
+    k, v = k[:, :, lo:], v[:, :, lo:]
+    if int(first_seen.max()) <= lo:  # every query sees every key read
+        return _partials(q, k, v, None, scale)
+    cols = torch.arange(lo, total, device=positions.device)
+    keep = cols[None, None, :] >= first_seen.to(positions.device)[:, :, None]  # [n, Q, T']
+    n, q_len, t = keep.shape
+    keep = keep[:, None].expand(n, groups, q_len, t).reshape(1, 1, n * groups * q_len, t)
+    return _masked_partials(q, k, v, keep.to(q.device), scale)
+
+
+def _masked_partials(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, keep: torch.Tensor, scale: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Exact partials under a boolean ``keep`` mask where a query may see no key at all:
+    its output is 0 and its log-sum-exp -inf (the flash kernel would give NaN)."""
+    work = torch.float64 if q.dtype == torch.float64 else torch.float32
+    scores = torch.matmul(q.to(work), k.to(work).transpose(-1, -2)).mul_(scale)
+    scores = scores.masked_fill(~keep, float("-inf"))
+    top = scores.amax(-1, keepdim=True)
+    top = torch.where(torch.isfinite(top), top, torch.zeros_like(top))
+    weights = torch.exp(scores - top)
+    total = weights.sum(-1, keepdim=True)
+    out = torch.matmul(weights, v.to(work)).div_(total.clamp_min(torch.finfo(work).tiny))
+    return out[None], (top + torch.log(total))[None]
 
 
 def register() -> str:

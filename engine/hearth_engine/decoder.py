@@ -34,6 +34,7 @@ from . import attention
 from .attention import PrefixPart
 from .kv import KVBuffer
 from .linear import FrozenLinear, Quantization, fuse
+from .loader import sliding_layers
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -56,6 +57,8 @@ def unsupported_reason(model: Any) -> str | None:
         return "MLP biases"
     if getattr(config, "pretraining_tp", 1) not in (None, 1):
         return "pretraining_tp > 1"
+    if sliding_layers(model.config)[0]:
+        return "sliding-window layers"
     inner = getattr(model, "model", None)
     if inner is None or not hasattr(inner, "rotary_emb") or not hasattr(inner, "layers"):
         return "an unexpected module layout"

@@ -99,6 +99,9 @@ class Engine:
         self.output = OutputProcessor(config, runner, self.counters)
         self.masker = Masker(self.info.vocab_size)  # grammar masks of constrained requests
         self.pins = PinManager(config, self.namespace, self.kv, self.counters)
+        if self.pins.store is not None:  # sliding layers store their last window only
+            layout = runner.layout
+            self.pins.store.keep_windows(layout.layers, layout.sliding, layout.window)
         self._inbox: queue.SimpleQueue[Command] = queue.SimpleQueue()
         self._wake = threading.Event()
         self._pending_lock = threading.Lock()

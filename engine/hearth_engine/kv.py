@@ -30,11 +30,27 @@ class KVLayout:
     head_dim: int
     dtype: torch.dtype
     device: torch.device
+    # Sliding-window layers (indices) and their window in tokens: such a layer only
+    # ever reads the last ``window`` tokens of a prefix.
+    sliding: tuple[int, ...] = ()
+    window: int | None = None
 
     @property
     def bytes_per_token(self) -> int:
+        """Bytes of one token's KV over all layers (what a working buffer holds)."""
         item = torch.empty((), dtype=self.dtype).element_size()
         return self.layers * 2 * self.kv_heads * self.head_dim * item
+
+    @property
+    def layer_bytes_per_token(self) -> int:
+        return self.bytes_per_token // self.layers
+
+    def prefix_bytes(self, tokens: int) -> int:
+        """Bytes a prefix of ``tokens`` needs: every token for full layers, the last
+        ``window`` for sliding ones (what a stored pin holds)."""
+        full = self.layers - len(self.sliding)
+        kept = min(tokens, self.window) if self.window is not None else tokens
+        return (full * tokens + len(self.sliding) * kept) * self.layer_bytes_per_token
 
 
 class BufferLayer(CacheLayerMixin):

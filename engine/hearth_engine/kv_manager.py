@@ -10,6 +10,12 @@ so a match and the lock that follows it can never be split by an eviction.
 * ``store`` inserts a sequence's prompt (and generated) KV into the cache, so the next
   turn of a chat hits; ``release`` gives back its locks and buffer.
 * ``make_room`` keeps cache + working buffers + pooled buffers within the KV budget.
+
+**Sliding-window layers.** The radix cache holds every layer's KV for every token (a
+sliding layer's window is applied when it is read, attention.py). A pin restored from
+the store holds its sliding layers' last ``window`` tokens only (store.py): its KV is
+valid at its end and beyond, not inside it, so a match that ends inside it is a miss
+(``_inside_windowed``), and no pin is saved from inside it.
 """
 
 from __future__ import annotations
@@ -62,6 +68,9 @@ class KVManager:
         self.share_prefix = (
             config.share_prefix and config.cache_mode is not CacheMode.NONE and runner.shares_prefix
         )
+        # Restored pins whose sliding layers hold only their last window: namespace ->
+        # their token ids (see the module's docstring).
+        self._windowed: dict[str, list[tuple[int, ...]]] = {}
 
     # ------------------------------------------------------------------ lookups
 
@@ -69,7 +78,24 @@ class KVManager:
         """The longest cached prefix of ``seq``'s prompt (a request keeps one token to run)."""
         if self.mode is CacheMode.NONE:
             return Match(seq.namespace, 0, [], None)
-        return self.cache.match(seq.namespace, seq.prompt, self.match_limit(seq))
+        match = self.cache.match(seq.namespace, seq.prompt, self.match_limit(seq))
+        if self._inside_windowed(seq.namespace, seq.prompt, match.length):
+            return Match(seq.namespace, 0, [], None)
+        return match
+
+    def _inside_windowed(self, namespace: str, tokens: list[int], length: int) -> bool:
+        """Whether a match of ``tokens[:length]`` ends inside a restored windowed pin.
+
+        There its sliding layers' KV for the window before the match's end is missing
+        (zeros), so it cannot be resumed; at the pin's end or beyond it can.
+        """
+        if length == 0:
+            return False
+        head = tuple(tokens[:length])
+        return any(
+            length < len(pinned) and pinned[:length] == head
+            for pinned in self._windowed.get(namespace, ())
+        )
 
     @staticmethod
     def match_limit(seq: Sequence) -> int:
@@ -131,8 +157,15 @@ class KVManager:
         )
 
     def insert_segment(self, namespace: str, tokens: list[int], kv: torch.Tensor) -> bool:
-        """Cache one loaded ``[L, 2, H, T, D]`` segment for ``tokens``; True if all fit."""
+        """Cache one loaded ``[L, 2, H, T, D]`` segment for ``tokens``; True if all fit.
+
+        The segment comes from the store: for a model with sliding layers, those hold
+        the last ``window`` tokens only, so it is valid at its end only.
+        """
         kv = kv.to(device=self.layout.device, dtype=self.layout.dtype)
+        window = self.layout.window
+        if self.layout.sliding and window is not None and len(tokens) > window:
+            self._windowed.setdefault(namespace, []).append(tuple(tokens))
         bpt = self.bytes_per_token
         total = len(tokens)
 
@@ -144,7 +177,7 @@ class KVManager:
     def segments(self, namespace: str, tokens: list[int]) -> list[torch.Tensor] | None:
         """The cached KV of ``tokens`` as segments in token order (None unless all cached)."""
         match = self.cache.match(namespace, tokens)
-        if match.length != len(tokens):
+        if match.length != len(tokens) or self._inside_windowed(namespace, tokens, len(tokens)):
             return None
         return [payload[:, :, :, :used] for payload, used in match.segments]
 

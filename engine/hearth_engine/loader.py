@@ -119,34 +119,74 @@ def _context_length(config: Any, tokenizer: Any) -> int:
     return int(length)
 
 
-def check_full_attention(config: Any, path: Path) -> None:
-    """Refuse, in one line naming the layer type, what the prefix cache cannot serve exactly.
+def sliding_layers(config: Any) -> tuple[tuple[int, ...], int | None]:
+    """The sliding-window layers of a model (indices) and their window, in tokens.
 
-    The cache reuses whole-sequence KV. Sliding-window layers (Gemma 2/3/4), linear
-    attention and state-space layers (Qwen3.5, Granite 4, Mamba), convolutions (LFM2) and
-    shared or missing KV would be served wrong, so they are refused at load. A sliding
-    window at least as long as the context (Phi-4-mini's 262,144 over 131,072) never
-    slides: such a layer is full attention.
+    A window at least as long as the context (Phi-4-mini's 262,144 over 131,072) never
+    slides: such a layer is full attention and is not listed.
     """
     from transformers.cache_utils import get_layer_types_and_kwargs
 
     text_config = config.get_text_config(decoder=True)
     layer_types, layer_kwargs = get_layer_types_and_kwargs(text_config)
     context = getattr(text_config, "max_position_embeddings", None)
-    odd: dict[str, int] = {}
-    for kind, kwargs in zip(layer_types, layer_kwargs, strict=True):
+    layers, windows = [], set()
+    for i, (kind, kwargs) in enumerate(zip(layer_types, layer_kwargs, strict=True)):
         window = kwargs.get("sliding_window")
-        never_slides = kind == "sliding_attention" and window and context and window >= context
-        if kind != "full_attention" and not never_slides:
+        if kind == "sliding_attention" and window and not (context and window >= context):
+            layers.append(i)
+            windows.add(int(window))
+    if len(windows) > 1:  # one model-wide window is what transformers' masks assume
+        raise ValueError(f"several sliding windows {sorted(windows)}")
+    return tuple(layers), (windows.pop() if windows else None)
+
+
+def check_layer_types(config: Any, path: Path) -> None:
+    """Refuse, in one line naming the layer type, what the prefix cache cannot serve exactly.
+
+    Full-attention layers and sliding-window layers (Gemma 3, Mistral-style windows) are
+    served exactly: a sliding layer's window is applied to cached prefixes as it is to
+    the model's own KV (attention.py). Linear attention and state-space layers (Qwen3.5,
+    Granite 4, Mamba), convolutions (LFM2), chunked attention and shared or missing KV
+    would be served wrong, so they are refused at load, and so is attention-logit
+    soft-capping (Gemma 2), which Hearth's attention does not compute.
+    """
+    from transformers.cache_utils import get_layer_types_and_kwargs
+
+    text_config = config.get_text_config(decoder=True)
+    model_type = getattr(text_config, "model_type", None) or "this model"
+    layer_types, _ = get_layer_types_and_kwargs(text_config)
+    odd: dict[str, int] = {}
+    for kind in layer_types:
+        if kind not in ("full_attention", "sliding_attention"):
             odd[kind] = odd.get(kind, 0) + 1
     if odd:
-        model_type = getattr(text_config, "model_type", None) or "this model"
         found = ", ".join(f"{kind} ({n} of {len(layer_types)})" for kind, n in sorted(odd.items()))
         raise ModelLoadError(
             f"model path {path}: {model_type} has layer types Hearth cannot cache yet: "
-            f"{found} (Hearth needs a full-attention decoder such as Llama, Qwen2/2.5/3, "
-            "SmolLM, Phi-3)"
+            f"{found} (Hearth needs full-attention or sliding-window layers, as in Llama, "
+            "Qwen2/2.5/3, SmolLM, Phi-3, Gemma 3)"
         )
+    if getattr(text_config, "attn_logit_softcapping", None) is not None:
+        raise ModelLoadError(
+            f"model path {path}: {model_type} uses attention logit soft-capping, "
+            "which Hearth's attention does not compute"
+        )
+    if getattr(text_config, "use_bidirectional_attention", False):
+        raise ModelLoadError(
+            f"model path {path}: {model_type} uses bidirectional attention, "
+            "which a prefix cache cannot serve"
+        )
+    try:
+        sliding_layers(config)
+    except ValueError as err:
+        raise ModelLoadError(
+            f"model path {path}: {model_type} has {err}; Hearth needs one window"
+        ) from None
+
+
+# The old name, still used by models/gguf.py and the bench.
+check_full_attention = check_layer_types
 
 
 def load_model(spec: str, device: Any, dtype: Any) -> LoadedModel:
@@ -159,7 +199,7 @@ def load_model(spec: str, device: Any, dtype: Any) -> LoadedModel:
     path = resolve_model(spec)
     try:
         config = AutoConfig.from_pretrained(path)
-        check_full_attention(config, path)
+        check_layer_types(config, path)
         tokenizer = AutoTokenizer.from_pretrained(path)
         model = AutoModelForCausalLM.from_pretrained(
             path, dtype=dtype, attn_implementation=attention.register()

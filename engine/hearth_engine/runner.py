@@ -18,12 +18,12 @@ from typing import Any
 
 import torch
 
-from .attention import PARTS_KWARG, PrefixPart
+from .attention import PARTS_KWARG, POSITIONS_KWARG, PrefixPart
 from .decoder import LeanDecoder, unsupported_reason
 from .hardware import pick_device, pick_dtype
 from .kv import KVBuffer, KVLayout, segment_tokens
 from .linear import Quantization, int8_unsupported
-from .loader import LoadedModel, ModelLoadError, load_model
+from .loader import LoadedModel, ModelLoadError, load_model, sliding_layers
 from .step_compiler import CompileMode, CompileState, StepCompiler, wants_compile
 
 _LOGGER = logging.getLogger(__name__)
@@ -104,12 +104,15 @@ class ModelRunner:
         text_config = self.model.config.get_text_config(decoder=True)
         heads = text_config.num_attention_heads
         head_dim = getattr(text_config, "head_dim", None) or text_config.hidden_size // heads
+        sliding, window = sliding_layers(self.model.config)
         self.layout = KVLayout(
             layers=text_config.num_hidden_layers,
             kv_heads=getattr(text_config, "num_key_value_heads", None) or heads,
             head_dim=head_dim,
             dtype=dtype,
             device=device,
+            sliding=sliding,
+            window=window,
         )
         params = inspect.signature(self.model.forward).parameters
         self._cache_kwarg = "cache" if "cache" in params else "past_key_values"
@@ -196,6 +199,9 @@ class ModelRunner:
         kwargs: dict[str, Any] = {self._cache_kwarg: cache}
         if parts:  # reaches the attention function (see attention.py)
             kwargs[PARTS_KWARG] = tuple(parts)
+            # A sliding layer places the parts against its window (also a window longer
+            # than the context, as Phi-4-mini's, which never slides but is passed).
+            kwargs[POSITIONS_KWARG] = positions
         with torch.inference_mode():
             out = self.model(
                 input_ids=ids,

@@ -16,6 +16,11 @@ it, holding that namespace's KV files and its manifest::
   tensor bytes. A load reads the file once, through safetensors' own reader, and checks
   all of it, so a file from another model, a truncated, garbled or bit-flipped one is
   logged, deleted and rebuilt; it never raises.
+* A model with sliding-window layers (``keep_windows``) stores, for those layers, only
+  the last ``window`` tokens (a ``window`` tensor ``[Ls, 2, H, w, D]``; the ``kv.i``
+  pieces then hold the other layers only). A load gives the full ``[L, 2, H, T, D]``
+  shape back, the sliding layers' older tokens zero: such KV is only valid at the
+  prefix's end (``KVManager.insert_segment`` sees to that).
 * Writes go to a temporary file that is renamed into place. If the disk is full or
   read-only, the engine keeps serving from memory and warns once per kind of error.
 * Manifests carry a version from ``next_version``; an older snapshot that arrives after
@@ -29,6 +34,7 @@ import errno
 import hashlib
 import json
 import logging
+import math
 import os
 import re
 import tempfile
@@ -86,6 +92,31 @@ class ManifestEntry:
     tokens: int
 
 
+@dataclass(frozen=True)
+class Windows:
+    """Which layers slide (indices of ``layers``) and over how many tokens."""
+
+    layers: int
+    sliding: tuple[int, ...]
+    window: int
+
+    @property
+    def full(self) -> list[int]:
+        return [i for i in range(self.layers) if i not in self.sliding]
+
+    def tail(self, pieces: list[torch.Tensor], kept: int) -> torch.Tensor:
+        """The sliding layers' last ``kept`` tokens over ``pieces``: ``[Ls, 2, H, kept, D]``."""
+        tails: list[torch.Tensor] = []
+        need = kept
+        for piece in reversed(pieces):
+            if need == 0:
+                break
+            take = min(need, piece.shape[3])
+            tails.insert(0, piece[list(self.sliding), :, :, piece.shape[3] - take :])
+            need -= take
+        return torch.cat(tails, dim=3)
+
+
 class UnusableFileError(ValueError):
     """A store file that parses but does not hold what it should."""
 
@@ -93,6 +124,18 @@ class UnusableFileError(ValueError):
 def _raw(tensor: torch.Tensor) -> Any:
     """The bytes of a contiguous CPU tensor, as a buffer (no copy)."""
     return tensor.reshape(-1).view(torch.uint8).numpy()
+
+
+def _with_windows(
+    windows: Windows, pieces: list[torch.Tensor], tail: torch.Tensor, tokens: int
+) -> torch.Tensor:
+    """The full ``[L, 2, H, T, D]`` KV of a windowed file: its full layers, and for the
+    sliding layers the last ``kept`` tokens (the older ones zero, never read)."""
+    full = pieces[0] if len(pieces) == 1 else torch.cat(pieces, dim=3)
+    out = full.new_zeros((windows.layers, *full.shape[1:3], tokens, full.shape[4]))
+    out[windows.full] = full
+    out[list(windows.sliding), :, :, tokens - tail.shape[3] :] = tail
+    return out
 
 
 class PrefixStore:
@@ -106,6 +149,7 @@ class PrefixStore:
         self._handed_out: dict[str, int] = {}  # namespace -> last version from next_version
         self._written: dict[str, int] = {}  # namespace -> version of the manifest on disk
         self._saved_at: dict[Path, int] = {}  # file -> last version handed out when saved
+        self.windows: Windows | None = None
         try:
             root.mkdir(parents=True, exist_ok=True)
         except OSError as err:
@@ -113,6 +157,10 @@ class PrefixStore:
                 "mkdir", f"prefix store {root} cannot be created ({err}); pins stay in memory only"
             )
             self.writable = False
+
+    def keep_windows(self, layers: int, sliding: tuple[int, ...], window: int | None) -> None:
+        """Store only the last ``window`` tokens of the ``sliding`` layers (of ``layers``)."""
+        self.windows = Windows(layers, tuple(sliding), window) if sliding and window else None
 
     def _warn_once(self, kind: str, message: str) -> None:
         if kind not in self._warned:
@@ -202,9 +250,8 @@ class PrefixStore:
             raise ValueError("KV pieces do not cover the tokens")
         return pieces
 
-    @staticmethod
     def _write(
-        handle: BinaryIO, namespace: str, tokens: Sequence[int], pieces: list[torch.Tensor]
+        self, handle: BinaryIO, namespace: str, tokens: Sequence[int], pieces: list[torch.Tensor]
     ) -> None:
         """Write a safetensors file piece by piece; the checksum is filled in at the end.
 
@@ -214,23 +261,39 @@ class PrefixStore:
         on every platform torch ships for.
         """
         token_tensor = torch.tensor(list(tokens), dtype=torch.int64)
-        header: dict[str, Any] = {
-            "__metadata__": {
-                "checksum": _CHECKSUM_PLACEHOLDER,  # first: nothing caller-given precedes it
-                "format": FORMAT,
-                "namespace": namespace,
-                "n_tokens": str(len(tokens)),
-                "pieces": str(len(pieces)),
-            }
+        meta = {
+            "checksum": _CHECKSUM_PLACEHOLDER,  # first: nothing caller-given precedes it
+            "format": FORMAT,
+            "namespace": namespace,
+            "n_tokens": str(len(tokens)),
+            "pieces": str(len(pieces)),
         }
+        windows = self.windows
+        if windows is not None and pieces[0].shape[0] != windows.layers:
+            raise ValueError("KV pieces do not have the model's layers")
+        # (name, shape, tensor or how to make it): pieces are made one at a time.
+        entries: list[tuple[str, list[int], Any]] = [
+            ("tokens", list(token_tensor.shape), token_tensor)
+        ]
+        if windows is None:
+            entries += [(f"kv.{i}", list(p.shape), p) for i, p in enumerate(pieces)]
+        else:
+            kept = min(windows.window, len(tokens))
+            meta |= {"sliding": ",".join(map(str, windows.sliding)), "window": str(kept)}
+            full = windows.full
+            for i, p in enumerate(pieces):
+                entries.append((f"kv.{i}", [len(full), *p.shape[1:]], lambda p=p: p[full]))
+            tail = windows.tail(pieces, kept)
+            entries.append(("window", list(tail.shape), tail))
+        header: dict[str, Any] = {"__metadata__": meta}
         offset = 0
-        for name, tensor in [("tokens", token_tensor)] + [
-            (f"kv.{i}", p) for i, p in enumerate(pieces)
-        ]:
-            size = tensor.numel() * tensor.element_size()
+        item = pieces[0].element_size()
+        for name, shape, _ in entries:
+            size = math.prod(shape) * (8 if name == "tokens" else item)
+            dtype = torch.int64 if name == "tokens" else pieces[0].dtype
             header[name] = {
-                "dtype": _DTYPES[tensor.dtype],
-                "shape": list(tensor.shape),
+                "dtype": _DTYPES[dtype],
+                "shape": shape,
                 "data_offsets": [offset, offset + size],
             }
             offset += size
@@ -239,11 +302,12 @@ class PrefixStore:
         handle.write(len(encoded).to_bytes(8, "little"))
         handle.write(encoded)
         crc = 0
-        for tensor in [token_tensor, *pieces]:
+        for _, _, make in entries:
+            tensor = make() if callable(make) else make
             data = _raw(tensor.detach().to("cpu").contiguous())
             crc = zlib.crc32(data, crc)
             handle.write(data)
-            del data
+            del data, tensor
         handle.seek(8 + encoded.index(_CHECKSUM_PLACEHOLDER.encode()))
         handle.write(f"crc32:{crc:08x}".encode())
 
@@ -277,26 +341,35 @@ class PrefixStore:
             self._discard(path)
             return None
 
-    @staticmethod
-    def _verified(reader: Any, key: str, namespace: str) -> tuple[list[int], torch.Tensor]:
+    def _verified(self, reader: Any, key: str, namespace: str) -> tuple[list[int], torch.Tensor]:
         meta = reader.metadata() or {}
         if meta.get("format") != FORMAT or meta.get("namespace") != namespace:
             raise UnusableFileError("written by another model or format")
         n_tokens, count = int(meta["n_tokens"]), int(meta["pieces"])
         names = [f"kv.{i}" for i in range(count)]
-        if set(reader.keys()) != {"tokens", *names}:
+        windows = self._file_windows(meta)
+        extra = ["window"] if windows is not None else []
+        if set(reader.keys()) != {"tokens", *names, *extra}:
             raise UnusableFileError("unexpected tensors")
         # Check every shape from the header before reading or allocating anything.
-        shapes = [reader.get_slice(name).get_shape() for name in names]
-        dtypes = {reader.get_slice(name).get_dtype() for name in names}
+        shapes = [reader.get_slice(name).get_shape() for name in names + extra]
+        dtypes = {reader.get_slice(name).get_dtype() for name in names + extra}
         if (
             count < 1
             or len(dtypes) != 1
             or reader.get_slice("tokens").get_shape() != [n_tokens]
-            or any(len(s) != 5 or s[:3] + s[4:] != shapes[0][:3] + shapes[0][4:] for s in shapes)
-            or sum(s[3] for s in shapes) != n_tokens
+            or any(len(s) != 5 or s[1:3] + s[4:] != shapes[0][1:3] + shapes[0][4:] for s in shapes)
+            or any(s[0] != shapes[0][0] for s in shapes[:count])
+            or sum(s[3] for s in shapes[:count]) != n_tokens
         ):
             raise UnusableFileError("unexpected KV shapes")
+        if windows is not None:
+            kept = int(meta["window"])
+            full = len(windows.full)
+            if shapes[0][0] != full or shapes[-1][0] != len(windows.sliding):
+                raise UnusableFileError("unexpected KV shapes")
+            if shapes[-1][3] != kept or kept != min(windows.window, n_tokens):
+                raise UnusableFileError("unexpected sliding-window length")
         token_tensor = reader.get_tensor("tokens")
         if token_tensor.dtype != torch.int64:
             raise UnusableFileError("token ids are not int64")
@@ -307,15 +380,28 @@ class PrefixStore:
         if _TORCH_DTYPES.get(dtypes.pop()) is None:
             raise UnusableFileError("unexpected KV dtype")
         pieces = []
-        for name in names:
+        for name in names + extra:
             # A copy-on-write view of the mapped file: the checksum pass is what reads it.
             piece = reader.get_tensor(name)
             crc = zlib.crc32(_raw(piece), crc)
             pieces.append(piece)
         if meta.get("checksum") != f"crc32:{crc:08x}":
             raise UnusableFileError("checksum mismatch: the file is corrupt")
+        if windows is not None:
+            return tokens, _with_windows(windows, pieces[:-1], pieces[-1], n_tokens)
         # One piece is returned as it is (no copy); several are joined into one tensor.
         return tokens, pieces[0] if len(pieces) == 1 else torch.cat(pieces, dim=3)
+
+    def _file_windows(self, meta: dict[str, str]) -> Windows | None:
+        """The file's sliding layers, which must be this model's (None: a full file)."""
+        if "sliding" not in meta:
+            if self.windows is not None:
+                raise UnusableFileError("written without sliding windows")
+            return None
+        sliding = tuple(int(i) for i in meta["sliding"].split(","))
+        if self.windows is None or sliding != self.windows.sliding:
+            raise UnusableFileError("written for other sliding-window layers")
+        return self.windows
 
     def _discard(self, path: Path) -> None:
         with contextlib.suppress(OSError):

@@ -1,4 +1,5 @@
-"""Layers the prefix cache cannot serve exactly are refused at load, in one line naming them.
+"""Layers the prefix cache cannot serve exactly are refused at load, in one line naming them;
+full-attention and sliding-window families load.
 
 Tiny random models of each family (transformers' own config classes, 2 layers, one of
 each kind) are saved into a tmp folder and loaded as a user's folder would be.
@@ -12,7 +13,7 @@ from typing import Any
 import pytest
 import torch
 
-from hearth_engine.loader import ModelLoadError, load_model
+from hearth_engine.loader import ModelLoadError, load_model, sliding_layers
 from hearth_engine.models.tiny import prepare_tiny_model
 
 SMALL = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2}
@@ -44,16 +45,10 @@ def _save(folder: Path, model_type: str, **values: Any) -> Path:
 
 
 REFUSED = {
-    "gemma3": (
-        "gemma3_text",
-        {**SMALL, **HEADS, "sliding_window": 16,
-         "layer_types": ["sliding_attention", "full_attention"]},
-        "gemma3_text has layer types Hearth cannot cache yet: sliding_attention (1 of 2)",
-    ),
     "gemma2": (
         "gemma2",
         {**SMALL, **HEADS, "sliding_window": 16},
-        "gemma2 has layer types Hearth cannot cache yet: sliding_attention (1 of 2)",
+        "gemma2 uses attention logit soft-capping,",
     ),
     "qwen3_5": (
         "qwen3_5_text",
@@ -74,12 +69,6 @@ REFUSED = {
          "mamba_d_head": 16, "mamba_d_state": 16, "mamba_expand": 2,
          "layer_types": ["mamba", "attention"]},
         "granitemoehybrid has layer types Hearth cannot cache yet: linear_attention (1 of 2)",
-    ),
-    "phi3-window": (
-        "phi3",
-        {**SMALL, "num_attention_heads": 2, "num_key_value_heads": 1, "sliding_window": 512,
-         "max_position_embeddings": 4096},
-        "phi3 has layer types Hearth cannot cache yet: sliding_attention (2 of 2)",
     ),
 }  # fmt: skip
 
@@ -113,3 +102,23 @@ def test_full_attention_families_load(
     folder = _save(tmp_path / model_type, model_type, **SMALL, **extra, **values)
     loaded = load_model(str(folder), torch.device("cpu"), torch.float32)
     assert loaded.model.config.model_type == model_type
+    assert sliding_layers(loaded.model.config) == ((), None)
+
+
+@pytest.mark.parametrize(
+    ("model_type", "values", "sliding"),
+    [
+        ("gemma3_text", {**HEADS, "sliding_window": 16,
+                         "layer_types": ["sliding_attention", "full_attention"]}, (0,)),
+        # A window shorter than the context slides in every layer (Phi-3 small, Mistral).
+        ("phi3", {"num_attention_heads": 2, "num_key_value_heads": 1, "sliding_window": 16,
+                  "max_position_embeddings": 4096}, (0, 1)),
+    ],
+)  # fmt: skip
+def test_sliding_window_families_load_with_their_window(
+    tmp_path: Path, model_type: str, values: dict[str, Any], sliding: tuple[int, ...]
+) -> None:
+    """Sliding-window layers are served exactly (test_sliding_window.py): they load."""
+    folder = _save(tmp_path / model_type, model_type, **SMALL, **values)
+    loaded = load_model(str(folder), torch.device("cpu"), torch.float32)
+    assert sliding_layers(loaded.model.config) == (sliding, 16)

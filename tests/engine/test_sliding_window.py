@@ -1,0 +1,325 @@
+"""Sliding-window layers (Gemma 3) are served exactly: cache hits never change the output.
+
+A tiny random Gemma 3 (``sliding_model.py``: window of 8 tokens, 3 sliding layers and
+one full one) in float64, as test_exactness.py does for full attention: greedy output
+with cache hits (pinned prefixes longer than the window, prompts whose length crosses
+it, decodes of several windows) equals a run without any cache, token for token, and a
+cold run equals transformers' own forward.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from pathlib import Path
+
+import pytest
+import torch
+
+from hearth_engine import attention
+from hearth_engine.config import CacheMode
+from hearth_engine.runner import ModelRunner
+from hearth_engine.sampling import SamplingParams
+
+from .sliding_model import WINDOW, save_sliding_model
+
+LONG = SamplingParams(max_tokens=2 * WINDOW + 4)  # a decode that slides past two windows
+
+
+@pytest.fixture(scope="module")
+def sliding_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return save_sliding_model(tmp_path_factory.mktemp("gemma3") / "tiny-gemma3")
+
+
+@pytest.fixture(scope="module")
+def sliding64(sliding_folder: Path) -> ModelRunner:
+    return ModelRunner.load(str(sliding_folder), dtype="float64")
+
+
+@pytest.fixture(scope="module")
+def sliding32(sliding_folder: Path) -> ModelRunner:
+    return ModelRunner.load(str(sliding_folder), dtype="float32")
+
+
+def _tokens(rng: random.Random, n: int) -> list[int]:
+    return [rng.randrange(3, 1000) for _ in range(n)]
+
+
+def test_the_model_loads_with_its_window(sliding64: ModelRunner) -> None:
+    assert sliding64.layout.sliding == (0, 2, 3)
+    assert sliding64.layout.window == WINDOW
+    assert sliding64.info.forward == "transformers"  # the lean forward has no window
+    assert sliding64.shares_prefix is True
+
+
+def test_a_cold_run_equals_transformers_own_forward(
+    sliding64: ModelRunner, sliding_folder: Path
+) -> None:
+    from transformers import AutoModelForCausalLM
+
+    reference = AutoModelForCausalLM.from_pretrained(
+        sliding_folder, dtype=torch.float64, attn_implementation="eager"
+    )
+    prompt = _tokens(random.Random(5), 3 * WINDOW + 1)
+    with torch.no_grad():
+        out = reference.generate(
+            torch.tensor([prompt]), max_new_tokens=2 * WINDOW, do_sample=False, eos_token_id=None
+        )
+    expected = out[0, len(prompt) :].tolist()
+    buffer = sliding64.new_buffer(1, len(prompt) + 2 * WINDOW + 1)
+    got = [int(sliding64.prefill(buffer, prompt).argmax())]
+    for i in range(2 * WINDOW - 1):
+        logits = sliding64.decode(buffer, [got[-1]], [len(prompt) + i], None)
+        got.append(int(logits[0].argmax()))
+    assert got == expected
+
+
+@pytest.mark.parametrize("share_prefix", [True, False], ids=["read-in-place", "copied"])
+async def test_greedy_with_cache_hits_equals_cold_runs(
+    make_engine, sliding64: ModelRunner, share_prefix: bool
+) -> None:
+    """Shared prefixes and suffixes shorter than, equal to and longer than the window."""
+    warm = make_engine(runner=sliding64, chunk_tokens=16, share_prefix=share_prefix)
+    assert warm.kv.share_prefix is share_prefix
+    cold = make_engine(runner=sliding64, cache_mode=CacheMode.NONE)
+    rng = random.Random(42)
+    lengths = [1, WINDOW - 1, WINDOW, WINDOW + 1, 2 * WINDOW + 3, 40]
+    hits = decoded_hits = 0
+    for shared_len in lengths:
+        for suffix_len in (1, WINDOW, WINDOW + 2):
+            shared = _tokens(rng, shared_len)
+            first = shared + _tokens(rng, rng.randint(1, 2 * WINDOW))
+            second = shared + _tokens(rng, suffix_len)
+            _, first_ids, first_fin = await warm.generate(first, LONG)
+            _, warm_ids, fin = await warm.generate(second, LONG)
+            _, cold_ids, _ = await cold.generate(second, LONG)
+            assert fin.stats.cached_tokens >= shared_len - 1
+            assert warm_ids == cold_ids, (shared_len, suffix_len)
+            hits += fin.stats.cached_tokens
+            # The next turn hits KV made one token at a time while decoding. (A token
+            # event can carry several tokens' text, then ``first_ids`` misses some.)
+            follow = first + first_ids + _tokens(rng, 3)
+            _, warm_ids, fin = await warm.generate(follow, LONG)
+            _, cold_ids, _ = await cold.generate(follow, LONG)
+            if len(first_ids) == first_fin.stats.completion_tokens:
+                assert fin.stats.cached_tokens >= len(first) + len(first_ids) - 1
+                decoded_hits += 1
+            assert warm_ids == cold_ids, ("follow", shared_len, suffix_len)
+    assert hits > 0
+    assert decoded_hits >= 3
+
+
+async def test_pinned_prefixes_longer_than_the_window_in_one_batch(
+    make_engine, sliding64: ModelRunner
+) -> None:
+    """Rows reading two different pins (and one none) in one decode batch, 2+ windows."""
+    engine = make_engine(runner=sliding64, chunk_tokens=16)
+    cold = make_engine(runner=sliding64, cache_mode=CacheMode.NONE)
+    rng = random.Random(7)
+    houses = [_tokens(rng, n) for n in (5 * WINDOW + 3, 3 * WINDOW)]
+    for n, house in enumerate(houses):
+        await engine.pin(f"house{n}", house)
+    suffixes = (1, WINDOW - 1, WINDOW + 1, 2 * WINDOW + 5, 3)
+    prompts = [houses[i % 2] + _tokens(rng, n) for i, n in enumerate(suffixes)]
+    prompts.append(_tokens(rng, 3 * WINDOW))
+    together = await asyncio.gather(*(engine.generate(p, LONG) for p in prompts))
+    alone = [(await cold.generate(p, LONG))[1] for p in prompts]
+    assert [fin.stats.cached_tokens for _, _, fin in together][:5] == [
+        len(houses[i % 2]) for i in range(5)
+    ]
+    assert [ids for _, ids, _ in together] == alone
+
+
+def _logits(runner: ModelRunner, tokens: list[int], chunks: list[int], shared: int = 0):
+    """Last logits of ``tokens`` prefilled in ``chunks`` after ``shared`` tokens whose KV
+    (from a cold prefill) is read in place."""
+    buffer = runner.new_buffer(1, len(tokens) + 1)
+    segments = []
+    if shared:
+        source = runner.new_buffer(1, len(tokens) + 1)
+        runner.prefill(source, tokens)
+        segments = [source.read_segment(0, 0, shared)]
+    pos = shared
+    for n in chunks:
+        logits = runner.prefill(buffer, tokens[pos : pos + n], segments)
+        pos += n
+    assert pos == len(tokens)
+    return logits
+
+
+@pytest.mark.parametrize("shared", [3, WINDOW - 1, WINDOW, WINDOW + 1, 5 * WINDOW + 2])
+@pytest.mark.parametrize("suffix", [1, WINDOW - 1, 2 * WINDOW + 1])
+def test_float32_prefix_logits_equal_a_cold_prefill(
+    sliding32: ModelRunner, shared: int, suffix: int
+) -> None:
+    """In float32 a cache hit moves the logits by float32 rounding only (1e-4 at most)."""
+    tokens = _tokens(random.Random(shared * 100 + suffix), shared + suffix)
+    expected = _logits(sliding32, tokens, [len(tokens)])
+    got = _logits(sliding32, tokens, [suffix], shared=shared)
+    assert float((got - expected).abs().max()) <= 1e-4
+    assert int(got.argmax()) == int(expected.argmax())
+
+
+async def test_float32_pinned_decode_equals_cold(make_engine, sliding32: ModelRunner) -> None:
+    """float32 greedy text over a pin longer than the window, decoding 2+ windows."""
+    engine = make_engine(runner=sliding32, chunk_tokens=16)
+    cold = make_engine(runner=sliding32, cache_mode=CacheMode.NONE)
+    assert engine.kv.share_prefix is True
+    rng = random.Random(3)
+    house = _tokens(rng, 4 * WINDOW + 1)
+    await engine.pin("house", house)
+    for suffix in (1, WINDOW, WINDOW + 5):
+        prompt = house + _tokens(rng, suffix)
+        _, warm_ids, fin = await engine.generate(prompt, LONG)
+        _, cold_ids, _ = await cold.generate(prompt, LONG)
+        assert fin.stats.cached_tokens == len(house)
+        assert warm_ids == cold_ids
+
+
+def test_bfloat16_passes_the_self_test(sliding_folder: Path) -> None:
+    assert ModelRunner.load(str(sliding_folder), dtype="bfloat16").shares_prefix is True
+
+
+def test_a_part_read_without_its_window_fails_the_self_test(
+    monkeypatch: pytest.MonkeyPatch, sliding_folder: Path
+) -> None:
+    """The self-test sees a window left off the prefix parts: such a model copies."""
+
+    def unwindowed(q, k, v, scale, positions, start, window, groups):
+        return attention._partials(q, k, v, None, scale)
+
+    monkeypatch.setattr(attention, "_window_partials", unwindowed)
+    runner = ModelRunner.load(str(sliding_folder), dtype="float32")
+    assert runner.shares_prefix is False
+
+
+@pytest.mark.parametrize("q_len", [1, 5])
+def test_windowed_merge_equals_windowed_attention_over_the_concatenated_kv(q_len: int) -> None:
+    """Rows reading different parts (one wholly behind the window), GQA, several queries."""
+    gen = torch.Generator().manual_seed(3)
+    hkv, groups, d, window = 2, 2, 8, 6
+
+    def rand(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=gen, dtype=torch.float64)
+
+    house, extra = rand(1, 2, hkv, 20, d), rand(1, 2, hkv, 4, d)
+    own_len = [q_len + 3, q_len]  # row 0: house + extra + own; row 1: house + own
+    cap = max(own_len)
+    key, value = rand(2, hkv, cap, d), rand(2, hkv, cap, d)
+    query = rand(2, hkv * groups, q_len, d)
+    parts = [
+        attention.PrefixPart(house),
+        attention.PrefixPart(extra, torch.tensor([0])),
+    ]
+    shared = [24, 20]
+    positions = torch.stack(
+        [torch.arange(shared[r] + own_len[r] - q_len, shared[r] + own_len[r]) for r in range(2)]
+    )
+    # The own KV's mask (left padding, causal, window), as transformers would give it.
+    cols = torch.arange(cap)
+    own_mask = torch.zeros(2, 1, q_len, cap, dtype=torch.bool)
+    for r in range(2):
+        key_pos = shared[r] + cols - (cap - own_len[r])
+        valid = cols >= cap - own_len[r]
+        qp = positions[r][:, None]
+        own_mask[r, 0] = valid & (key_pos <= qp) & (key_pos > qp - window)
+    got = attention.merged_attention(
+        query, key, value, own_mask, None, parts, 0, window=window, positions=positions
+    )
+    for r in range(2):
+        prefix = [house[0]] + ([extra[0]] if r == 0 else [])
+        k_all = torch.cat([p[0] for p in prefix] + [key[r, :, cap - own_len[r] :]], dim=1)
+        v_all = torch.cat([p[1] for p in prefix] + [value[r, :, cap - own_len[r] :]], dim=1)
+        key_pos = torch.arange(k_all.shape[1])
+        qp = positions[r][:, None]
+        mask = (key_pos <= qp) & (key_pos > qp - window)
+        want = torch.nn.functional.scaled_dot_product_attention(
+            query[r][None], k_all[None], v_all[None], attn_mask=mask, enable_gqa=True
+        )
+        torch.testing.assert_close(got[r], want[0].transpose(0, 1), rtol=1e-12, atol=1e-12)
+
+
+# ---------------------------------------------------------------------- the store
+
+
+def test_the_store_keeps_only_the_window_of_sliding_layers(tmp_path: Path) -> None:
+    """Full layers keep every token, sliding layers their last ``window`` (bytes too)."""
+    from hearth_engine.store import PrefixStore, prefix_key
+
+    layers, heads, dim, total = 4, 2, 4, 40
+    tokens = list(range(100, 100 + total))
+    kv = torch.randn(layers, 2, heads, total, dim, generator=torch.Generator().manual_seed(1))
+    store = PrefixStore(tmp_path)
+    store.keep_windows(layers, (0, 2, 3), WINDOW)
+    assert store.save("ns", tokens, [kv[:, :, :, :25], kv[:, :, :, 25:]])  # cache segments
+    loaded = store.load("ns", tokens)
+    assert loaded is not None and loaded.shape == kv.shape
+    assert torch.equal(loaded[1], kv[1])  # the full layer: every token
+    assert torch.equal(loaded[[0, 2, 3], :, :, -WINDOW:], kv[[0, 2, 3], :, :, -WINDOW:])
+    assert not loaded[[0, 2, 3], :, :, :-WINDOW].any()  # older tokens: not stored
+    size = store.path_for("ns", prefix_key("ns", tokens)).stat().st_size
+    per_layer_token = 2 * heads * dim * kv.element_size()
+    kv_bytes = (1 * total + 3 * WINDOW) * per_layer_token
+    assert kv_bytes < size < kv_bytes + 8 * total + 1024  # + token ids and the header
+    full_bytes = layers * total * per_layer_token
+    assert size < full_bytes / 2
+    # A store without windows (another model) cannot read it: discarded, rebuilt.
+    assert PrefixStore(tmp_path).load("ns", tokens) is None
+
+
+def test_a_short_prefix_keeps_all_its_tokens(tmp_path: Path) -> None:
+    from hearth_engine.store import PrefixStore
+
+    kv = torch.randn(4, 2, 2, 5, 4)
+    store = PrefixStore(tmp_path)
+    store.keep_windows(4, (0, 2, 3), WINDOW)
+    assert store.save("ns", list(range(5)), kv)
+    loaded = store.load("ns", list(range(5)))
+    assert loaded is not None and torch.equal(loaded, kv)
+
+
+def test_pinned_prefix_bytes_per_layer_type(sliding64: ModelRunner) -> None:
+    layout = sliding64.layout
+    per_layer = layout.layer_bytes_per_token
+    assert layout.prefix_bytes(1000) == (1 * 1000 + 3 * WINDOW) * per_layer
+    assert layout.prefix_bytes(4) == 4 * layout.bytes_per_token
+    assert layout.bytes_per_token == 4 * per_layer
+
+
+@pytest.mark.parametrize("share_prefix", [True, False], ids=["read-in-place", "copied"])
+async def test_a_restored_windowed_pin_serves_exactly_at_its_end_only(
+    make_engine, sliding64: ModelRunner, tmp_path: Path, share_prefix: bool
+) -> None:
+    """After a restart the pin's sliding layers hold their last window only: requests
+    that extend the pin hit it and equal cold runs; a prompt that leaves the pin inside
+    it misses (the window before that point is gone) and equals a cold run too."""
+    rng = random.Random(11)
+    house = _tokens(rng, 6 * WINDOW + 5)
+    config = {"chunk_tokens": 16, "prefix_store": tmp_path, "share_prefix": share_prefix}
+    first = make_engine(runner=sliding64, **config)
+    assert not (await first.pin("house", house)).restored
+    await first.shutdown()
+    (file,) = tmp_path.rglob("*.safetensors")
+    layout = sliding64.layout
+    assert file.stat().st_size < layout.prefix_bytes(len(house)) + 8 * len(house) + 2048
+    assert layout.prefix_bytes(len(house)) < len(house) * layout.bytes_per_token / 2
+
+    second = make_engine(runner=sliding64, **config)
+    assert second.pin_status("house")["restored"] is True
+    cold = make_engine(runner=sliding64, cache_mode=CacheMode.NONE)
+    for suffix in (1, WINDOW - 1, WINDOW + 3):
+        prompt = house + _tokens(rng, suffix)
+        _, warm_ids, fin = await second.generate(prompt, LONG)
+        _, cold_ids, _ = await cold.generate(prompt, LONG)
+        assert fin.stats.cached_tokens == len(house)
+        assert warm_ids == cold_ids
+    for cut in (WINDOW // 2, 3 * WINDOW, len(house) - 1):
+        prompt = house[:cut] + _tokens(rng, WINDOW)
+        _, warm_ids, fin = await second.generate(prompt, LONG)
+        _, cold_ids, _ = await cold.generate(prompt, LONG)
+        assert warm_ids == cold_ids
+        assert fin.stats.cached_tokens == 0
+    # A pin inside the restored one is served, but never saved from the zeros.
+    await second.pin("porch", house[: 3 * WINDOW])
+    await second.shutdown()
+    assert len(list(tmp_path.rglob("*.safetensors"))) == 1
