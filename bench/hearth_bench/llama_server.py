@@ -319,7 +319,12 @@ def serve(argv: Sequence[str]) -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--model", type=Path, default=None, help="a GGUF (default: SmolLM2)")
     parser.add_argument("--own-template", action="store_true", help="keep the GGUF's template")
-    parser.add_argument("--log", type=Path, default=Path("llama-server.log"))
+    parser.add_argument(
+        "--log",
+        type=Path,
+        default=hearth_cache() / "llama.cpp" / "llama-server.log",
+        help="the server's output (not in the working tree)",
+    )
     args, extra = parser.parse_known_args(argv)
     server = LlamaServer(
         args.log, args.model, args.ctx_size * args.parallel, args.parallel, args.threads,
