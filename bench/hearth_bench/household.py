@@ -23,9 +23,8 @@ The same trace runs against a fresh engine process per configuration:
   the plugin drives it: the same messages and tools (it renders them with its own chat
   template), no ``hearth`` body fields, and instead of pins a priming request per agent
   (``max_tokens`` 1) at start and after each rename's debounce, requests keeping the
-  primed prefix until then; on llama.cpp ``cache_prompt`` and a slot per agent while
-  spare slots last (one stays free). Its row is named after the server kind ``/props``,
-  ``/metrics`` or ``/v1/models`` reveal. Cached tokens come from
+  primed prefix until then; on llama.cpp ``cache_prompt``. Its row is named after the
+  server kind ``/props``, ``/metrics`` or ``/v1/models`` reveal. Cached tokens come from
   ``usage.prompt_tokens_details.cached_tokens``, else llama.cpp's ``timings.cache_n``;
   a server that sends neither gets ``n/a``, never 0. ``--engine-url`` alone runs only
   this row; with ``--configs`` it is added to the built-in ones.
@@ -72,7 +71,7 @@ CONFIGS = {
     "hearth_fresh_prefix": ("radix", True, False),
     # --engine-url: the server as the plugin drives it: each agent's prefix primed at start
     # and after each rename (max_tokens 1), requests on the primed prefix until then; on
-    # llama.cpp cache_prompt and a slot per agent where there are spare slots.
+    # llama.cpp cache_prompt.
     "external": ("server", True, True),
     # --engine-url, as Home Assistant's own clients drive it: no priming; each request
     # sends the house as it is now.
@@ -412,14 +411,6 @@ class Replay:
         """The table's name: ``external (llama.cpp)`` for an external server."""
         return f"{self.name} ({self.server.kind})" if self.name in EXTERNALS else self.name
 
-    def _slot(self, agent: str) -> int | None:
-        """The agent's llama.cpp slot, as the plugin gives them: in order, one left free."""
-        agents = list(self.household.fixture.agents)
-        if self.name != EXTERNAL or self.server.kind != "llama.cpp":
-            return None
-        index = agents.index(agent)
-        return index if index < self.server.slots - 1 else None
-
     def engine_args(self) -> list[str]:
         args = ["--model", self.settings.model, "--cache-mode", self.cache_mode]
         args += ["--max-queue", "256"]
@@ -487,15 +478,13 @@ class Replay:
             "state_changes": self.state_changes,
         }
 
-    def _external_body(self, body: dict[str, Any], agent: str | None = None) -> dict[str, Any]:
+    def _external_body(self, body: dict[str, Any]) -> dict[str, Any]:
         """The body for another server: its model name, no Hearth extensions; on
-        llama.cpp (primed like the plugin) ``cache_prompt`` and the agent's slot."""
+        llama.cpp (driven like the plugin) ``cache_prompt``."""
         if self.server.kind != "hearth":
             body = {k: v for k, v in body.items() if k != "hearth"}
         if self.server.kind == "llama.cpp" and self.name == EXTERNAL:
             body = {**body, "cache_prompt": True}
-            if agent is not None and (slot := self._slot(agent)) is not None:
-                body["id_slot"] = slot
         return {**body, "model": self.server.model} if self.server.model else body
 
     async def _prepare(self, session: aiohttp.ClientSession, url: str) -> StatsPoller:
@@ -543,7 +532,7 @@ class Replay:
         }
         if prefix.tools:
             body["tools"] = list(prefix.tools)
-        reply = await stream_chat(session, url, self._external_body(body, key))
+        reply = await stream_chat(session, url, self._external_body(body))
         if reply.error is not None:
             raise RuntimeError(f"priming {key} refused: {reply.error}")
 
@@ -594,7 +583,7 @@ class Replay:
         in_repin, in_debounce = self.repins_running > 0, self.debounce_running > 0
         body = {**body, "max_tokens": self.settings.max_tokens}
         if self.name in EXTERNALS:
-            body = self._external_body(body, agent)
+            body = self._external_body(body)
         reply = await stream_chat(session, url, body)
         if chat_entry is not None and reply.error is None:
             self.history += [*chat_entry, {"role": "assistant", "content": reply.text}]

@@ -272,7 +272,7 @@ class HearthLLMEntity(Entity):
         prefixes = self.entry.runtime_data.prefixes
         if plan.hearth and prefixes.pins_supported:
             body["hearth"] = plan.hearth  # Hearth's grammar values; other servers: none
-        body.update(prefixes.request_extras(plan.pin))
+        body.update(prefixes.request_extras())
         if response_format is not None:
             body["response_format"] = dict(response_format)
         return body

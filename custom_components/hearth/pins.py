@@ -76,7 +76,7 @@ from .pin_model import (
     pin_state,
 )
 from .prefix import HousePrefix, async_render_prefix, render_options
-from .priming import SlotTable, async_prime, request_extras
+from .priming import async_prime, request_extras
 from .request_plan import PrefixChoice
 
 __all__ = ["PinState", "PrefixManager", "pin_key", "pin_name"]  # re-exported from pin_model
@@ -108,7 +108,6 @@ class PrefixManager:
         self._checked: EngineStatus | None = None
         self._started = False
         self._unsubs: list[CALLBACK_TYPE] = []
-        self._slots = SlotTable(coordinator.server)
 
     # ------------------------------------------------------------ lifecycle
 
@@ -197,9 +196,9 @@ class PrefixManager:
         """Pin bookkeeping of an agent (its pin for requests without a device by default)."""
         return self._pins.get((subentry_id, cls))
 
-    def request_extras(self, pin: str | None) -> dict[str, Any]:
-        """Server-specific fields of a request sent with ``pin``'s prefix."""
-        return request_extras(self.coordinator.server, self._slots.slot(pin))
+    def request_extras(self) -> dict[str, Any]:
+        """Server-specific fields of every request (llama.cpp: ``cache_prompt``)."""
+        return request_extras(self.coordinator.server)
 
     @property
     def pins_supported(self) -> bool:
@@ -465,7 +464,7 @@ class PrefixManager:
         server = self.coordinator.server
         if server is None or server.pins:
             return await self.client.async_put_prefix(agent.name, prefix.pin_body())
-        return await async_prime(self.client, prefix, server, self._slots.slot(agent.name))
+        return await async_prime(self.client, prefix, server)
 
     def _cause(
         self, agent: AgentPin, prefix: HousePrefix, reason: PinReason, changed: bool

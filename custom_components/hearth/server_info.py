@@ -7,7 +7,7 @@ An engine entry can point at any OpenAI-compatible server. The integration adapt
 * **llama.cpp** (``llama-server``), **vLLM** and **SGLang** cache prompt prefixes on
   their own: the integration keeps the same stable-prefix / volatile-suffix layout and
   warms their cache with a priming request after each house change (``pins.py``);
-  on llama.cpp each pin gets a slot of its own where the server has enough;
+  on llama.cpp every request sets ``cache_prompt`` (``priming.py``);
 * any **other** OpenAI-compatible server gets the same layout and priming.
 
 The kind comes from what the server answers: the Hearth routes, the metric names on

@@ -170,22 +170,18 @@ def test_an_external_server_gets_no_hearth_fields() -> None:
 
 
 def test_llama_cpp_is_driven_as_the_plugin_drives_it() -> None:
-    """``external``: cache_prompt and a slot per agent while spare slots last (one stays
-    free), and priming as the pin step; ``external_unprimed``: neither."""
+    """``external``: priming as the pin step, ``cache_prompt``, no fixed slot;
+    ``external_unprimed``: neither."""
     settings = Settings("default", 8, 0.0, None, Path(), "http://h:1")
     household = Household(load_fixture())
-    agents = list(household.fixture.agents)
-    assert len(agents) >= 2
     primed = Replay(household, "external", settings)
-    primed.server = Server("llama.cpp", None, slots=len(agents))
+    primed.server = Server("llama.cpp", None, slots=4)
     assert primed.pins and primed.switch_after_pin
-    slots = [primed._external_body({}, agent).get("id_slot") for agent in agents]
-    assert slots == [*range(len(agents) - 1), None]
-    assert primed._external_body({})["cache_prompt"] is True
+    assert primed._external_body({}) == {"cache_prompt": True}
     plain = Replay(household, "external_unprimed", settings)
-    plain.server = Server("llama.cpp", None, slots=8)
+    plain.server = Server("llama.cpp", None, slots=4)
     assert not plain.pins
-    assert plain._external_body({}, agents[0]) == {}
+    assert plain._external_body({}) == {}
     assert parse_args(["--configs", "external_unprimed", "--engine-url", "u"]).configs == [
         "external_unprimed"
     ]

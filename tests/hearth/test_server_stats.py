@@ -9,7 +9,7 @@ is written here from their documented names.
 from __future__ import annotations
 
 from custom_components.hearth.api import RequestUsage
-from custom_components.hearth.priming import SlotTable, request_extras
+from custom_components.hearth.priming import request_extras
 from custom_components.hearth.server_info import ServerInfo, ServerKind
 from custom_components.hearth.server_stats import RequestWindow, parse_metrics, server_stats
 
@@ -137,15 +137,9 @@ def test_usage_from_llama_cpp_timings() -> None:
     assert RequestUsage.from_usage({"prompt_tokens": 10}).cached_tokens is None
 
 
-def test_llama_cpp_slots_per_pin() -> None:
-    """Pins get slots in first-use order; one slot stays free; other servers get none."""
-    server = ServerInfo(ServerKind.LLAMA_CPP, slots=3)
-    table = SlotTable(server)
-    assert [table.slot("a"), table.slot("b"), table.slot("c"), table.slot("a")] == [0, 1, None, 0]
-    assert table.slot(None) is None
-    assert request_extras(server, 1) == {"cache_prompt": True, "id_slot": 1}
-    assert request_extras(server, None) == {"cache_prompt": True}
-    vllm = ServerInfo(ServerKind.VLLM)
-    assert SlotTable(vllm).slot("a") is None
-    assert request_extras(vllm, None) == {}
-    assert SlotTable(ServerInfo(ServerKind.LLAMA_CPP, slots=1)).slot("a") is None
+def test_llama_cpp_requests_reuse_prompts_without_a_fixed_slot() -> None:
+    """llama.cpp: ``cache_prompt``, never ``id_slot`` (a slot per pin stalled a request
+    on llama-server 0.3.36); other servers: nothing added."""
+    assert request_extras(ServerInfo(ServerKind.LLAMA_CPP, slots=4)) == {"cache_prompt": True}
+    assert request_extras(ServerInfo(ServerKind.VLLM)) == {}
+    assert request_extras(None) == {}
