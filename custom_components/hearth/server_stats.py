@@ -40,8 +40,8 @@ _METRICS: dict[ServerKind, dict[str, tuple[str, ...]]] = {
         "prompt_tokens_total": ("sglang:prompt_tokens_total",),
         "kv_cache_usage": ("sglang:token_usage",),
     },
+    # Not llamacpp:prompt_tokens_total: it counts only the tokens it prefilled.
     ServerKind.LLAMA_CPP: {
-        "prompt_tokens_total": ("llamacpp:prompt_tokens_total",),
         "kv_cache_usage": ("llamacpp:kv_cache_usage_ratio",),
     },
 }
@@ -96,10 +96,9 @@ class RequestWindow:
     def stats(self) -> dict[str, Any]:
         """The windowed figures in Hearth's stat keys (only those the server reported)."""
         recent = list(self._recent)
-        stats: dict[str, Any] = {
-            "window_requests": len(recent),
-            "prompt_tokens_total": self.prompt_tokens,
-        }
+        stats: dict[str, Any] = {"window_requests": len(recent)}
+        if recent:
+            stats["prompt_tokens_total"] = self.prompt_tokens
         ttfts = sorted(u.ttft_ms for u in recent if u.ttft_ms is not None)
         stats["ttft_ms_median"] = _percentile(ttfts, 0.5)
         stats["ttft_ms_p95"] = _percentile(ttfts, 0.95)
@@ -124,11 +123,15 @@ class RequestWindow:
 def server_stats(
     kind: ServerKind, metrics: Mapping[str, float] | None, window: RequestWindow
 ) -> dict[str, Any]:
-    """Hearth's stat keys for a server of ``kind`` from its metrics and the window."""
+    """Hearth's stat keys for a server of ``kind`` from its metrics and the window.
+
+    What each request reported (the window: this integration's requests) wins; the
+    server-wide metrics fill only the figures the requests did not carry.
+    """
     stats = window.stats()
     for key, names in _METRICS.get(kind, {}).items() if metrics else ():
         value = next((metrics[name] for name in names if name in metrics), None)
-        if value is not None:
+        if value is not None and stats.get(key) is None:
             stats[key] = value
     start = metrics.get(START_TIME) if metrics else None
     stats["instance_id"] = f"{kind}-{start:.0f}" if start is not None else ""

@@ -63,6 +63,12 @@ def test_vllm_metrics_map_to_hearth_keys() -> None:
     assert stats["prompt_tokens_total"] == 10000
     assert stats["kv_cache_usage"] == 0.25
     assert stats["instance_id"] == "vllm-1764500000"
+    # What the integration's own requests reported wins over server-wide counters.
+    window = RequestWindow()
+    window.record([_usage(1000, 900)])
+    own = server_stats(ServerKind.VLLM, metrics, window)
+    assert (own["prefix_cache_hits_tokens"], own["prompt_tokens_total"]) == (900, 1000)
+    assert own["kv_cache_usage"] == 0.25
     restarted = VLLM_METRICS.replace("1.7645e+09", "1.7646e+09")
     assert (
         server_stats(ServerKind.VLLM, parse_metrics(restarted), RequestWindow())["instance_id"]
@@ -72,10 +78,15 @@ def test_vllm_metrics_map_to_hearth_keys() -> None:
 
 def test_figures_a_server_cannot_report_are_absent() -> None:
     """llama.cpp exports no KV bytes, evictions or cache hits: those keys stay out, so
-    their sensors are unavailable rather than 0."""
+    their sensors are unavailable rather than 0. Its prompt token counter counts only
+    what it prefilled, so it is not the prompt-tokens figure."""
     stats = server_stats(ServerKind.LLAMA_CPP, parse_metrics(LLAMA_METRICS), RequestWindow())
-    assert stats["prompt_tokens_total"] == 5400
-    for key in ("kv_cache_used_bytes", "kv_cache_evictions_total", "window_hit_rate"):
+    for key in (
+        "kv_cache_used_bytes",
+        "kv_cache_evictions_total",
+        "window_hit_rate",
+        "prompt_tokens_total",
+    ):
         assert key not in stats
     assert stats["instance_id"] == ""  # no start time: no restart detection
 
