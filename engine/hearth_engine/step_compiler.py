@@ -77,12 +77,16 @@ class StepCompiler:
         self.compile_s: float | None = None
         self.error: str | None = None
         self._thread: threading.Thread | None = None
+        # The thread count the step is compiled for (dynamo guards on it; a new thread
+        # starts with OpenMP's default, not the count the engine set).
+        self.threads = torch.get_num_threads()
 
     def start(self) -> None:
         """Start compiling in the background (once)."""
         if self.state != CompileState.OFF:
             return
         self.state = CompileState.COMPILING
+        self.threads = torch.get_num_threads()
         try:  # here, not on the thread: it readies the decoder's weights for freezing
             step = CompiledStep(self.decoder)
         except Exception as err:  # noqa: BLE001 - any compiler failure: log it, serve eager
@@ -101,6 +105,7 @@ class StepCompiler:
 
     def _compile(self, step: CompiledStep) -> None:
         started = time.monotonic()
+        torch.set_num_threads(self.threads)
         try:
             cache = inductor_cache_dir(self.cache_root)
             with torch._inductor.config.patch(compile_threads=1):
@@ -150,6 +155,8 @@ class StepCompiler:
         step = self._step
         if step is None or ids.shape[0] not in self.batches or ids.shape[1] != 1:
             return None
+        if torch.get_num_threads() != self.threads:
+            return None  # compiled for another thread count: a recompile, not served
         if cache.length >= cache.capacity:
             return None  # the eager step raises the overflow, not a compiler failure
         past = cache.length
