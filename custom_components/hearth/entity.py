@@ -161,17 +161,51 @@ def parse_tool_args(arguments: str) -> dict[str, Any]:
     return {k: v for k, v in value.items() if v is not None and v != ""}
 
 
+def _call_key(call: Mapping[str, Any]) -> str:
+    """A tool call's identity within a turn: its name and its parsed arguments."""
+    function = call["function"]
+    arguments = parse_tool_args(function["arguments"])
+    return json.dumps([function["name"], arguments], sort_keys=True, default=str)
+
+
+def repeat_reply(chat_log: conversation.ChatLog, done: str) -> str | None:
+    """The reply when the model only repeats a call: what the last tool result said (an
+    intent's speech), else ``done`` for an action that succeeded on every target; None
+    (say the failure) otherwise."""
+    last = chat_log.content[-1] if chat_log.content else None
+    if not isinstance(last, conversation.ToolResultContent):
+        return None
+    result = last.tool_result
+    plain = (result.get("speech") or {}).get("plain") or {}
+    if isinstance(plain, Mapping) and plain.get("speech"):
+        return str(plain["speech"])
+    data = result.get("data") or {}
+    if (
+        result.get("response_type") == "action_done"
+        and isinstance(data, Mapping)
+        and data.get("success")
+        and not data.get("failed")
+    ):
+        return done
+    return None
+
+
 async def _transform_stream(
     chunks: AsyncGenerator[dict[str, Any]],
     reply: _Reply,
     tool_names: list[str],
     context: str | None,
     markup_only: str,
+    *,
+    seen_calls: set[str] | None = None,
+    repeat_speech: str | None = None,
 ) -> AsyncGenerator[conversation.AssistantContentDeltaDict]:
     """Engine chunks as chat log deltas; the raw message ends up in ``native``.
 
     Tool markup written as text is not spoken (``speech``); a reply that was nothing but
-    markup says ``markup_only`` instead.
+    markup says ``markup_only`` instead. A call the turn already made (same tool, same
+    arguments: small models repeat themselves, adding the same item ten times) is not
+    run again; when nothing new is left, the reply is what the last tool result said.
     """
     speech = MarkupFilter()
     yield {"role": "assistant"}
@@ -195,9 +229,16 @@ async def _transform_stream(
                     reply.finish_reason = finish
     if tail := speech.finish():
         yield {"content": tail}
-    raw_calls = reply.raw_tool_calls()
-    if speech.removed and not speech.spoken and not raw_calls:
-        yield {"content": markup_only}
+    made = reply.raw_tool_calls()
+    seen_calls = set() if seen_calls is None else seen_calls  # the turn's calls so far
+    raw_calls = [call for call in made if _call_key(call) not in seen_calls]
+    seen_calls.update(_call_key(call) for call in raw_calls)
+    repeated = bool(made) and not raw_calls
+    if not raw_calls and not speech.spoken and (repeated or speech.removed):
+        said = repeat_speech if repeated and repeat_speech else markup_only
+        yield {"content": said}
+        if repeated:
+            reply.content += said
     if raw_calls:
         yield {
             "tool_calls": [
@@ -296,11 +337,12 @@ class HearthLLMEntity(Entity):
         context = plan.context
         max_history = int(self.options.get(CONF_MAX_HISTORY, DEFAULT_MAX_HISTORY))
         tool_names = [tool.name for tool in chat_log.llm_api.tools] if chat_log.llm_api else []
-        markup_only = await async_error_message(
-            self.hass, language or self.hass.config.language, "markup_only"
-        )
+        language = language or self.hass.config.language
+        markup_only = await async_error_message(self.hass, language, "markup_only")
+        done = await async_error_message(self.hass, language, "action_done")
         requests: list[RequestUsage] = []
         client_ttfts: list[float | None] = []
+        seen_calls: set[str] = set()
         error: HearthError | None = None
         try:
             for iteration in range(MAX_TOOL_ITERATIONS):
@@ -314,6 +356,8 @@ class HearthLLMEntity(Entity):
                     tool_names,
                     context if iteration == 0 else None,
                     markup_only,
+                    seen_calls=seen_calls,
+                    repeat_speech=repeat_reply(chat_log, done),
                 )
                 async for _content in chat_log.async_add_delta_content_stream(
                     self.entity_id, stream

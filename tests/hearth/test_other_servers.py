@@ -22,7 +22,7 @@ from pytest_homeassistant_custom_component.common import MockConfigEntry
 from custom_components.hearth.const import CONF_REPIN_DEBOUNCE, DOMAIN, SERVICE_CLEAR_CACHE
 from custom_components.hearth.server_info import ServerKind
 
-from .common import async_setup_entry, converse, free_port, make_entry, speech
+from .common import KITCHEN_LIGHT, async_setup_entry, converse, free_port, make_entry, speech
 
 REPLY = "Done."
 
@@ -30,9 +30,10 @@ REPLY = "Done."
 class FakeServer:
     """vLLM's or SGLang's HTTP surface; records every chat request."""
 
-    def __init__(self, owner: str, metrics: str) -> None:
+    def __init__(self, owner: str, metrics: str, call: dict[str, Any] | None = None) -> None:
         self.owner = owner
         self.metrics = metrics
+        self.call = call  # a tool call every streamed reply makes (a model that repeats)
         self.bodies: list[dict[str, Any]] = []
         self.cached: set[str] = set()  # system prompts seen (the "prefix cache")
         self.port = free_port()
@@ -82,8 +83,11 @@ class FakeServer:
             return web.json_response({"choices": [{"message": message}], "usage": usage})
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await response.prepare(request)
+        delta: dict[str, Any] = {"role": "assistant", "content": REPLY}
+        if self.call is not None:
+            delta = {"role": "assistant", "tool_calls": [{"index": 0, **self.call}]}
         for chunk in (
-            {"choices": [{"index": 0, "delta": {"role": "assistant", "content": REPLY}}]},
+            {"choices": [{"index": 0, "delta": delta}]},
             {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]},
             {"choices": [], "usage": usage},
         ):
@@ -195,3 +199,30 @@ async def test_sglang_and_a_plain_openai_server(
     finally:
         for server in (sglang, plain):
             await server.stop()
+
+
+async def test_a_repeated_call_runs_once_and_the_turn_ends(
+    hass: HomeAssistant, house: None, socket_enabled: None
+) -> None:
+    """A model that repeats its call (SmolLM2 added the same item ten times in the
+    accuracy bench): the call runs once, the turn ends at the repeat, and the reply is
+    what the tool said ("Done." for an action that succeeded), not "the model kept
+    calling tools"."""
+    call = {
+        "id": "call_1",
+        "type": "function",
+        "function": {"name": "HassTurnOn", "arguments": '{"name": "Kitchen Light"}'},
+    }
+    server = FakeServer("vllm", VLLM_METRICS, call=call)
+    await server.start()
+    try:
+        await _entry(hass, server)
+        result = await converse(hass, "Turn on the kitchen light")
+    finally:
+        await server.stop()
+    chats = [body for body in server.bodies if body.get("stream")]
+    assert len(chats) == 2  # the call, then its repeat: no third request
+    assert hass.states.get(KITCHEN_LIGHT).state == "on"
+    assert speech(result) == "Done."  # the intent succeeded; LLM intents carry no speech
+    sent_calls = [m for m in chats[1]["messages"] if m.get("tool_calls")]
+    assert len(sent_calls) == 1
