@@ -33,13 +33,14 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from .process import ServerStartError, wait_healthy
 
 ROOT = Path(__file__).resolve().parents[2]
 PIN_FILE = ROOT / "requirements" / "llamacpp.txt"
@@ -252,21 +253,12 @@ class LlamaServer:
             self.proc = subprocess.Popen(
                 cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
             )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(
-                    f"llama-server exited with {self.proc.returncode}:\n{self.log_tail()}"
-                )
-            with (
-                contextlib.suppress(OSError, urllib.error.URLError),
-                urllib.request.urlopen(f"{self.url}/health", timeout=2) as response,
-            ):
-                if response.status == 200:
-                    return self
-            time.sleep(0.2)
-        self.stop()
-        raise RuntimeError(f"llama-server not healthy after {timeout} s:\n{self.log_tail()}")
+        try:
+            wait_healthy(self.proc, self.url, timeout, "llama-server")
+        except ServerStartError as err:
+            self.stop()
+            raise RuntimeError(f"{err}:\n{self.log_tail()}") from err
+        return self
 
     def stop(self, timeout: float = 30) -> int | None:
         """SIGTERM, then SIGKILL after ``timeout`` s; the exit code (None if never started)."""

@@ -8,11 +8,10 @@ import signal
 import socket
 import subprocess
 import sys
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+
+from .process import ServerStartError, wait_healthy
 
 
 def free_port() -> int:
@@ -41,21 +40,12 @@ class EngineProcess:
             env=env,
         )
         log.close()
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(
-                    f"engine exited with {self.proc.returncode}; see {self.log_path}"
-                )
-            with (
-                contextlib.suppress(OSError, urllib.error.URLError),
-                urllib.request.urlopen(f"{self.url}/health", timeout=2) as response,
-            ):
-                if response.status == 200:
-                    return self
-            time.sleep(0.2)
-        self.stop()
-        raise RuntimeError(f"engine did not become healthy in {timeout} s; see {self.log_path}")
+        try:
+            wait_healthy(self.proc, self.url, timeout, "engine")
+        except ServerStartError as err:
+            self.stop()
+            raise RuntimeError(f"{err}; see {self.log_path}") from err
+        return self
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 60) -> int | None:
         if self.proc is None or self.proc.poll() is not None:
