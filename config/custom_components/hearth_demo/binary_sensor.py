@@ -7,23 +7,8 @@ from typing import Any
 
 from homeassistant.components.binary_sensor import BinarySensorDeviceClass, BinarySensorEntity
 from homeassistant.const import Platform
-from homeassistant.core import HomeAssistant
-from homeassistant.helpers.entity_platform import AddEntitiesCallback
-from homeassistant.helpers.typing import ConfigType, DiscoveryInfoType
 
-from .entity import DemoEntity, add_demo_entities
-
-
-async def async_setup_platform(
-    hass: HomeAssistant,
-    config: ConfigType,
-    async_add_entities: AddEntitiesCallback,
-    discovery_info: DiscoveryInfoType | None = None,
-) -> None:
-    """Set up the demo binary sensors."""
-    add_demo_entities(
-        hass, Platform.BINARY_SENSOR, DemoBinarySensor, async_add_entities, discovery_info
-    )
+from .entity import DemoEntity, demo_platform
 
 
 class DemoBinarySensor(DemoEntity, BinarySensorEntity):
@@ -35,3 +20,6 @@ class DemoBinarySensor(DemoEntity, BinarySensorEntity):
         self._attr_device_class = None
         with contextlib.suppress(ValueError):
             self._attr_device_class = BinarySensorDeviceClass(options.get("device_class", ""))
+
+
+async_setup_platform = demo_platform(Platform.BINARY_SENSOR, DemoBinarySensor)

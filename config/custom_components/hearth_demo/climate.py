@@ -12,21 +12,8 @@ from homeassistant.components.climate import (
     HVACMode,
 )
 from homeassistant.const import ATTR_TEMPERATURE, Platform, UnitOfTemperature
-from homeassistant.core import HomeAssistant
-from homeassistant.helpers.entity_platform import AddEntitiesCallback
-from homeassistant.helpers.typing import ConfigType, DiscoveryInfoType
 
-from .entity import DemoEntity, add_demo_entities
-
-
-async def async_setup_platform(
-    hass: HomeAssistant,
-    config: ConfigType,
-    async_add_entities: AddEntitiesCallback,
-    discovery_info: DiscoveryInfoType | None = None,
-) -> None:
-    """Set up the demo thermostats."""
-    add_demo_entities(hass, Platform.CLIMATE, DemoThermostat, async_add_entities, discovery_info)
+from .entity import DemoEntity, demo_platform
 
 
 class DemoThermostat(DemoEntity, ClimateEntity):
@@ -91,3 +78,6 @@ class DemoThermostat(DemoEntity, ClimateEntity):
         self._attr_hvac_mode = mode
         if mode != HVACMode.OFF:
             self._last_on_mode = mode
+
+
+async_setup_platform = demo_platform(Platform.CLIMATE, DemoThermostat)

@@ -11,23 +11,10 @@ from homeassistant.components.cover import (
     CoverEntityFeature,
 )
 from homeassistant.const import Platform
-from homeassistant.core import HomeAssistant
-from homeassistant.helpers.entity_platform import AddEntitiesCallback
-from homeassistant.helpers.typing import ConfigType, DiscoveryInfoType
 
-from .entity import DemoEntity, add_demo_entities
+from .entity import DemoEntity, demo_platform
 
 OPEN_CLOSE_ONLY = {CoverDeviceClass.DOOR, CoverDeviceClass.GARAGE, CoverDeviceClass.GATE}
-
-
-async def async_setup_platform(
-    hass: HomeAssistant,
-    config: ConfigType,
-    async_add_entities: AddEntitiesCallback,
-    discovery_info: DiscoveryInfoType | None = None,
-) -> None:
-    """Set up the demo covers."""
-    add_demo_entities(hass, Platform.COVER, DemoCover, async_add_entities, discovery_info)
 
 
 class DemoCover(DemoEntity, CoverEntity):
@@ -78,3 +65,6 @@ class DemoCover(DemoEntity, CoverEntity):
     async def async_stop_cover(self, **kwargs: Any) -> None:
         """Nothing moves for long in the demo house: stopping keeps the position."""
         self.async_write_ha_state()
+
+
+async_setup_platform = demo_platform(Platform.COVER, DemoCover)

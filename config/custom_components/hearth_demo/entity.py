@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from homeassistant.const import Platform
 from homeassistant.core import HomeAssistant
 from homeassistant.helpers.entity import Entity
 from homeassistant.helpers.entity_platform import AddEntitiesCallback
-from homeassistant.helpers.typing import DiscoveryInfoType
+from homeassistant.helpers.typing import ConfigType, DiscoveryInfoType
 
 from .const import DATA_ENTITIES, DATA_HOUSE
 from .model import EntitySpec
@@ -37,14 +37,24 @@ class DemoEntity(Entity):
         self.async_on_remove(lambda: entities.pop(self.entity_id, None))
 
 
-def add_demo_entities(
-    hass: HomeAssistant,
-    platform: Platform,
-    factory: Callable[[EntitySpec], Entity],
-    async_add_entities: AddEntitiesCallback,
-    discovery_info: DiscoveryInfoType | None,
-) -> None:
-    """Add the entities of one platform; only the demo integration's discovery loads it."""
-    if discovery_info is None:
-        return
-    async_add_entities(factory(spec) for spec in hass.data[DATA_HOUSE].entities_of(platform))
+SetupPlatform = Callable[
+    [HomeAssistant, ConfigType, AddEntitiesCallback, DiscoveryInfoType | None], Awaitable[None]
+]
+
+
+def demo_platform(platform: Platform, factory: Callable[[EntitySpec], Entity]) -> SetupPlatform:
+    """The ``async_setup_platform`` of a demo platform module: the house's entities of
+    ``platform``, made by ``factory``. Only the demo integration's discovery loads them."""
+
+    async def async_setup_platform(
+        hass: HomeAssistant,
+        config: ConfigType,
+        async_add_entities: AddEntitiesCallback,
+        discovery_info: DiscoveryInfoType | None = None,
+    ) -> None:
+        if discovery_info is None:
+            return
+        house = hass.data[DATA_HOUSE]
+        async_add_entities(factory(spec) for spec in house.entities_of(platform))
+
+    return async_setup_platform

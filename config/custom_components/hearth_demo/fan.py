@@ -6,23 +6,10 @@ from typing import Any
 
 from homeassistant.components.fan import FanEntity, FanEntityFeature
 from homeassistant.const import Platform
-from homeassistant.core import HomeAssistant
-from homeassistant.helpers.entity_platform import AddEntitiesCallback
-from homeassistant.helpers.typing import ConfigType, DiscoveryInfoType
 
-from .entity import DemoEntity, add_demo_entities
+from .entity import DemoEntity, demo_platform
 
 FULL_SPEED = 100
-
-
-async def async_setup_platform(
-    hass: HomeAssistant,
-    config: ConfigType,
-    async_add_entities: AddEntitiesCallback,
-    discovery_info: DiscoveryInfoType | None = None,
-) -> None:
-    """Set up the demo fans."""
-    add_demo_entities(hass, Platform.FAN, DemoFan, async_add_entities, discovery_info)
 
 
 class DemoFan(DemoEntity, FanEntity):
@@ -72,3 +59,6 @@ class DemoFan(DemoEntity, FanEntity):
         """Swing or not."""
         self._attr_oscillating = oscillating
         self.async_write_ha_state()
+
+
+async_setup_platform = demo_platform(Platform.FAN, DemoFan)

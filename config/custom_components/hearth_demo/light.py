@@ -12,23 +12,10 @@ from homeassistant.components.light import (
     LightEntity,
 )
 from homeassistant.const import Platform
-from homeassistant.core import HomeAssistant
-from homeassistant.helpers.entity_platform import AddEntitiesCallback
-from homeassistant.helpers.typing import ConfigType, DiscoveryInfoType
 
-from .entity import DemoEntity, add_demo_entities
+from .entity import DemoEntity, demo_platform
 
 WARM_WHITE_K = 2700
-
-
-async def async_setup_platform(
-    hass: HomeAssistant,
-    config: ConfigType,
-    async_add_entities: AddEntitiesCallback,
-    discovery_info: DiscoveryInfoType | None = None,
-) -> None:
-    """Set up the demo lights."""
-    add_demo_entities(hass, Platform.LIGHT, DemoLight, async_add_entities, discovery_info)
 
 
 class DemoLight(DemoEntity, LightEntity):
@@ -74,3 +61,6 @@ class DemoLight(DemoEntity, LightEntity):
         """Turn off."""
         self._attr_is_on = False
         self.async_write_ha_state()
+
+
+async_setup_platform = demo_platform(Platform.LIGHT, DemoLight)

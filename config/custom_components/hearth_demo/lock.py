@@ -6,21 +6,8 @@ from typing import Any
 
 from homeassistant.components.lock import LockEntity
 from homeassistant.const import Platform
-from homeassistant.core import HomeAssistant
-from homeassistant.helpers.entity_platform import AddEntitiesCallback
-from homeassistant.helpers.typing import ConfigType, DiscoveryInfoType
 
-from .entity import DemoEntity, add_demo_entities
-
-
-async def async_setup_platform(
-    hass: HomeAssistant,
-    config: ConfigType,
-    async_add_entities: AddEntitiesCallback,
-    discovery_info: DiscoveryInfoType | None = None,
-) -> None:
-    """Set up the demo locks."""
-    add_demo_entities(hass, Platform.LOCK, DemoLock, async_add_entities, discovery_info)
+from .entity import DemoEntity, demo_platform
 
 
 class DemoLock(DemoEntity, LockEntity):
@@ -39,3 +26,6 @@ class DemoLock(DemoEntity, LockEntity):
         """Unlock."""
         self._attr_is_locked = False
         self.async_write_ha_state()
+
+
+async_setup_platform = demo_platform(Platform.LOCK, DemoLock)

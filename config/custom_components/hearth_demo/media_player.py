@@ -13,11 +13,8 @@ from homeassistant.components.media_player import (
     MediaType,
 )
 from homeassistant.const import Platform
-from homeassistant.core import HomeAssistant
-from homeassistant.helpers.entity_platform import AddEntitiesCallback
-from homeassistant.helpers.typing import ConfigType, DiscoveryInfoType
 
-from .entity import DemoEntity, add_demo_entities
+from .entity import DemoEntity, demo_platform
 
 VOLUME_STEP = 0.05
 
@@ -57,18 +54,6 @@ FEATURES = (
     | MediaPlayerEntityFeature.TURN_ON
     | MediaPlayerEntityFeature.TURN_OFF
 )
-
-
-async def async_setup_platform(
-    hass: HomeAssistant,
-    config: ConfigType,
-    async_add_entities: AddEntitiesCallback,
-    discovery_info: DiscoveryInfoType | None = None,
-) -> None:
-    """Set up the demo media players."""
-    add_demo_entities(
-        hass, Platform.MEDIA_PLAYER, DemoMediaPlayer, async_add_entities, discovery_info
-    )
 
 
 class DemoMediaPlayer(DemoEntity, MediaPlayerEntity):
@@ -169,3 +154,6 @@ class DemoMediaPlayer(DemoEntity, MediaPlayerEntity):
         """Pick an input."""
         self._attr_source = source
         self.async_write_ha_state()
+
+
+async_setup_platform = demo_platform(Platform.MEDIA_PLAYER, DemoMediaPlayer)

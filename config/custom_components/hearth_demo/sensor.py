@@ -20,11 +20,8 @@ from homeassistant.const import (
     UnitOfVolume,
     UnitOfVolumetricFlux,
 )
-from homeassistant.core import HomeAssistant
-from homeassistant.helpers.entity_platform import AddEntitiesCallback
-from homeassistant.helpers.typing import ConfigType, DiscoveryInfoType
 
-from .entity import DemoEntity, add_demo_entities
+from .entity import DemoEntity, demo_platform
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,16 +53,6 @@ KINDS: dict[str, SensorKind] = {
 }
 
 
-async def async_setup_platform(
-    hass: HomeAssistant,
-    config: ConfigType,
-    async_add_entities: AddEntitiesCallback,
-    discovery_info: DiscoveryInfoType | None = None,
-) -> None:
-    """Set up the demo sensors."""
-    add_demo_entities(hass, Platform.SENSOR, DemoSensor, async_add_entities, discovery_info)
-
-
 class DemoSensor(DemoEntity, SensorEntity):
     """A sensor that reads what house.yaml (a kind) or a fixture (class and unit) says."""
 
@@ -89,3 +76,6 @@ class DemoSensor(DemoEntity, SensorEntity):
                 self._attr_device_class = SensorDeviceClass(options.get("device_class", ""))
             self._attr_native_unit_of_measurement = options.get("unit")
             self._attr_state_class = SensorStateClass.MEASUREMENT
+
+
+async_setup_platform = demo_platform(Platform.SENSOR, DemoSensor)

@@ -11,22 +11,9 @@ from homeassistant.components.todo import (
     TodoListEntityFeature,
 )
 from homeassistant.const import Platform
-from homeassistant.core import HomeAssistant
-from homeassistant.helpers.entity_platform import AddEntitiesCallback
-from homeassistant.helpers.typing import ConfigType, DiscoveryInfoType
 from homeassistant.util.ulid import ulid_now
 
-from .entity import DemoEntity, add_demo_entities
-
-
-async def async_setup_platform(
-    hass: HomeAssistant,
-    config: ConfigType,
-    async_add_entities: AddEntitiesCallback,
-    discovery_info: DiscoveryInfoType | None = None,
-) -> None:
-    """Set up the demo to-do lists."""
-    add_demo_entities(hass, Platform.TODO, DemoTodoList, async_add_entities, discovery_info)
+from .entity import DemoEntity, demo_platform
 
 
 class DemoTodoList(DemoEntity, TodoListEntity):
@@ -63,3 +50,6 @@ class DemoTodoList(DemoEntity, TodoListEntity):
         """Remove items."""
         self._attr_todo_items = [i for i in self._attr_todo_items or [] if i.uid not in uids]
         self.async_write_ha_state()
+
+
+async_setup_platform = demo_platform(Platform.TODO, DemoTodoList)

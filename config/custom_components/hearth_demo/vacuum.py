@@ -10,21 +10,8 @@ from homeassistant.components.vacuum import (
     VacuumEntityFeature,
 )
 from homeassistant.const import Platform
-from homeassistant.core import HomeAssistant
-from homeassistant.helpers.entity_platform import AddEntitiesCallback
-from homeassistant.helpers.typing import ConfigType, DiscoveryInfoType
 
-from .entity import DemoEntity, add_demo_entities
-
-
-async def async_setup_platform(
-    hass: HomeAssistant,
-    config: ConfigType,
-    async_add_entities: AddEntitiesCallback,
-    discovery_info: DiscoveryInfoType | None = None,
-) -> None:
-    """Set up the demo vacuums."""
-    add_demo_entities(hass, Platform.VACUUM, DemoVacuum, async_add_entities, discovery_info)
+from .entity import DemoEntity, demo_platform
 
 
 class DemoVacuum(DemoEntity, StateVacuumEntity):
@@ -61,3 +48,6 @@ class DemoVacuum(DemoEntity, StateVacuumEntity):
     async def async_return_to_base(self, **kwargs: Any) -> None:
         """Head for the dock."""
         self._become(VacuumActivity.RETURNING)
+
+
+async_setup_platform = demo_platform(Platform.VACUUM, DemoVacuum)

@@ -6,21 +6,8 @@ from typing import Any
 
 from homeassistant.components.valve import ValveDeviceClass, ValveEntity, ValveEntityFeature
 from homeassistant.const import Platform
-from homeassistant.core import HomeAssistant
-from homeassistant.helpers.entity_platform import AddEntitiesCallback
-from homeassistant.helpers.typing import ConfigType, DiscoveryInfoType
 
-from .entity import DemoEntity, add_demo_entities
-
-
-async def async_setup_platform(
-    hass: HomeAssistant,
-    config: ConfigType,
-    async_add_entities: AddEntitiesCallback,
-    discovery_info: DiscoveryInfoType | None = None,
-) -> None:
-    """Set up the demo valves."""
-    add_demo_entities(hass, Platform.VALVE, DemoValve, async_add_entities, discovery_info)
+from .entity import DemoEntity, demo_platform
 
 
 class DemoValve(DemoEntity, ValveEntity):
@@ -67,3 +54,6 @@ class DemoValve(DemoEntity, ValveEntity):
     async def async_stop_valve(self) -> None:
         """Nothing moves for long: stopping keeps the position."""
         self.async_write_ha_state()
+
+
+async_setup_platform = demo_platform(Platform.VALVE, DemoValve)
