@@ -76,6 +76,11 @@ class DecodeBatch:
         if self.buffer is not None:
             sources[id(self.buffer)] = self.buffer
         padded = False
+        # A hybrid model's rows bring their recurrent state along (read before the
+        # rows move: a source may be this batch's own buffer).
+        states = (
+            [seq.kv.snapshot(seq.kv_row, seq.kv_len) for seq in rows] if buffer.state_layers else []
+        )
         for row, seq in enumerate(rows):
             start = end - seq.own_len
             if start:
@@ -86,6 +91,8 @@ class DecodeBatch:
                 :, :, seq.kv_row, :, seq.kv_offset : seq.kv_offset + seq.own_len
             ]
             seq.kv, seq.kv_row, seq.kv_offset = buffer, row, start
+        if states:
+            buffer.restore(states)
         for src in sources.values():
             self.pool.release(src)
         self._mask = None

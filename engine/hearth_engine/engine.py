@@ -102,6 +102,7 @@ class Engine:
         if self.pins.store is not None:  # sliding layers store their last window only
             layout = runner.layout
             self.pins.store.keep_windows(layout.layers, layout.sliding, layout.window)
+            self.pins.store.keep_states(len(layout.state_layers))
         self._inbox: queue.SimpleQueue[Command] = queue.SimpleQueue()
         self._wake = threading.Event()
         self._pending_lock = threading.Lock()
@@ -292,7 +293,7 @@ class Engine:
 
     async def clear_cache(self) -> int:
         """Drop every cached prefix that is neither pinned nor in use; returns bytes freed."""
-        return await self._call(self.kv.cache.clear)
+        return await self._call(self.kv.clear)
 
     async def settled(self) -> None:
         """Return once the worker has run every command posted before this call (an

@@ -5,6 +5,10 @@ Layouts (``L`` layers, ``H`` KV heads, ``D`` head dim, ``T`` tokens, ``B`` rows)
 * a **segment** (what a radix-tree node holds) is one tensor ``[L, 2, H, T, D]``;
 * a **buffer** (the working cache of running sequences) is ``[L, 2, B, H, cap, D]``.
 
+``L`` counts the layers that keep KV. A hybrid model's other layers (linear attention,
+convolutions) keep a fixed-size state per row instead (``state.py``): a buffer holds
+it beside the KV, and the model sees one ``Cache`` layer per model layer.
+
 HF's ``DynamicCache`` concatenates on every forward, allocating and copying the whole
 cache each step; on machines where page faults are slow that dominates a warm suffix.
 ``KVBuffer`` writes in place into a buffer sized up front and hands the model views.
@@ -20,6 +24,8 @@ from dataclasses import dataclass
 import torch
 from transformers.cache_utils import Cache, CacheLayerMixin
 
+from .state import Snapshot, StateLayer
+
 
 @dataclass(frozen=True)
 class KVLayout:
@@ -34,6 +40,12 @@ class KVLayout:
     # ever reads the last ``window`` tokens of a prefix.
     sliding: tuple[int, ...] = ()
     window: int | None = None
+    # Model layers (indices) that keep a recurrent or convolution state instead of KV.
+    state_layers: tuple[int, ...] = ()
+
+    @property
+    def model_layers(self) -> int:
+        return self.layers + len(self.state_layers)
 
     @property
     def bytes_per_token(self) -> int:
@@ -123,7 +135,12 @@ class KVBuffer(Cache):
             storage = torch.empty(math.prod(shape), dtype=layout.dtype, device=layout.device)
         self.storage = storage  # flat; may be larger than needed (recycled by BufferPool)
         self.data = storage[: math.prod(shape)].view(shape)
-        super().__init__(layers=[BufferLayer(self.data[i], length) for i in range(layout.layers)])
+        self.kv_layers = [BufferLayer(self.data[i], length) for i in range(layout.layers)]
+        self.state_layers = [StateLayer() for _ in layout.state_layers]
+        layers: list[BufferLayer | StateLayer] = list(self.kv_layers)
+        for index, layer in zip(layout.state_layers, self.state_layers, strict=True):
+            layers.insert(index, layer)
+        super().__init__(layers=layers)
 
     @property
     def rows(self) -> int:
@@ -135,16 +152,26 @@ class KVBuffer(Cache):
 
     @property
     def length(self) -> int:
-        return self.layers[0].length
+        return self.kv_layers[0].length
 
     def set_length(self, length: int) -> None:
-        for layer in self.layers:
+        for layer in self.kv_layers:
             layer.length = length
             layer._refresh()
 
     @property
     def nbytes(self) -> int:
-        return self.data.numel() * self.data.element_size()
+        state = sum(layer.nbytes for layer in self.state_layers)
+        return self.data.numel() * self.data.element_size() + state
+
+    def snapshot(self, row: int, tokens: int) -> Snapshot:
+        """A copy of ``row``'s recurrent state (valid after its ``tokens``-th token)."""
+        return Snapshot.capture(self.state_layers, row, tokens)
+
+    def restore(self, snapshots: list[Snapshot]) -> None:
+        """Give row ``i`` the state of ``snapshots[i]`` (one per row, every row)."""
+        for i, layer in enumerate(self.state_layers):
+            layer.write_rows([s.conv[i] for s in snapshots], [s.recurrent[i] for s in snapshots])
 
     def write_segment(self, row: int, start: int, segment: torch.Tensor) -> None:
         """Copy a ``[L, 2, H, T, D]`` segment into ``row`` at column ``start``."""

@@ -16,6 +16,12 @@ sliding layer's window is applied when it is read, attention.py). A pin restored
 the store holds its sliding layers' last ``window`` tokens only (store.py): its KV is
 valid at its end and beyond, not inside it, so a match that ends inside it is a miss
 (``_inside_windowed``), and no pin is saved from inside it.
+
+**State layers** (hybrid models, ``state.py``). Their state after a prefix is one
+snapshot, not per-token KV, so a match is cut back to the longest prefix that has a
+snapshot (``snapshots.longest``); everything after it is computed. ``store`` takes a
+snapshot at the end of what it inserts: the end of every pin, of every prompt whose
+followers wait for it, and of every finished request (prompt and generated tokens).
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ from .config import CacheMode, EngineConfig
 from .kv import BufferPool, kv_range, segment_nbytes, segment_tokens, split_segment
 from .runner import ModelRunner
 from .sequence import Kind, Sequence
+from .state import Snapshot, SnapshotTable
 
 # A cache hit reads at most this many segments (radix-tree nodes) in place; the KV of
 # any further ones is copied into the working buffer (each part costs a few small
@@ -71,6 +78,12 @@ class KVManager:
         # Restored pins whose sliding layers hold only their last window: namespace ->
         # their token ids (see the module's docstring).
         self._windowed: dict[str, list[tuple[int, ...]]] = {}
+        # Recurrent states at prefix boundaries (hybrid models only).
+        self.snapshots = (
+            SnapshotTable(lambda: [(r.namespace, r.tokens) for r in self.cache.pins().values()])
+            if runner.layout.state_layers
+            else None
+        )
 
     # ------------------------------------------------------------------ lookups
 
@@ -81,7 +94,26 @@ class KVManager:
         match = self.cache.match(seq.namespace, seq.prompt, self.match_limit(seq))
         if self._inside_windowed(seq.namespace, seq.prompt, match.length):
             return Match(seq.namespace, 0, [], None)
+        if self.snapshots is not None:
+            return self._to_snapshot(seq, match)
         return match
+
+    def _to_snapshot(self, seq: Sequence, match: Match[torch.Tensor]) -> Match[torch.Tensor]:
+        """``match`` cut back to the longest prefix whose recurrent state is kept."""
+        assert self.snapshots is not None
+        length = self.snapshots.longest(seq.namespace, seq.prompt, match.length)
+        if length == match.length:
+            return match
+        if length == 0:
+            return Match(seq.namespace, 0, [], None)
+        segments, left = [], length
+        for payload, used in match.segments:
+            segments.append((payload, min(used, left)))
+            left -= min(used, left)
+            if left == 0:
+                break
+        # ``node`` stays the deepest one matched: locking it protects the shorter path too.
+        return Match(seq.namespace, length, segments, match.node, match.pin)
 
     def _inside_windowed(self, namespace: str, tokens: list[int], length: int) -> bool:
         """Whether a match of ``tokens[:length]`` ends inside a restored windowed pin.
@@ -126,6 +158,11 @@ class KVManager:
             buffer.write_segment(0, column, segment)
             column += segment_tokens(segment)
         buffer.set_length(column)
+        if self.snapshots is not None and match.length:
+            snapshot = self.snapshots.get(seq.namespace, seq.prompt[: match.length])
+            if snapshot is None:  # ``match`` found it on this thread just now
+                raise RuntimeError("the recurrent state of a cached prefix is gone")
+            buffer.restore([snapshot])
         seq.shared, seq.shared_len = tuple(shared), shared_len
         seq.kv, seq.kv_row, seq.kv_offset, seq.kv_len = buffer, 0, 0, shared_len + column
 
@@ -149,19 +186,33 @@ class KVManager:
         tokens = seq.tokens_with_kv()
         shared, buffer, row, offset = seq.shared, seq.kv, seq.kv_row, seq.kv_offset
         bpt = self.bytes_per_token
-        self.cache.insert(
+        cached = self.cache.insert(
             seq.namespace,
             tokens,
             lambda a, b: kv_range(shared, buffer, row, offset, a, b),
             lambda a, b: (b - a) * bpt,
         )
+        if self.snapshots is not None and cached == len(tokens) == seq.kv_len:
+            self.snapshots.put(seq.namespace, tokens, buffer.snapshot(row, len(tokens)))
 
-    def insert_segment(self, namespace: str, tokens: list[int], kv: torch.Tensor) -> bool:
+    def insert_segment(
+        self,
+        namespace: str,
+        tokens: list[int],
+        kv: torch.Tensor,
+        snapshot: Snapshot | None = None,
+    ) -> bool:
         """Cache one loaded ``[L, 2, H, T, D]`` segment for ``tokens``; True if all fit.
 
         The segment comes from the store: for a model with sliding layers, those hold
-        the last ``window`` tokens only, so it is valid at its end only.
+        the last ``window`` tokens only, so it is valid at its end only. A hybrid model's
+        segment comes with the ``snapshot`` of its state layers at its end (without one
+        it is useless: it is not cached).
         """
+        if self.snapshots is not None:
+            if snapshot is None or snapshot.tokens != len(tokens):
+                return False
+            self.snapshots.put(namespace, tokens, snapshot.to(self.layout.device))
         kv = kv.to(device=self.layout.device, dtype=self.layout.dtype)
         window = self.layout.window
         if self.layout.sliding and window is not None and len(tokens) > window:
@@ -181,6 +232,15 @@ class KVManager:
             return None
         return [payload[:, :, :, :used] for payload, used in match.segments]
 
+    def snapshot(self, namespace: str, tokens: list[int]) -> Snapshot | None:
+        """The state layers' snapshot after ``tokens`` (hybrid models; else ``None``)."""
+        return None if self.snapshots is None else self.snapshots.get(namespace, tokens)
+
+    def clear(self) -> int:
+        """Drop every cached prefix and snapshot that no pin holds; returns bytes freed."""
+        freed = self.cache.clear()
+        return freed + (self.snapshots.clear() if self.snapshots is not None else 0)
+
     # ------------------------------------------------------------------ the budget
 
     def make_room(self, nbytes: int) -> None:
@@ -192,8 +252,10 @@ class KVManager:
         """
         working = self.working_bytes()
 
+        states = self.snapshots.nbytes if self.snapshots is not None else 0
+
         def over() -> int:
-            used = self.cache.used_bytes + working + self.pool.free_bytes
+            used = self.cache.used_bytes + working + self.pool.free_bytes + states
             return used + nbytes - self.cache.capacity_bytes
 
         if over() > 0 and self.pool.free_bytes:

@@ -141,31 +141,66 @@ def sliding_layers(config: Any) -> tuple[tuple[int, ...], int | None]:
     return tuple(layers), (windows.pop() if windows else None)
 
 
+def state_layers(config: Any) -> tuple[int, ...]:
+    """The layers (indices) that keep a recurrent or convolution state instead of KV:
+    linear attention (Qwen3.5), Mamba-2 (Granite 4, which transformers files under
+    linear attention) and short convolutions (LFM2)."""
+    from transformers.cache_utils import get_layer_types_and_kwargs
+
+    from .state import STATE_KINDS
+
+    layer_types, _ = get_layer_types_and_kwargs(config.get_text_config(decoder=True))
+    return tuple(i for i, kind in enumerate(layer_types) if kind in STATE_KINDS)
+
+
 def check_layer_types(config: Any, path: Path) -> None:
     """Refuse, in one line naming the layer type, what the prefix cache cannot serve exactly.
 
-    Full-attention layers and sliding-window layers (Gemma 3, Mistral-style windows) are
-    served exactly: a sliding layer's window is applied to cached prefixes as it is to
-    the model's own KV (attention.py). Linear attention and state-space layers (Qwen3.5,
-    Granite 4, Mamba), convolutions (LFM2), chunked attention and shared or missing KV
-    would be served wrong, so they are refused at load, and so is attention-logit
-    soft-capping (Gemma 2), which Hearth's attention does not compute.
+    Served exactly: full-attention layers; sliding-window layers (Gemma 3, Mistral-style
+    windows), whose window is applied to cached prefixes as to the model's own KV
+    (attention.py); and the state layers of hybrid models (linear attention, Mamba-2,
+    convolutions: Qwen3.5, Granite 4, LFM2), whose state is kept at prefix boundaries
+    (state.py). Chunked attention, shared or missing KV, layers that mix a state with
+    attention, and a hybrid model with sliding windows would be served wrong, so they
+    are refused at load, and so is attention-logit soft-capping (Gemma 2), which
+    Hearth's attention does not compute.
     """
     from transformers.cache_utils import get_layer_types_and_kwargs
+
+    from .state import STATE_KINDS
 
     text_config = config.get_text_config(decoder=True)
     model_type = getattr(text_config, "model_type", None) or "this model"
     layer_types, _ = get_layer_types_and_kwargs(text_config)
+    known = ("full_attention", "sliding_attention", *STATE_KINDS)
     odd: dict[str, int] = {}
     for kind in layer_types:
-        if kind not in ("full_attention", "sliding_attention"):
+        if kind not in known:
             odd[kind] = odd.get(kind, 0) + 1
     if odd:
         found = ", ".join(f"{kind} ({n} of {len(layer_types)})" for kind, n in sorted(odd.items()))
         raise ModelLoadError(
             f"model path {path}: {model_type} has layer types Hearth cannot cache yet: "
-            f"{found} (Hearth needs full-attention or sliding-window layers, as in Llama, "
-            "Qwen2/2.5/3, SmolLM, Phi-3, Gemma 3)"
+            f"{found} (Hearth serves full-attention, sliding-window, linear-attention, "
+            "state-space and convolution layers)"
+        )
+    if all(kind in STATE_KINDS for kind in layer_types):
+        raise ModelLoadError(
+            f"model path {path}: {model_type} has no attention layer "
+            "(Hearth needs at least one layer with KV)"
+        )
+    if any(k in STATE_KINDS for k in layer_types) and "sliding_attention" in layer_types:
+        raise ModelLoadError(
+            f"model path {path}: {model_type} mixes state layers with sliding-window "
+            "layers, which Hearth cannot cache yet"
+        )
+    if (
+        any(k in STATE_KINDS for k in layer_types)
+        and getattr(text_config, "number_of_conv_states", 1) != 1
+    ):
+        raise ModelLoadError(
+            f"model path {path}: {model_type} keeps several states per layer, "
+            "which Hearth cannot cache yet"
         )
     if getattr(text_config, "attn_logit_softcapping", None) is not None:
         raise ModelLoadError(
@@ -187,6 +222,11 @@ def check_layer_types(config: Any, path: Path) -> None:
 
 # The old name, still used by models/gguf.py and the bench.
 check_full_attention = check_layer_types
+
+
+def _has_experts(config: Any) -> bool:
+    text_config = config.get_text_config(decoder=True)
+    return any(getattr(text_config, k, None) for k in ("num_local_experts", "num_experts"))
 
 
 def load_model(spec: str, device: Any, dtype: Any) -> LoadedModel:
@@ -212,6 +252,10 @@ def load_model(spec: str, device: Any, dtype: Any) -> LoadedModel:
     if not getattr(tokenizer, "chat_template", None):
         raise ModelLoadError(f"model path {path}: the tokenizer has no chat template")
     model.to(device).eval()
+    if str(dtype) == "torch.float64" and _has_experts(config):
+        # transformers' default grouped-matmul experts take no float64 (the exactness
+        # tests' dtype); its eager loop over experts does.
+        model.set_experts_implementation("eager")
     name = spec if spec in BUILTIN_MODELS else path.name
     return LoadedModel(
         path=path,

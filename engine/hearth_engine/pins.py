@@ -33,7 +33,8 @@ from .config import CacheMode, EngineConfig
 from .kv_manager import KVManager
 from .output import Counters
 from .sequence import Kind, Sequence
-from .store import ManifestEntry, PrefixStore, prefix_key
+from .state import Snapshot
+from .store import ManifestEntry, PrefixStore, StoredPrefix, prefix_key
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -192,8 +193,8 @@ class PinManager:
         if self.persistent and not self.kv.cache.contains(self.namespace, tokens):
             assert self.store is not None
             started = time.monotonic()
-            kv = self.store.load(self.namespace, tokens)
-            if kv is not None and self.kv.insert_segment(self.namespace, tokens, kv):
+            stored = self.store.load_prefix(self.namespace, tokens)
+            if stored is not None and self._insert_stored(stored):
                 self.counters.pin_restores += 1
                 ms = (time.monotonic() - started) * 1000
                 self._activate(name, generation, tokens, ms, restored=True, save=False)
@@ -300,15 +301,34 @@ class PinManager:
 
     # ================================================================= the store
 
+    def _insert_stored(self, stored: StoredPrefix) -> bool:
+        """Cache a prefix read from the store (with its state, for a hybrid model)."""
+        snapshot = None
+        if stored.state:
+            layers = len(self.kv.layout.state_layers)
+            try:
+                snapshot = Snapshot.from_tensors(len(stored.tokens), layers, stored.state)
+            except ValueError as err:
+                _LOGGER.warning("Ignoring a stored pin: %s", err)
+                return False
+        return self.kv.insert_segment(self.namespace, stored.tokens, stored.kv, snapshot)
+
     def _save_kv(self, tokens: list[int]) -> None:
-        """Write the pin's KV from the cache's own segments (no extra copy here)."""
+        """Write the pin's KV from the cache's own segments (no extra copy here), and a
+        hybrid model's state at its end."""
         segments = self.kv.segments(self.namespace, tokens)
         if segments is None or self.store is None:
             return
+        state = None
+        if self.kv.layout.state_layers:
+            snapshot = self.kv.snapshot(self.namespace, tokens)
+            if snapshot is None:  # its KV alone could not be resumed
+                return
+            state = snapshot.tensors()
         store, ns = self.store, self.namespace
 
         def save() -> None:
-            if not store.save(ns, tokens, segments):
+            if not store.save(ns, tokens, segments, state):
                 self.counters.store_failures += 1
 
         self._submit_io(save)
@@ -368,16 +388,16 @@ class PinManager:
         """Bring one pin back from the store (skipped with a warning if it cannot be)."""
         assert self.store is not None
         started = time.monotonic()
-        loaded = self.store.load_by_key(self.namespace, entry.key)
+        loaded = self.store.load_prefix_by_key(self.namespace, entry.key)
         if loaded is None:
             return
-        tokens, kv = loaded
+        tokens = loaded.tokens
         try:
             self.kv.cache.check_fits(len(tokens) * self.kv.bytes_per_token)
         except CacheFullError as err:
             _LOGGER.warning("Not restoring pin %s: %s", entry.name, err)
             return
-        if not self.kv.insert_segment(self.namespace, tokens, kv):
+        if not self._insert_stored(loaded):
             return
         status = self.begin(entry.name, tokens)
         self.counters.pin_restores += 1

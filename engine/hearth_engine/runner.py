@@ -23,7 +23,7 @@ from .decoder import LeanDecoder, unsupported_reason
 from .hardware import pick_device, pick_dtype
 from .kv import KVBuffer, KVLayout, segment_tokens
 from .linear import Quantization, int8_unsupported
-from .loader import LoadedModel, ModelLoadError, load_model, sliding_layers
+from .loader import LoadedModel, ModelLoadError, load_model, sliding_layers, state_layers
 from .step_compiler import CompileMode, CompileState, StepCompiler, wants_compile
 
 _LOGGER = logging.getLogger(__name__)
@@ -105,14 +105,16 @@ class ModelRunner:
         heads = text_config.num_attention_heads
         head_dim = getattr(text_config, "head_dim", None) or text_config.hidden_size // heads
         sliding, window = sliding_layers(self.model.config)
+        states = state_layers(self.model.config)
         self.layout = KVLayout(
-            layers=text_config.num_hidden_layers,
+            layers=text_config.num_hidden_layers - len(states),
             kv_heads=getattr(text_config, "num_key_value_heads", None) or heads,
             head_dim=head_dim,
             dtype=dtype,
             device=device,
             sliding=sliding,
             window=window,
+            state_layers=states,
         )
         params = inspect.signature(self.model.forward).parameters
         self._cache_kwarg = "cache" if "cache" in params else "past_key_values"
@@ -179,8 +181,12 @@ class ModelRunner:
 
     @functools.cached_property
     def shares_prefix(self) -> bool:
-        """Whether attention can read cached prefixes in place (self-test, run once)."""
-        return self.check_shared_prefix()
+        """Whether attention can read cached prefixes in place (self-test, run once).
+
+        Not for hybrid models: their KV holds the attention layers only, so a segment's
+        layer index is not the model's (their prefixes are copied; only a quarter to a
+        tenth of their layers have KV to copy)."""
+        return not self.layout.state_layers and self.check_shared_prefix()
 
     def new_buffer(self, rows: int, capacity: int, length: int = 0) -> KVBuffer:
         return KVBuffer(self.layout, rows, capacity, length)

@@ -21,6 +21,9 @@ it, holding that namespace's KV files and its manifest::
   pieces then hold the other layers only). A load gives the full ``[L, 2, H, T, D]``
   shape back, the sliding layers' older tokens zero: such KV is only valid at the
   prefix's end (``KVManager.insert_segment`` sees to that).
+* A hybrid model (``keep_states``) also stores the state of its state layers at the
+  prefix's end (``state.conv.i``, ``state.recurrent.i``, in their own dtypes): without
+  it the KV could not be resumed, so a file without it is unusable for such a model.
 * Writes go to a temporary file that is renamed into place. If the disk is full or
   read-only, the engine keeps serving from memory and warns once per kind of error.
 * Manifests carry a version from ``next_version``; an older snapshot that arrives after
@@ -117,6 +120,15 @@ class Windows:
         return torch.cat(tails, dim=3)
 
 
+@dataclass(frozen=True)
+class StoredPrefix:
+    """What a store file holds: token ids, ``[L, 2, H, T, D]`` KV, and named state tensors."""
+
+    tokens: list[int]
+    kv: torch.Tensor
+    state: dict[str, torch.Tensor]
+
+
 class UnusableFileError(ValueError):
     """A store file that parses but does not hold what it should."""
 
@@ -150,6 +162,7 @@ class PrefixStore:
         self._written: dict[str, int] = {}  # namespace -> version of the manifest on disk
         self._saved_at: dict[Path, int] = {}  # file -> last version handed out when saved
         self.windows: Windows | None = None
+        self.state_layers = 0  # a hybrid model's state layers: each file holds their state
         try:
             root.mkdir(parents=True, exist_ok=True)
         except OSError as err:
@@ -161,6 +174,10 @@ class PrefixStore:
     def keep_windows(self, layers: int, sliding: tuple[int, ...], window: int | None) -> None:
         """Store only the last ``window`` tokens of the ``sliding`` layers (of ``layers``)."""
         self.windows = Windows(layers, tuple(sliding), window) if sliding and window else None
+
+    def keep_states(self, layers: int) -> None:
+        """Files hold (and must hold) the state of ``layers`` state layers."""
+        self.state_layers = layers
 
     def _warn_once(self, kind: str, message: str) -> None:
         if kind not in self._warned:
@@ -179,15 +196,25 @@ class PrefixStore:
     # -- KV files ----------------------------------------------------------------------
 
     def save(
-        self, namespace: str, tokens: Sequence[int], kv: torch.Tensor | Sequence[torch.Tensor]
+        self,
+        namespace: str,
+        tokens: Sequence[int],
+        kv: torch.Tensor | Sequence[torch.Tensor],
+        state: dict[str, torch.Tensor] | None = None,
     ) -> bool:
         """Write the KV of ``tokens``; returns False (after one warning) when it cannot.
 
         ``kv`` is one ``[L, 2, H, T, D]`` tensor or several ``[L, 2, H, T_i, D]`` pieces in
         token order (a pin's cached segments). The pieces are streamed to the file one at
         a time: at most one piece is copied (to the CPU, contiguous) at any moment.
+        ``state``: a hybrid model's state tensors at the end of ``tokens`` (``Snapshot``).
         """
         pieces = self._check_pieces(tokens, [kv] if isinstance(kv, torch.Tensor) else list(kv))
+        state = dict(state or {})
+        if bool(state) != bool(self.state_layers):
+            raise ValueError("state tensors go with (and only with) a model's state layers")
+        if any(t.dtype not in _DTYPES for t in state.values()):
+            raise ValueError("cannot store a state of this dtype")
         if not self.writable:
             return False
         target = self.path_for(namespace, prefix_key(namespace, tokens))
@@ -201,7 +228,7 @@ class PrefixStore:
                 prefix=".tmp-", suffix=".safetensors", dir=target.parent
             )
             with os.fdopen(fd, "wb") as handle:
-                self._write(handle, namespace, tokens, pieces)
+                self._write(handle, namespace, tokens, pieces, state)
                 handle.flush()
                 os.fsync(handle.fileno())
             os.replace(tmp_name, target)
@@ -251,7 +278,12 @@ class PrefixStore:
         return pieces
 
     def _write(
-        self, handle: BinaryIO, namespace: str, tokens: Sequence[int], pieces: list[torch.Tensor]
+        self,
+        handle: BinaryIO,
+        namespace: str,
+        tokens: Sequence[int],
+        pieces: list[torch.Tensor],
+        state: dict[str, torch.Tensor],
     ) -> None:
         """Write a safetensors file piece by piece; the checksum is filled in at the end.
 
@@ -285,12 +317,17 @@ class PrefixStore:
                 entries.append((f"kv.{i}", [len(full), *p.shape[1:]], lambda p=p: p[full]))
             tail = windows.tail(pieces, kept)
             entries.append(("window", list(tail.shape), tail))
+        entries += [(f"state.{name}", list(t.shape), t) for name, t in sorted(state.items())]
         header: dict[str, Any] = {"__metadata__": meta}
         offset = 0
-        item = pieces[0].element_size()
-        for name, shape, _ in entries:
-            size = math.prod(shape) * (8 if name == "tokens" else item)
-            dtype = torch.int64 if name == "tokens" else pieces[0].dtype
+        for name, shape, make in entries:
+            if name == "tokens":
+                dtype = torch.int64
+            elif name.startswith("state."):
+                dtype = make.dtype
+            else:
+                dtype = pieces[0].dtype
+            size = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
             header[name] = {
                 "dtype": _DTYPES[dtype],
                 "shape": shape,
@@ -313,19 +350,26 @@ class PrefixStore:
 
     def load(self, namespace: str, tokens: Sequence[int]) -> torch.Tensor | None:
         """The stored KV ``[L, 2, H, T, D]`` of ``tokens``, or None if absent or unusable."""
+        loaded = self.load_prefix(namespace, tokens)
+        return None if loaded is None else loaded.kv
+
+    def load_prefix(self, namespace: str, tokens: Sequence[int]) -> StoredPrefix | None:
+        """Everything stored for ``tokens`` (KV and state), or None if absent or unusable."""
         loaded = self._read(self.path_for(namespace, prefix_key(namespace, tokens)), namespace)
-        if loaded is None:
+        if loaded is None or loaded.tokens != list(tokens):  # a hash collision, in theory
             return None
-        stored, kv = loaded
-        if stored != list(tokens):  # a hash collision, in theory
-            return None
-        return kv
+        return loaded
 
     def load_by_key(self, namespace: str, key: str) -> tuple[list[int], torch.Tensor] | None:
+        """Load a stored prefix's tokens and KV by file key."""
+        loaded = self.load_prefix_by_key(namespace, key)
+        return None if loaded is None else (loaded.tokens, loaded.kv)
+
+    def load_prefix_by_key(self, namespace: str, key: str) -> StoredPrefix | None:
         """Load a stored prefix by file key (for start-up restore from the manifest)."""
         return self._read(self.path_for(namespace, key), namespace)
 
-    def _read(self, path: Path, namespace: str) -> tuple[list[int], torch.Tensor] | None:
+    def _read(self, path: Path, namespace: str) -> StoredPrefix | None:
         """Tokens and KV of a store file, read once and verified; None if unusable (logged)."""
         if not path.exists():
             return None
@@ -341,7 +385,7 @@ class PrefixStore:
             self._discard(path)
             return None
 
-    def _verified(self, reader: Any, key: str, namespace: str) -> tuple[list[int], torch.Tensor]:
+    def _verified(self, reader: Any, key: str, namespace: str) -> StoredPrefix:
         meta = reader.metadata() or {}
         if meta.get("format") != FORMAT or meta.get("namespace") != namespace:
             raise UnusableFileError("written by another model or format")
@@ -349,8 +393,12 @@ class PrefixStore:
         names = [f"kv.{i}" for i in range(count)]
         windows = self._file_windows(meta)
         extra = ["window"] if windows is not None else []
-        if set(reader.keys()) != {"tokens", *names, *extra}:
+        keys = set(reader.keys())
+        states = sorted(k for k in keys if k.startswith("state."))
+        if keys != {"tokens", *names, *extra, *states}:
             raise UnusableFileError("unexpected tensors")
+        if bool(states) != bool(self.state_layers):
+            raise UnusableFileError("written for another kind of model (state layers)")
         # Check every shape from the header before reading or allocating anything.
         shapes = [reader.get_slice(name).get_shape() for name in names + extra]
         dtypes = {reader.get_slice(name).get_dtype() for name in names + extra}
@@ -379,18 +427,26 @@ class PrefixStore:
             raise UnusableFileError("token ids do not match the file name")
         if _TORCH_DTYPES.get(dtypes.pop()) is None:
             raise UnusableFileError("unexpected KV dtype")
+        if any(_TORCH_DTYPES.get(reader.get_slice(n).get_dtype()) is None for n in states):
+            raise UnusableFileError("unexpected state dtype")
         pieces = []
-        for name in names + extra:
+        for name in names + extra + states:
             # A copy-on-write view of the mapped file: the checksum pass is what reads it.
             piece = reader.get_tensor(name)
             crc = zlib.crc32(_raw(piece), crc)
             pieces.append(piece)
         if meta.get("checksum") != f"crc32:{crc:08x}":
             raise UnusableFileError("checksum mismatch: the file is corrupt")
+        state = {
+            n.removeprefix("state."): t
+            for n, t in zip(states, pieces[len(pieces) - len(states) :], strict=True)
+        }
+        pieces = pieces[: len(pieces) - len(states)]
         if windows is not None:
-            return tokens, _with_windows(windows, pieces[:-1], pieces[-1], n_tokens)
-        # One piece is returned as it is (no copy); several are joined into one tensor.
-        return tokens, pieces[0] if len(pieces) == 1 else torch.cat(pieces, dim=3)
+            kv = _with_windows(windows, pieces[:-1], pieces[-1], n_tokens)
+        else:  # one piece as it is (no copy); several are joined into one tensor
+            kv = pieces[0] if len(pieces) == 1 else torch.cat(pieces, dim=3)
+        return StoredPrefix(tokens, kv, state)
 
     def _file_windows(self, meta: dict[str, str]) -> Windows | None:
         """The file's sliding layers, which must be this model's (None: a full file)."""

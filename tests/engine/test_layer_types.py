@@ -1,5 +1,5 @@
 """Layers the prefix cache cannot serve exactly are refused at load, in one line naming them;
-full-attention and sliding-window families load.
+full-attention, sliding-window and hybrid (state-layer) families load.
 
 Tiny random models of each family (transformers' own config classes, 2 layers, one of
 each kind) are saved into a tmp folder and loaded as a user's folder would be.
@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import torch
 
-from hearth_engine.loader import ModelLoadError, load_model, sliding_layers
+from hearth_engine.loader import ModelLoadError, load_model, sliding_layers, state_layers
 from hearth_engine.models.tiny import prepare_tiny_model
 
 SMALL = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2}
@@ -50,25 +50,18 @@ REFUSED = {
         {**SMALL, **HEADS, "sliding_window": 16},
         "gemma2 uses attention logit soft-capping,",
     ),
-    "qwen3_5": (
-        "qwen3_5_text",
-        {**SMALL, **HEADS, "linear_num_key_heads": 2, "linear_num_value_heads": 2,
-         "linear_key_head_dim": 16, "linear_value_head_dim": 16,
-         "layer_types": ["linear_attention", "full_attention"]},
-        "qwen3_5_text has layer types Hearth cannot cache yet: linear_attention (1 of 2)",
+    # Falcon-H1 runs attention and a Mamba mixer inside one layer.
+    "falcon_h1": (
+        "falcon_h1",
+        {**SMALL, **HEADS, "mamba_d_ssm": 64, "mamba_n_heads": 4, "mamba_d_head": 16,
+         "mamba_d_state": 16, "mamba_chunk_size": 16},
+        "falcon_h1 has layer types Hearth cannot cache yet: hybrid (2 of 2)",
     ),
-    "lfm2": (
-        "lfm2",
-        {**SMALL, "num_attention_heads": 2, "num_key_value_heads": 1, "full_attn_idxs": [1]},
-        "lfm2 has layer types Hearth cannot cache yet: conv (1 of 2)",
-    ),
-    "granitemoehybrid": (
-        "granitemoehybrid",
-        {**SMALL, "num_attention_heads": 2, "num_key_value_heads": 1, "num_local_experts": 2,
-         "num_experts_per_tok": 1, "shared_intermediate_size": 64, "mamba_n_heads": 8,
-         "mamba_d_head": 16, "mamba_d_state": 16, "mamba_expand": 2,
-         "layer_types": ["mamba", "attention"]},
-        "granitemoehybrid has layer types Hearth cannot cache yet: linear_attention (1 of 2)",
+    "mamba2": (
+        "mamba2",
+        {"num_hidden_layers": 2, "hidden_size": 64, "num_heads": 4, "head_dim": 32,
+         "state_size": 16, "n_groups": 1, "chunk_size": 16},
+        "mamba2 has no attention layer",
     ),
 }  # fmt: skip
 
@@ -103,6 +96,37 @@ def test_full_attention_families_load(
     loaded = load_model(str(folder), torch.device("cpu"), torch.float32)
     assert loaded.model.config.model_type == model_type
     assert sliding_layers(loaded.model.config) == ((), None)
+
+
+HYBRID = {
+    "qwen3_5_text": (
+        {**SMALL, **HEADS, "linear_num_key_heads": 2, "linear_num_value_heads": 2,
+         "linear_key_head_dim": 16, "linear_value_head_dim": 16,
+         "layer_types": ["linear_attention", "full_attention"]},
+        (0,),
+    ),
+    "lfm2": (
+        {**SMALL, "num_attention_heads": 2, "num_key_value_heads": 1, "full_attn_idxs": [1]},
+        (0,),
+    ),
+    "granitemoehybrid": (
+        {**SMALL, "num_attention_heads": 2, "num_key_value_heads": 1, "num_local_experts": 2,
+         "num_experts_per_tok": 1, "shared_intermediate_size": 64, "mamba_n_heads": 8,
+         "mamba_d_head": 16, "mamba_d_state": 16, "mamba_expand": 2,
+         "layer_types": ["attention", "mamba"]},
+        (1,),
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("model_type", list(HYBRID))
+def test_hybrid_families_load_with_their_state_layers(tmp_path: Path, model_type: str) -> None:
+    """Linear attention, convolutions and Mamba-2 keep a state at prefix boundaries
+    (test_hybrid.py): they load, and the engine knows which layers keep one."""
+    values, expected = HYBRID[model_type]
+    folder = _save(tmp_path / model_type, model_type, **values)
+    loaded = load_model(str(folder), torch.device("cpu"), torch.float32)
+    assert state_layers(loaded.model.config) == expected
 
 
 @pytest.mark.parametrize(

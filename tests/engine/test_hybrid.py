@@ -1,0 +1,190 @@
+"""Hybrid models (linear attention, convolutions, Mamba-2) are served exactly from cache.
+
+Tiny random Qwen3.5, LFM2 and Granite 4 models (``hybrid_models.py``: three state layers
+and one attention layer) in float64, as test_exactness.py does for full attention:
+
+* a cold run equals transformers' own ``generate``;
+* greedy output with cache hits (a pinned house, follow-up turns, batches of rows from
+  different pins) equals a run without any cache, token for token;
+* a cached prefix is resumed only where its state was kept: a match that ends anywhere
+  else is cut back to the last snapshot, and the rest is computed;
+* a pin written to the store keeps its state, so a restart resumes it exactly, and a
+  file without that state is never used for a hybrid model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors import safe_open
+
+from hearth_engine.config import CacheMode
+from hearth_engine.runner import ModelRunner
+from hearth_engine.sampling import SamplingParams
+from hearth_engine.store import PrefixStore
+
+from .hybrid_models import KINDS, save_hybrid_model
+
+GREEDY = SamplingParams(max_tokens=12)
+
+
+@pytest.fixture(scope="module", params=list(KINDS))
+def hybrid64(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> ModelRunner:
+    folder = save_hybrid_model(request.param, tmp_path_factory.mktemp("hybrid") / request.param)
+    return ModelRunner.load(str(folder), dtype="float64")
+
+
+def _tokens(rng: random.Random, n: int) -> list[int]:
+    return [rng.randrange(3, 1000) for _ in range(n)]
+
+
+def test_the_model_loads_with_its_state_layers(hybrid64: ModelRunner) -> None:
+    layout = hybrid64.layout
+    assert layout.state_layers == (0, 2, 3)
+    assert layout.layers == 1  # KV is kept for the attention layer only
+    assert hybrid64.info.bytes_per_token == 2 * 2 * 16 * 8
+    assert hybrid64.info.forward == "transformers"
+    assert hybrid64.shares_prefix is False  # prefixes are copied (see runner.shares_prefix)
+
+
+def test_a_cold_run_equals_transformers_own_generate(hybrid64: ModelRunner) -> None:
+    from transformers import AutoModelForCausalLM
+
+    reference = AutoModelForCausalLM.from_pretrained(
+        hybrid64.info.path, dtype=torch.float64, attn_implementation="eager"
+    )
+    if hasattr(reference.config, "num_local_experts"):  # grouped matmuls take no float64
+        reference.set_experts_implementation("eager")
+    prompt = _tokens(random.Random(5), 37)
+    with torch.no_grad():
+        out = reference.generate(
+            torch.tensor([prompt]), max_new_tokens=10, do_sample=False, eos_token_id=None
+        )
+    expected = out[0, len(prompt) :].tolist()
+    buffer = hybrid64.new_buffer(1, len(prompt) + 11)
+    hybrid64.prefill(buffer, prompt[:20])  # two chunks: the second resumes the state
+    got = [int(hybrid64.prefill(buffer, prompt[20:]).argmax())]
+    for i in range(9):
+        logits = hybrid64.decode(buffer, [got[-1]], [len(prompt) + i], None)
+        got.append(int(logits[0].argmax()))
+    assert got == expected
+
+
+async def test_greedy_with_cache_hits_equals_cold_runs(make_engine, hybrid64: ModelRunner) -> None:
+    """A pinned house with suffixes of several lengths, and follow-up turns that resume
+    from the state kept at the end of the previous turn."""
+    warm = make_engine(runner=hybrid64, chunk_tokens=16)
+    cold = make_engine(runner=hybrid64, cache_mode=CacheMode.NONE)
+    rng = random.Random(42)
+    house = _tokens(rng, 45)
+    assert (await warm.pin("house", house)).state == "ready"
+    followed = 0
+    for suffix_len in (1, 3, 16, 17, 40):
+        prompt = house + _tokens(rng, suffix_len)
+        _, warm_ids, fin = await warm.generate(prompt, GREEDY)
+        _, cold_ids, _ = await cold.generate(prompt, GREEDY)
+        assert fin.stats.cached_tokens == len(house)
+        assert warm_ids == cold_ids, suffix_len
+        follow = prompt + warm_ids + _tokens(rng, 3)
+        _, follow_ids, fin2 = await warm.generate(follow, GREEDY)
+        _, cold_ids, _ = await cold.generate(follow, GREEDY)
+        assert follow_ids == cold_ids, ("follow", suffix_len)
+        # It resumes at the previous turn's end. (A token event can carry several
+        # tokens' text; then ``warm_ids`` misses some and the turn is not a prefix.)
+        if len(warm_ids) == fin.stats.completion_tokens:
+            assert fin2.stats.cached_tokens == len(prompt) + len(warm_ids) - 1
+            followed += 1
+    assert followed >= 2
+
+
+async def test_a_match_is_resumed_only_where_a_state_was_kept(
+    make_engine, hybrid64: ModelRunner
+) -> None:
+    """The radix cache holds KV for ``house + turn``, but the state only at the ends of
+    the pin and of the turn: a prompt that leaves the turn half-way resumes at the pin."""
+    warm = make_engine(runner=hybrid64, chunk_tokens=16)
+    cold = make_engine(runner=hybrid64, cache_mode=CacheMode.NONE)
+    rng = random.Random(3)
+    house, turn = _tokens(rng, 40), _tokens(rng, 20)
+    await warm.pin("house", house)
+    await warm.generate(house + turn, SamplingParams(max_tokens=1))
+    assert warm.kv.cache.match(warm.namespace, house + turn).length == len(house) + len(turn)
+    prompt = house + turn[:10] + _tokens(rng, 5)
+    _, warm_ids, fin = await warm.generate(prompt, GREEDY)
+    _, cold_ids, _ = await cold.generate(prompt, GREEDY)
+    assert fin.stats.cached_tokens == len(house)
+    assert warm_ids == cold_ids
+    # Without any pin or turn end inside it, nothing is resumed at all.
+    prompt = house[:30] + _tokens(rng, 5)
+    _, warm_ids, fin = await warm.generate(prompt, GREEDY)
+    _, cold_ids, _ = await cold.generate(prompt, GREEDY)
+    assert fin.stats.cached_tokens == 0
+    assert warm_ids == cold_ids
+
+
+async def test_rows_of_different_pins_decode_together_exactly(
+    make_engine, hybrid64: ModelRunner
+) -> None:
+    """Rows of different lengths share one left-padded batch; each keeps its own state."""
+    warm = make_engine(runner=hybrid64, chunk_tokens=16)
+    cold = make_engine(runner=hybrid64, cache_mode=CacheMode.NONE)
+    rng = random.Random(7)
+    houses = [_tokens(rng, n) for n in (50, 31)]
+    for n, house in enumerate(houses):
+        await warm.pin(f"house{n}", house)
+    prompts = [houses[i % 2] + _tokens(rng, rng.randint(1, 25)) for i in range(4)]
+    prompts.append(_tokens(rng, 12))  # a row with no pin at all
+    params = SamplingParams(max_tokens=20)
+    together = await asyncio.gather(*(warm.generate(p, params) for p in prompts))
+    for prompt, (_, warm_ids, _) in zip(prompts, together, strict=True):
+        _, cold_ids, _ = await cold.generate(prompt, params)
+        assert warm_ids == cold_ids
+    assert warm.counters.decode_steps < sum(len(ids) for _, ids, _ in together)  # batched
+
+
+async def test_a_restored_pin_keeps_its_state(
+    make_engine, hybrid64: ModelRunner, tmp_path: Path
+) -> None:
+    rng = random.Random(11)
+    house = _tokens(rng, 48)
+    config = {"chunk_tokens": 16, "prefix_store": tmp_path}
+    first = make_engine(runner=hybrid64, **config)
+    assert not (await first.pin("house", house)).restored
+    await first.shutdown()
+    (file,) = tmp_path.rglob("*.safetensors")
+    with safe_open(file, framework="pt") as reader:  # the state of all three state layers
+        assert {"state.conv.0", "state.conv.1", "state.conv.2"} <= set(reader.keys())
+    second = make_engine(runner=hybrid64, **config)
+    assert second.pin_status("house")["restored"] is True
+    cold = make_engine(runner=hybrid64, cache_mode=CacheMode.NONE)
+    for suffix in (1, 9, 20):
+        prompt = house + _tokens(rng, suffix)
+        _, warm_ids, fin = await second.generate(prompt, GREEDY)
+        _, cold_ids, _ = await cold.generate(prompt, GREEDY)
+        assert fin.stats.cached_tokens == len(house)
+        assert warm_ids == cold_ids
+
+
+def test_a_file_without_state_is_unusable_for_a_hybrid_model(tmp_path: Path) -> None:
+    tokens = list(range(7))
+    kv = torch.randn(1, 2, 2, len(tokens), 16, dtype=torch.bfloat16)
+    assert PrefixStore(tmp_path).save("plain", tokens, kv)  # a full-attention model's file
+    hybrid = PrefixStore(tmp_path)
+    hybrid.keep_states(1)
+    assert hybrid.load("plain", tokens) is None
+    with pytest.raises(ValueError, match="state"):
+        hybrid.save("hybrid", tokens, kv)  # a hybrid model's KV never goes without state
+    state = {"conv.0": torch.randn(8, 4, dtype=torch.bfloat16), "recurrent.0": torch.randn(2, 4, 4)}
+    assert hybrid.save("hybrid", tokens, kv, state)
+    loaded = hybrid.load_prefix("hybrid", tokens)
+    assert loaded is not None and loaded.tokens == tokens
+    assert torch.equal(loaded.kv, kv)
+    assert loaded.state.keys() == state.keys()
+    assert all(torch.equal(loaded.state[k], v) for k, v in state.items())
+    assert PrefixStore(tmp_path).load("hybrid", tokens) is None  # a plain model cannot use it
