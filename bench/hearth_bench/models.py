@@ -16,9 +16,11 @@ in process, one engine at a time:
 * **TTFT** cold, warm, floor and store restore at ``--prefix`` tokens (2,048) as
   ``scripts/bench ttft`` measures them (``ttft.measure``);
 * **decode ms/token**: the engine's own mean over 32 tokens after that prefix;
-* **KV bytes per token** of the prefix cache (K and V of every layer, in the dtype run).
-  For a sliding-window family a line under the table gives a stored pin's bytes per
-  token at ``--prefix`` tokens: its sliding layers keep their last window only.
+* **KV bytes per token** of the prefix cache (K and V of every attention layer, in the
+  dtype run). For a sliding-window family a line under the table gives a stored pin's
+  bytes per token at ``--prefix`` tokens: its sliding layers keep their last window only.
+  A hybrid family's state layers keep no KV; instead each pin (and each resumable
+  prefix) keeps one state snapshot: ``state_bytes``, whatever the prefix length.
 
 ``--quick`` builds every family at 2 layers and times a 256-token prefix (a smoke run,
 not figures for the README). A full run builds each family once into the Hearth cache
@@ -56,6 +58,7 @@ from .ttft import measure
 FIELDS = (
     "family", "shape", "loads", "exact", "cold_ttft_ms", "warm_ttft_ms", "floor_ms",
     "cold_over_warm", "decode_ms_per_token", "kv_bytes_per_token", "restore_ms", "reason",
+    "state_bytes",
 )  # fmt: skip
 QUICK_LAYERS = 2
 EXACT_LAYERS = 2
@@ -158,6 +161,8 @@ async def run_family(family: Family, args: argparse.Namespace) -> dict[str, Any]
             timed = await measure(
                 engine, family.name, args.prefix, args.suffix, args.runs, args.seed
             )
+            if engine.kv.snapshots is not None:
+                row["state_bytes"] = timed["state_bytes"]
             for key in ("cold_ttft_ms", "warm_ttft_ms", "floor_ms", "cold_over_warm", "restore_ms"):
                 row[key] = timed[key]
             row["decode_ms_per_token"] = round(await decode_ms(engine, args.prefix, args.seed), 2)
@@ -186,12 +191,14 @@ async def run(args: argparse.Namespace) -> list[dict[str, Any]]:
 
 HEADERS = [
     "family", "shape", "loads", "exact", "cold ms", "warm ms", "floor ms", "cold/warm",
-    "decode ms/tok", "KV B/tok", "restore ms",
+    "decode ms/tok", "KV B/tok", "restore ms", "state MB/pin",
 ]  # fmt: skip
 
 
 def _cells(row: dict[str, Any]) -> list[Any]:
     values = [row[f] for f in FIELDS[:11]]
+    state = row["state_bytes"]
+    values.append(None if state is None else round(state / MIB, 2))
     return ["-" if v is None else v for v in values]
 
 

@@ -1,4 +1,4 @@
-"""``scripts/bench models --quick`` on one family that loads and one the engine refuses.
+"""``scripts/bench models --quick`` on a full-attention family and a hybrid one.
 
 Checks the JSON rows' fields and types, not the figures (no timing asserts), and that
 every family's real shape builds as a transformers config the engine judges as expected.
@@ -12,15 +12,8 @@ from typing import Any
 
 import pytest
 
-from hearth_bench.families import FAMILIES, scale_kinds
+from hearth_bench.families import FAMILIES, Family, scale_kinds
 from hearth_bench.models import FIELDS, main, parse_args, refusal
-
-LOADS = {"qwen3-0.6b", "llama-3.2-1b", "smollm3-3b", "phi-4-mini", "gemma-3-1b", "gemma-3-270m"}
-REFUSED_KIND = {
-    "qwen3.5-0.8b": "linear_attention (18 of 24)",
-    "lfm2-350m": "conv (10 of 16)",
-    "granite-4-tiny": "linear_attention (9 of 10)",
-}
 
 
 def _is_ms(value: Any) -> bool:
@@ -53,21 +46,34 @@ def test_a_full_attention_family_is_measured(rows: list[dict[str, Any]]) -> None
     assert row["kv_bytes_per_token"] == 16384
 
 
-def test_a_refused_family_says_why_and_measures_nothing(rows: list[dict[str, Any]]) -> None:
+def test_a_hybrid_family_is_measured_with_its_state(rows: list[dict[str, Any]]) -> None:
     row = rows[1]
-    assert row["loads"] is False
-    assert "lfm2 has layer types Hearth cannot cache yet: conv (1 of 2)" in row["reason"]
-    measured = [k for k in FIELDS if k not in ("family", "shape", "loads", "reason")]
-    assert all(row[k] is None for k in measured)
+    assert row["shape"] == "h1024 L2/16 1conv+1full_attention heads 16/8 V65536"
+    assert row["loads"] is True and row["exact"] is True and row["reason"] is None
+    for key in ("cold_ttft_ms", "warm_ttft_ms", "floor_ms", "decode_ms_per_token"):
+        assert _is_ms(row[key]), key
+    # KV for the one attention layer: 2 * 8 * 64 * 4 bytes; the conv layer keeps a state
+    # of 3 * 1024 float32 values per pin instead.
+    assert row["kv_bytes_per_token"] == 4096
+    assert row["state_bytes"] == 3 * 1024 * 4
+    assert rows[0]["state_bytes"] is None
 
 
 @pytest.mark.parametrize("family", FAMILIES, ids=lambda f: f.name)
-def test_each_real_shape_is_judged_as_expected(family: Any) -> None:
-    reason = refusal(family, family.memory_layers or family.layers)
-    if family.name in LOADS:
-        assert reason is None
-    else:
-        assert REFUSED_KIND[family.name] in str(reason)
+def test_each_real_shape_loads(family: Any) -> None:
+    assert refusal(family, family.memory_layers or family.layers) is None
+
+
+def test_a_refused_family_says_why() -> None:
+    falcon = Family(
+        "falcon-h1", "falcon_h1",
+        {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+         "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 32,
+         "mamba_d_ssm": 64, "mamba_n_heads": 4, "mamba_d_head": 16, "mamba_d_state": 16},
+    )  # fmt: skip
+    assert "falcon_h1 has layer types Hearth cannot cache yet: hybrid (2 of 2)" in str(
+        refusal(falcon, 2)
+    )
 
 
 def test_scaled_layers_keep_every_kind() -> None:

@@ -62,7 +62,7 @@ async def test_a_failing_pin_command_fails_that_pin_and_the_engine_serves_on(
     kill the worker: the PUT and every later request hung while /health said ok."""
     engine = make_engine(prefix_store=tmp_path)
     assert engine.pins.store is not None
-    fail_once(engine.pins.store, "load", OverflowError("cannot fit 'int' into an index"))
+    fail_once(engine.pins.store, "load_prefix", OverflowError("cannot fit 'int' into an index"))
     status = await bounded(engine.pin("house", tokens(1, 300)))
     assert status.state == "failed"
     assert "OverflowError" in (status.error or "")
@@ -279,9 +279,9 @@ async def test_a_pin_is_saved_from_the_cache_without_another_copy(
     saved: list[Any] = []
     original = store.save
 
-    def spy(namespace: str, tokens: list[int], kv: Any) -> bool:
+    def spy(namespace: str, tokens: list[int], kv: Any, state: Any = None) -> bool:
         saved.append(kv)
-        return original(namespace, tokens, kv)
+        return original(namespace, tokens, kv, state)
 
     store.save = spy  # type: ignore[method-assign]
     house = tokens(16, 500)
