@@ -138,21 +138,20 @@ class SnapshotTable:
         self._items: OrderedDict[str, Snapshot] = OrderedDict()
         self._lengths: dict[str, dict[int, int]] = {}  # namespace -> length -> count
         self._keys: dict[str, tuple[str, int]] = {}  # key -> (namespace, length)
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-    @property
-    def nbytes(self) -> int:
-        return sum(s.nbytes for s in self._items.values())
+        # Kept as plain ints, so other threads (stats) read them without iterating.
+        self.nbytes = 0
+        self.count = 0
 
     def put(self, namespace: str, tokens: Sequence[int], snapshot: Snapshot) -> None:
         key = _digest(namespace, tokens)
-        if key not in self._items:
+        old = self._items.get(key)
+        if old is None:
             counts = self._lengths.setdefault(namespace, {})
             counts[len(tokens)] = counts.get(len(tokens), 0) + 1
             self._keys[key] = (namespace, len(tokens))
+        self.nbytes += snapshot.nbytes - (old.nbytes if old is not None else 0)
         self._items[key] = snapshot
+        self.count = len(self._items)
         self._items.move_to_end(key)
         self._trim()
 
@@ -191,4 +190,6 @@ class SnapshotTable:
             counts[length] -= 1
             if not counts[length]:
                 del counts[length]
+        self.nbytes -= freed
+        self.count = len(self._items)
         return freed

@@ -25,6 +25,7 @@ from safetensors import safe_open
 from hearth_engine.config import CacheMode
 from hearth_engine.runner import ModelRunner
 from hearth_engine.sampling import SamplingParams
+from hearth_engine.server.metrics import engine_stats
 from hearth_engine.store import PrefixStore
 
 from .hybrid_models import KINDS, save_hybrid_model
@@ -115,6 +116,10 @@ async def test_a_match_is_resumed_only_where_a_state_was_kept(
     await warm.pin("house", house)
     await warm.generate(house + turn, SamplingParams(max_tokens=1))
     assert warm.kv.cache.match(warm.namespace, house + turn).length == len(house) + len(turn)
+    stats = engine_stats(warm)  # one snapshot at the pin's end, one at the turn's end
+    assert stats["state_snapshots"] == 2
+    snapshot = warm.kv.snapshot(warm.namespace, house)
+    assert snapshot is not None and stats["state_snapshot_bytes"] == 2 * snapshot.nbytes
     prompt = house + turn[:10] + _tokens(rng, 5)
     _, warm_ids, fin = await warm.generate(prompt, GREEDY)
     _, cold_ids, _ = await cold.generate(prompt, GREEDY)

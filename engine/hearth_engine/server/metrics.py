@@ -81,6 +81,9 @@ def engine_stats(engine: Engine) -> dict[str, Any]:
         "kv_working_bytes": kv.working_bytes(),
         "kv_pool_free_bytes": kv.pool.free_bytes,
         "kv_bytes_per_token": engine.info.bytes_per_token,
+        # Hybrid models: recurrent-state snapshots at prefix boundaries (0 for others).
+        "state_snapshots": kv.snapshots.count if kv.snapshots is not None else 0,
+        "state_snapshot_bytes": kv.snapshots.nbytes if kv.snapshots is not None else 0,
         "pinned_prefix_tokens": cache.pinned_tokens,
         "pins": cache.pins,
         "pin_rebuilds_total": c.pin_rebuilds,
@@ -144,6 +147,12 @@ _FROM_STATS = [
     ("kv_cache_capacity_bytes", "Prefix cache budget in bytes", "kv_cache_capacity_bytes", "gauge"),
     ("kv_cache_pinned_bytes", "Pinned prefix bytes", "kv_cache_pinned_bytes", "gauge"),
     ("kv_working_bytes", "KV bytes of running requests", "kv_working_bytes", "gauge"),
+    (
+        "state_snapshot_bytes",
+        "Bytes of hybrid models' state snapshots at prefix boundaries",
+        "state_snapshot_bytes",
+        "gauge",
+    ),
     ("pinned_prefix_tokens", "Tokens kept resident by pins", "pinned_prefix_tokens", "gauge"),
     ("requests_running", "Requests prefilling or decoding", "requests_running", "gauge"),
     ("requests_waiting", "Requests queued", "requests_waiting", "gauge"),
