@@ -17,9 +17,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import torch
-
-from hearth_engine.models.tiny import prepare_tiny_model
+from .random_models import save_random_model
 
 KINDS: dict[str, tuple[str, dict[str, Any]]] = {
     "qwen3_5": (
@@ -57,26 +55,12 @@ LAYERS = 4
 
 def save_hybrid_model(kind: str, folder: Path) -> Path:
     """Build (seeded) and save one hybrid model and the tokenizer into ``folder``."""
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
-
     model_type, values = KINDS[kind]
-    tokenizer = AutoTokenizer.from_pretrained(prepare_tiny_model())
-    config = AutoConfig.for_model(
+    return save_random_model(
+        folder,
         model_type,
-        vocab_size=len(tokenizer),
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-        bos_token_id=tokenizer.convert_tokens_to_ids("<|im_start|>"),
+        scale=4.0,
         num_hidden_layers=LAYERS,
         max_position_embeddings=2048,
         **values,
     )
-    torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(config)
-    with torch.no_grad():
-        for param in model.parameters():
-            if param.dim() == 2:
-                param.mul_(4.0)
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder

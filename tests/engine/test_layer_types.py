@@ -14,34 +14,11 @@ import pytest
 import torch
 
 from hearth_engine.loader import ModelLoadError, load_model, sliding_layers, state_layers
-from hearth_engine.models.tiny import prepare_tiny_model
+
+from .random_models import save_random_model
 
 SMALL = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2}
 HEADS = {"num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 32}
-
-
-def _tokenizer() -> Any:
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(prepare_tiny_model())
-
-
-def _save(folder: Path, model_type: str, **values: Any) -> Path:
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    tokenizer = _tokenizer()
-    config = AutoConfig.for_model(
-        model_type,
-        vocab_size=len(tokenizer),
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-        bos_token_id=tokenizer.convert_tokens_to_ids("<|im_start|>"),
-        **values,
-    )
-    torch.manual_seed(0)
-    AutoModelForCausalLM.from_config(config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
 
 
 REFUSED = {
@@ -71,7 +48,7 @@ def test_a_layer_kind_the_cache_cannot_serve_is_refused_by_name(
     tmp_path: Path, family: str
 ) -> None:
     model_type, values, expected = REFUSED[family]
-    folder = _save(tmp_path / family, model_type, **values)
+    folder = save_random_model(tmp_path / family, model_type, **values)
     with pytest.raises(ModelLoadError) as caught:
         load_model(str(folder), torch.device("cpu"), torch.float32)
     message = str(caught.value)
@@ -92,7 +69,7 @@ def test_full_attention_families_load(
     tmp_path: Path, model_type: str, values: dict[str, Any]
 ) -> None:
     extra = {"num_attention_heads": 2, "num_key_value_heads": 1}
-    folder = _save(tmp_path / model_type, model_type, **SMALL, **extra, **values)
+    folder = save_random_model(tmp_path / model_type, model_type, **SMALL, **extra, **values)
     loaded = load_model(str(folder), torch.device("cpu"), torch.float32)
     assert loaded.model.config.model_type == model_type
     assert sliding_layers(loaded.model.config) == ((), None)
@@ -124,7 +101,7 @@ def test_hybrid_families_load_with_their_state_layers(tmp_path: Path, model_type
     """Linear attention, convolutions and Mamba-2 keep a state at prefix boundaries
     (test_hybrid.py): they load, and the engine knows which layers keep one."""
     values, expected = HYBRID[model_type]
-    folder = _save(tmp_path / model_type, model_type, **values)
+    folder = save_random_model(tmp_path / model_type, model_type, **values)
     loaded = load_model(str(folder), torch.device("cpu"), torch.float32)
     assert state_layers(loaded.model.config) == expected
 
@@ -143,6 +120,6 @@ def test_sliding_window_families_load_with_their_window(
     tmp_path: Path, model_type: str, values: dict[str, Any], sliding: tuple[int, ...]
 ) -> None:
     """Sliding-window layers are served exactly (test_sliding_window.py): they load."""
-    folder = _save(tmp_path / model_type, model_type, **SMALL, **values)
+    folder = save_random_model(tmp_path / model_type, model_type, **SMALL, **values)
     loaded = load_model(str(folder), torch.device("cpu"), torch.float32)
     assert sliding_layers(loaded.model.config) == (sliding, 16)
