@@ -23,7 +23,7 @@ import torch
 from safetensors import safe_open
 
 from hearth_engine.config import CacheMode
-from hearth_engine.runner import ModelRunner
+from hearth_engine.runner import SCAN_CHUNK_TOKENS, ModelRunner, tune_scan_chunks
 from hearth_engine.sampling import SamplingParams
 from hearth_engine.server.metrics import engine_stats
 from hearth_engine.store import PrefixStore
@@ -193,3 +193,27 @@ def test_a_file_without_state_is_unusable_for_a_hybrid_model(tmp_path: Path) -> 
     assert loaded.state.keys() == state.keys()
     assert all(torch.equal(loaded.state[k], v) for k, v in state.items())
     assert PrefixStore(tmp_path).load("hybrid", tokens) is None  # a plain model cannot use it
+
+
+def test_the_mamba_scan_chunk_changes_no_result(tmp_path: Path) -> None:
+    """The runner caps Mamba-2's scan chunk (``tune_scan_chunks``, for speed on CPU): the
+    chunked scan's result does not depend on it, up to rounding. 150 tokens: 1 chunk of
+    256, or 3 of 64."""
+    runner = ModelRunner.load(str(save_hybrid_model("granite", tmp_path / "g")), dtype="float64")
+    mixers = [m for m in runner.model.modules() if type(m).__name__.endswith("MambaLayer")]
+    assert mixers and all(m.chunk_size == 16 for m in mixers)  # the model's own, below 64
+    prompt = _tokens(random.Random(9), 150)
+
+    def logits() -> torch.Tensor:
+        return runner.prefill(runner.new_buffer(1, len(prompt) + 1), prompt)
+
+    for mixer in mixers:
+        mixer.chunk_size = 256
+    wide = logits()
+    assert tune_scan_chunks(runner.model) == len(mixers)
+    assert {m.chunk_size for m in mixers} == {SCAN_CHUNK_TOKENS}
+    narrow = logits()
+    # The scan runs in float32 inside (transformers keeps A and dt in float32): the two
+    # differ by float32 rounding only.
+    torch.testing.assert_close(narrow, wide, rtol=0, atol=1e-5)
+    assert int(narrow.argmax()) == int(wide.argmax())
