@@ -3,6 +3,8 @@
 A random 2-layer Llama (hidden 64) with the tiny test tokenizer (byte-level BPE, ChatML
 specials) in the metadata. The q/k rows are permuted the way ``convert_hf_to_gguf.py``
 does for Llama, so transformers' reader, which undoes it, gives back the source weights.
+``write_lfm2_gguf`` writes a hybrid model (LFM2: convolution and attention layers), with
+the tensor names of gguf's own name map for that architecture.
 """
 
 from __future__ import annotations
@@ -101,6 +103,77 @@ def _tensors(model: Any) -> dict[str, np.ndarray]:
     return out
 
 
+def _add_tokenizer(writer: Any, tokenizer_model: str, chat_template: str | None) -> None:
+    tokenizer, tokens, kinds, merges = _tokenizer_fields()
+    writer.add_vocab_size(len(tokens))
+    writer.add_tokenizer_model(tokenizer_model)
+    writer.add_tokenizer_pre("qwen2")
+    writer.add_token_list(tokens)
+    writer.add_token_types(kinds)
+    writer.add_token_merges(merges)
+    writer.add_bos_token_id(tokenizer.convert_tokens_to_ids("<|im_start|>"))
+    writer.add_eos_token_id(tokenizer.eos_token_id)
+    writer.add_pad_token_id(tokenizer.pad_token_id)
+    writer.add_add_bos_token(False)
+    if chat_template is not None:
+        writer.add_chat_template(chat_template)
+
+
+def _finish(writer: Any) -> None:
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+def write_lfm2_gguf(path: Path, seed: int = 0) -> Any:
+    """A tiny random LFM2 (``hybrid_models.KINDS["lfm2"]``: conv, attention, conv, conv)
+    as a float32 GGUF file; returns the source model."""
+    from gguf import MODEL_ARCH, GGUFWriter, get_tensor_name_map
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    from .hybrid_models import KINDS, LAYERS
+
+    tokenizer, tokens, _, _ = _tokenizer_fields()
+    _, values = KINDS["lfm2"]
+    config = AutoConfig.for_model(
+        "lfm2",
+        vocab_size=len(tokens),
+        num_hidden_layers=LAYERS,
+        max_position_embeddings=4096,
+        bos_token_id=tokenizer.convert_tokens_to_ids("<|im_start|>"),
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        **values,
+    )
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(config).eval()
+    writer = GGUFWriter(str(path), "lfm2")
+    writer.add_name("hearth-tiny-lfm2")
+    writer.add_context_length(4096)
+    writer.add_embedding_length(config.hidden_size)
+    writer.add_feed_forward_length(config.intermediate_size)
+    writer.add_block_count(LAYERS)
+    writer.add_head_count(config.num_attention_heads)
+    # llama.cpp marks LFM2's attention layers by their KV head count (0: a conv layer).
+    kv_heads = [
+        config.num_key_value_heads if i in values["full_attn_idxs"] else 0 for i in range(LAYERS)
+    ]
+    writer.add_head_count_kv(kv_heads)
+    writer.add_layer_norm_rms_eps(config.norm_eps)
+    writer.add_rope_freq_base(config.rope_parameters["rope_theta"])
+    writer.add_shortconv_l_cache(config.conv_L_cache)
+    _add_tokenizer(writer, "gpt2", HERMES_CHATML_TEMPLATE)
+    names = get_tensor_name_map(MODEL_ARCH.LFM2, LAYERS)
+    for hf_name, tensor in model.state_dict().items():
+        weights = tensor.detach().float().numpy()
+        if "conv.conv" in hf_name:  # GGUF keeps the depthwise kernel as [hidden, L]
+            weights = weights[:, 0]
+        writer.add_tensor(names.get_name(hf_name, try_suffixes=(".weight",)), weights)
+    _finish(writer)
+    return model
+
+
 def write_gguf(
     path: Path,
     *,
@@ -118,7 +191,7 @@ def write_gguf(
     """
     from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFWriter
 
-    tokenizer, tokens, kinds, merges = _tokenizer_fields()
+    tokenizer, tokens, _, _ = _tokenizer_fields()
     model = source_model(len(tokens), tokenizer, seed)
     if float16:  # the weights only: ``model.half()`` would round the rotary buffer too
         with torch.no_grad():
@@ -135,18 +208,7 @@ def write_gguf(
     writer.add_layer_norm_rms_eps(EPS)
     writer.add_rope_freq_base(10000.0)
     writer.add_rope_dimension_count(HIDDEN // HEADS)
-    writer.add_vocab_size(len(tokens))
-    writer.add_tokenizer_model(tokenizer_model)
-    writer.add_tokenizer_pre("qwen2")
-    writer.add_token_list(tokens)
-    writer.add_token_types(kinds)
-    writer.add_token_merges(merges)
-    writer.add_bos_token_id(tokenizer.convert_tokens_to_ids("<|im_start|>"))
-    writer.add_eos_token_id(tokenizer.eos_token_id)
-    writer.add_pad_token_id(tokenizer.pad_token_id)
-    writer.add_add_bos_token(False)
-    if chat_template is not None:
-        writer.add_chat_template(chat_template)
+    _add_tokenizer(writer, tokenizer_model, chat_template)
     for name, weights in _tensors(model).items():
         if raw_type is not None and name == "blk.0.ffn_down.weight":
             qtype = GGMLQuantizationType[raw_type]
@@ -157,8 +219,5 @@ def write_gguf(
             writer.add_tensor(name, weights.astype(np.float16))
         else:
             writer.add_tensor(name, weights.astype(np.float32))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    _finish(writer)
     return model

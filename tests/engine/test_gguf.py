@@ -1,7 +1,8 @@
 """``--model PATH.gguf``: a GGUF file converted once into the Hearth cache, keyed by its hash.
 
-The files are tiny random Llamas written here (``gguf_files``); each test converts into
-its own cache folder (``HEARTH_CACHE_DIR``), so a conversion is really exercised.
+The files are tiny random Llamas (and one LFM2, a hybrid) written here (``gguf_files``);
+each test converts into its own cache folder (``HEARTH_CACHE_DIR``), so a conversion is
+really exercised.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 import pytest
 import torch
 
-from hearth_engine.config import EngineConfig
+from hearth_engine.config import CacheMode, EngineConfig
 from hearth_engine.engine import Engine
 from hearth_engine.loader import ModelLoadError, resolve_model
 from hearth_engine.models.cache_dir import MARKER
@@ -25,7 +26,7 @@ from hearth_engine.models.gguf import INFO_FILE, file_sha256, prepare_gguf_model
 from hearth_engine.runner import ModelRunner
 from hearth_engine.sampling import SamplingParams
 
-from .gguf_files import PLAIN_CHATML, write_gguf
+from .gguf_files import PLAIN_CHATML, write_gguf, write_lfm2_gguf
 
 IDS = [[5, 100, 200, 300, 7, 9, 1000, 1100]]  # the tiny vocabulary has 1187 ids
 NO_TOOLS = "chat template does not render tools"
@@ -43,6 +44,7 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     write_gguf(folder / "hearthnet.gguf", architecture="hearthnet")
     write_gguf(folder / "q8_1.gguf", raw_type="Q8_1")
     write_gguf(folder / "hearthtok.gguf", tokenizer_model="hearthtok")
+    out["lfm2_model"] = write_lfm2_gguf(folder / "tiny-lfm2.gguf")
     out["folder"] = folder
     return out
 
@@ -115,6 +117,31 @@ async def test_greedy_generation_through_the_engine(files: dict[str, Any], cache
     assert first[2].stats.completion_tokens == 8
     assert first[0] and first[0] == second[0]
     assert second[2].stats.cached_tokens > 0
+
+
+async def test_a_hybrid_lfm2_file_is_served_exactly(files: dict[str, Any], cache: Path) -> None:
+    """LFM2 GGUF files (as LM Studio and Ollama keep them) load with their conv layers as
+    state layers, keep the file's weights, and answer from a pin as they do cold."""
+    runner = ModelRunner.load(str(files["folder"] / "tiny-lfm2.gguf"), dtype="float32")
+    assert runner.layout.state_layers == (0, 2, 3)
+    source = files["lfm2_model"].state_dict()
+    loaded = runner.model.state_dict()
+    assert all(torch.equal(loaded[name], weights) for name, weights in source.items())
+    warm = Engine(EngineConfig(model="gguf", kv_cache_bytes=64 << 20), runner)
+    cold = Engine(EngineConfig(model="gguf", cache_mode=CacheMode.NONE), runner)
+    warm.start()
+    cold.start()
+    try:
+        house = list(range(40, 90))
+        await warm.pin("house", house)
+        params = SamplingParams(max_tokens=8, temperature=0.0, min_tokens=8)
+        _, warm_ids, fin = await warm.generate([*house, 7, 9, 11], params)
+        _, cold_ids, _ = await cold.generate([*house, 7, 9, 11], params)
+    finally:
+        await warm.shutdown()
+        await cold.shutdown()
+    assert fin.stats.cached_tokens == len(house)
+    assert warm_ids == cold_ids
 
 
 def test_a_second_load_converts_nothing(
