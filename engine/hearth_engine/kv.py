@@ -40,12 +40,9 @@ class KVLayout:
     # ever reads the last ``window`` tokens of a prefix.
     sliding: tuple[int, ...] = ()
     window: int | None = None
-    # Model layers (indices) that keep a recurrent or convolution state instead of KV.
+    # Model layers (indices) that keep a recurrent or convolution state instead of KV;
+    # ``layers`` counts the others.
     state_layers: tuple[int, ...] = ()
-
-    @property
-    def model_layers(self) -> int:
-        return self.layers + len(self.state_layers)
 
     @property
     def bytes_per_token(self) -> int:
