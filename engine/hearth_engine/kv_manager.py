@@ -13,9 +13,11 @@ so a match and the lock that follows it can never be split by an eviction.
 
 **Sliding-window layers.** The radix cache holds every layer's KV for every token (a
 sliding layer's window is applied when it is read, attention.py). A pin restored from
-the store holds its sliding layers' last ``window`` tokens only (store.py): its KV is
-valid at its end and beyond, not inside it, so a match that ends inside it is a miss
-(``_inside_windowed``), and no pin is saved from inside it.
+the store holds its sliding layers' last ``window`` tokens only (store.py); before them
+its sliding KV is zero. The radix tree shares those zeros with every path that starts
+with the pin's first tokens, also one that leaves the pin early, so a match whose next
+query's window would reach into them is a miss (``_inside_windowed``), and no pin is
+saved from such a path.
 
 **State layers** (hybrid models, ``state.py``). Their state after a prefix is one
 snapshot, not per-token KV, so a match is cut back to the longest prefix that has a
@@ -31,7 +33,7 @@ from collections.abc import Callable, Iterable
 import torch
 
 from .batch import DecodeBatch
-from .cache import Match, RadixCache
+from .cache import Match, RadixCache, common_prefix
 from .config import CacheMode, EngineConfig
 from .kv import BufferPool, kv_range, segment_nbytes, segment_tokens, split_segment
 from .runner import ModelRunner
@@ -116,18 +118,24 @@ class KVManager:
         return Match(seq.namespace, length, segments, match.node, match.pin)
 
     def _inside_windowed(self, namespace: str, tokens: list[int], length: int) -> bool:
-        """Whether a match of ``tokens[:length]`` ends inside a restored windowed pin.
+        """Whether resuming ``tokens`` after ``length`` would read a restored pin's zeros.
 
-        There its sliding layers' KV for the window before the match's end is missing
-        (zeros), so it cannot be resumed; at the pin's end or beyond it can.
+        A restored windowed pin of ``T`` tokens has zero sliding KV before ``T - window``.
+        A path that shares its first ``c`` tokens shares those runs (the radix tree keeps
+        one copy), so along it the zeros end at ``min(c, T - window)``. The next query,
+        at position ``length``, sees the keys from ``length - window + 1`` on: the match
+        is usable only if those are past the zeros. (A match that leaves the pin early
+        with a short tail used to read them.)
         """
-        if length == 0:
+        window = self.layout.window
+        if length == 0 or window is None:
             return False
-        head = tuple(tokens[:length])
-        return any(
-            length < len(pinned) and pinned[:length] == head
-            for pinned in self._windowed.get(namespace, ())
-        )
+        head = tokens[:length]
+        for pinned in self._windowed.get(namespace, ()):
+            zeros = min(common_prefix(pinned, head), len(pinned) - window)
+            if zeros > 0 and length - window + 1 < zeros:
+                return True
+        return False
 
     @staticmethod
     def match_limit(seq: Sequence) -> int:

@@ -291,8 +291,10 @@ async def test_a_restored_windowed_pin_serves_exactly_at_its_end_only(
     make_engine, sliding64: ModelRunner, tmp_path: Path, share_prefix: bool
 ) -> None:
     """After a restart the pin's sliding layers hold their last window only: requests
-    that extend the pin hit it and equal cold runs; a prompt that leaves the pin inside
-    it misses (the window before that point is gone) and equals a cold run too."""
+    that extend the pin hit it and equal cold runs; a prompt that leaves the pin where
+    its next token's window reaches the missing part misses, and equals a cold run too.
+    So does a prompt whose path shares the pin's head and leaves it with a short tail
+    (it once read the zeros the tree shares along that head)."""
     rng = random.Random(11)
     house = _tokens(rng, 6 * WINDOW + 5)
     config = {"chunk_tokens": 16, "prefix_store": tmp_path, "share_prefix": share_prefix}
@@ -313,8 +315,17 @@ async def test_a_restored_windowed_pin_serves_exactly_at_its_end_only(
         _, cold_ids, _ = await cold.generate(prompt, LONG)
         assert fin.stats.cached_tokens == len(house)
         assert warm_ids == cold_ids
-    for cut in (WINDOW // 2, 3 * WINDOW, len(house) - 1):
+    for cut in (WINDOW // 2, 3 * WINDOW, len(house) - 2, len(house) - 1):
         prompt = house[:cut] + _tokens(rng, WINDOW)
+        _, warm_ids, fin = await second.generate(prompt, LONG)
+        _, cold_ids, _ = await cold.generate(prompt, LONG)
+        assert warm_ids == cold_ids
+        # The token after ``len - 1`` sees only the window the store kept: it resumes.
+        assert fin.stats.cached_tokens == (cut if cut == len(house) - 1 else 0)
+    for cut, tail in ((len(house) - WINDOW + 2, 2), (len(house) - 2 * WINDOW, 3)):
+        other = house[:cut] + _tokens(rng, tail)
+        await second.pin("other", other)
+        prompt = other + _tokens(rng, 3)
         _, warm_ids, fin = await second.generate(prompt, LONG)
         _, cold_ids, _ = await cold.generate(prompt, LONG)
         assert warm_ids == cold_ids
