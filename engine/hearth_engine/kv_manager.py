@@ -82,7 +82,10 @@ class KVManager:
         self._windowed: dict[str, list[tuple[int, ...]]] = {}
         # Recurrent states at prefix boundaries (hybrid models only).
         self.snapshots = (
-            SnapshotTable(lambda: [(r.namespace, r.tokens) for r in self.cache.pins().values()])
+            SnapshotTable(
+                lambda: [(r.namespace, r.tokens) for r in self.cache.pins().values()],
+                max_unpinned_bytes=budget // 4,
+            )
             if runner.layout.state_layers
             else None
         )

@@ -28,9 +28,10 @@ from transformers.cache_utils import LinearAttentionLayer
 
 # Layer kinds (transformers' ``layer_types`` words) that keep a state instead of KV.
 STATE_KINDS = ("linear_attention", "conv")
-# Unpinned snapshots kept per engine (the least recently used go first). Each is a few
-# MB (Qwen3.5-0.8B: 9.8 MB; Granite 4 tiny, 40 layers: 58 MB), so a handful of recent
-# conversations stay resumable next to every pin.
+# Unpinned snapshots kept per engine (the least recently used go first): at most this
+# many, and at most ``max_unpinned_bytes`` together (KVManager: a quarter of the KV
+# budget). Each is a few MB (Qwen3.5-0.8B in bfloat16: 18.8 MB; Granite 4 tiny at 10 of
+# its 40 layers: 13.7 MB), so a handful of recent conversations stay resumable.
 MAX_UNPINNED = 16
 
 
@@ -132,8 +133,10 @@ class SnapshotTable:
         self,
         pinned: Callable[[], Iterable[tuple[str, Sequence[int]]]],
         max_unpinned: int = MAX_UNPINNED,
+        max_unpinned_bytes: int | None = None,
     ) -> None:
         self.max_unpinned = max_unpinned
+        self.max_unpinned_bytes = max_unpinned_bytes
         self._pinned = pinned
         self._items: OrderedDict[str, Snapshot] = OrderedDict()
         self._lengths: dict[str, dict[int, int]] = {}  # namespace -> length -> count
@@ -178,8 +181,18 @@ class SnapshotTable:
         return [k for k in self._items if k not in held]  # least recently used first
 
     def _trim(self) -> None:
-        unpinned = self._unpinned()
-        self._drop(unpinned[: max(0, len(unpinned) - self.max_unpinned)])
+        unpinned = self._unpinned()  # least recently used first
+        cap = self.max_unpinned_bytes
+        if cap is not None:  # one larger than the cap alone never pushes the others out
+            self._drop([k for k in unpinned if self._items[k].nbytes > cap])
+            unpinned = [k for k in unpinned if k in self._items]
+        drop = max(0, len(unpinned) - self.max_unpinned)
+        if cap is not None:
+            kept = sum(self._items[k].nbytes for k in unpinned[drop:])
+            while drop < len(unpinned) and kept > cap:
+                kept -= self._items[unpinned[drop]].nbytes
+                drop += 1
+        self._drop(unpinned[:drop])
 
     def _drop(self, keys: list[str]) -> int:
         freed = 0
