@@ -18,7 +18,6 @@ be cut at any token: a cached prefix can only be resumed where its state was sav
 
 from __future__ import annotations
 
-import hashlib
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -113,11 +112,7 @@ class Snapshot:
         return Snapshot(self.tokens, tuple(map(move, self.conv)), tuple(map(move, self.recurrent)))
 
 
-def _digest(namespace: str, tokens: Sequence[int]) -> str:
-    digest = hashlib.blake2b(namespace.encode(), digest_size=16)
-    digest.update(b"\0")
-    digest.update(",".join(map(str, tokens)).encode())
-    return digest.hexdigest()
+Key = tuple[str, tuple[int, ...]]  # (namespace, tokens)
 
 
 class SnapshotTable:
@@ -126,7 +121,8 @@ class SnapshotTable:
     ``pinned`` lists the current pins' ``(namespace, tokens)`` (the radix cache's pin
     records): asked when something is to be dropped, so a re-pin or an unpin needs no
     bookkeeping here. ``longest`` answers "where inside this match can I resume?" by
-    trying the lengths that have snapshots, longest first: a handful of hashes.
+    trying the lengths that have snapshots, longest first: a tuple hash each (about 15
+    us for 5,000 tokens), and an exact comparison on a hit.
     """
 
     def __init__(
@@ -138,20 +134,18 @@ class SnapshotTable:
         self.max_unpinned = max_unpinned
         self.max_unpinned_bytes = max_unpinned_bytes
         self._pinned = pinned
-        self._items: OrderedDict[str, Snapshot] = OrderedDict()
+        self._items: OrderedDict[Key, Snapshot] = OrderedDict()
         self._lengths: dict[str, dict[int, int]] = {}  # namespace -> length -> count
-        self._keys: dict[str, tuple[str, int]] = {}  # key -> (namespace, length)
         # Kept as plain ints, so other threads (stats) read them without iterating.
         self.nbytes = 0
         self.count = 0
 
     def put(self, namespace: str, tokens: Sequence[int], snapshot: Snapshot) -> None:
-        key = _digest(namespace, tokens)
+        key = (namespace, tuple(tokens))
         old = self._items.get(key)
         if old is None:
             counts = self._lengths.setdefault(namespace, {})
             counts[len(tokens)] = counts.get(len(tokens), 0) + 1
-            self._keys[key] = (namespace, len(tokens))
         self.nbytes += snapshot.nbytes - (old.nbytes if old is not None else 0)
         self._items[key] = snapshot
         self.count = len(self._items)
@@ -159,7 +153,7 @@ class SnapshotTable:
         self._trim()
 
     def get(self, namespace: str, tokens: Sequence[int]) -> Snapshot | None:
-        key = _digest(namespace, tokens)
+        key = (namespace, tuple(tokens))
         snapshot = self._items.get(key)
         if snapshot is not None:
             self._items.move_to_end(key)
@@ -168,7 +162,7 @@ class SnapshotTable:
     def longest(self, namespace: str, tokens: Sequence[int], limit: int) -> int:
         """The longest ``n <= limit`` with a snapshot of ``tokens[:n]`` (0 when none)."""
         for n in sorted(self._lengths.get(namespace, {}), reverse=True):
-            if 0 < n <= limit and _digest(namespace, tokens[:n]) in self._items:
+            if 0 < n <= limit and (namespace, tuple(tokens[:n])) in self._items:
                 return n
         return 0
 
@@ -176,8 +170,8 @@ class SnapshotTable:
         """Drop every snapshot no pin holds; returns the bytes freed."""
         return self._drop(self._unpinned())
 
-    def _unpinned(self) -> list[str]:
-        held = {_digest(ns, tokens) for ns, tokens in self._pinned()}
+    def _unpinned(self) -> list[Key]:
+        held = {(ns, tuple(tokens)) for ns, tokens in self._pinned()}
         return [k for k in self._items if k not in held]  # least recently used first
 
     def _trim(self) -> None:
@@ -194,15 +188,15 @@ class SnapshotTable:
                 drop += 1
         self._drop(unpinned[:drop])
 
-    def _drop(self, keys: list[str]) -> int:
+    def _drop(self, keys: list[Key]) -> int:
         freed = 0
         for key in keys:
             freed += self._items.pop(key).nbytes
-            namespace, length = self._keys.pop(key)
+            namespace, tokens = key
             counts = self._lengths[namespace]
-            counts[length] -= 1
-            if not counts[length]:
-                del counts[length]
+            counts[len(tokens)] -= 1
+            if not counts[len(tokens)]:
+                del counts[len(tokens)]
         self.nbytes -= freed
         self.count = len(self._items)
         return freed
