@@ -112,6 +112,8 @@ MODE = call("HassSetMode", {"mode": "eco"})
         ("auto", ' [{"name": "HassTurnOn"}]', False),
         ("none", '{"name": "HassTurnOn"}', False),
         ("auto", "Done: {braces} inside text are fine.", True),
+        ("auto", 'Sure! {"name": "HassTurnOn", "arguments": {}}', False),  # after prose
+        ("auto", 'The switch called "name" is on.', True),
         ("auto", call("HassCatchLights", {}), False),  # not an offered tool
         ("auto", call("HassTurnOn", {"brightness": 40}), False),  # required key missing
         ("auto", call("HassTurnOn", {"name": "x", "brightness": 400}), False),  # range

@@ -45,7 +45,12 @@ JSON_STYLE = {"whitespace_flexible": False, "item_separator": ", ", "key_separat
 # ``<tool_response2>``. Nor may text open like JSON (``{`` or ``[``, after any blank
 # space): beside offered tools, that is a call written without its markup, which the
 # default model did for 10 of 36 home commands; refused, it writes a real call or words.
-TEXT_RULE = r"TEXT: /(.|\n)+/ & ~/(.|\n)*<\/?tool_(.|\n)*/ & ~/[ \t\n]*[\{\[](.|\n)*/"
+# Nor may it hold a JSON ``"name":`` key anywhere: the same call after some prose (2 of
+# the 36 once the opening was refused). Braces in words stay allowed.
+TEXT_RULE = (
+    r"TEXT: /(.|\n)+/ & ~/(.|\n)*<\/?tool_(.|\n)*/ & ~/[ \t\n]*[\{\[](.|\n)*/"
+    r' & ~/(.|\n)*"name"[ \t\n]*:(.|\n)*/'
+)
 MARKUP = ("<tool_call>", "</tool_call>")
 
 
