@@ -203,7 +203,7 @@ class KVManager:
             lambda a, b: kv_range(shared, buffer, row, offset, a, b),
             lambda a, b: (b - a) * bpt,
         )
-        if self.snapshots is not None and cached == len(tokens) == seq.kv_len:
+        if self.snapshots is not None and cached == len(tokens):
             self.snapshots.put(seq.namespace, tokens, buffer.snapshot(row, len(tokens)))
 
     def insert_segment(
@@ -220,10 +220,8 @@ class KVManager:
         segment comes with the ``snapshot`` of its state layers at its end (without one
         it is useless: it is not cached).
         """
-        if self.snapshots is not None:
-            if snapshot is None or snapshot.tokens != len(tokens):
-                return False
-            self.snapshots.put(namespace, tokens, snapshot.to(self.layout.device))
+        if self.snapshots is not None and (snapshot is None or snapshot.tokens != len(tokens)):
+            return False
         kv = kv.to(device=self.layout.device, dtype=self.layout.dtype)
         window = self.layout.window
         if self.layout.sliding and window is not None and len(tokens) > window:
@@ -234,7 +232,11 @@ class KVManager:
         def payload(a: int, b: int) -> torch.Tensor:
             return kv if (a, b) == (0, total) else kv[:, :, :, a:b].clone()
 
-        return self.cache.insert(namespace, tokens, payload, lambda a, b: (b - a) * bpt) == total
+        if self.cache.insert(namespace, tokens, payload, lambda a, b: (b - a) * bpt) != total:
+            return False
+        if self.snapshots is not None and snapshot is not None:
+            self.snapshots.put(namespace, tokens, snapshot.to(self.layout.device))
+        return True
 
     def segments(self, namespace: str, tokens: list[int]) -> list[torch.Tensor] | None:
         """The cached KV of ``tokens`` as segments in token order (None unless all cached)."""

@@ -184,20 +184,18 @@ def check_layer_types(config: Any, path: Path) -> None:
             f"{found} (Hearth serves full-attention, sliding-window, linear-attention, "
             "state-space and convolution layers)"
         )
+    has_state = any(kind in STATE_KINDS for kind in layer_types)
     if all(kind in STATE_KINDS for kind in layer_types):
         raise ModelLoadError(
             f"model path {path}: {model_type} has no attention layer "
             "(Hearth needs at least one layer with KV)"
         )
-    if any(k in STATE_KINDS for k in layer_types) and "sliding_attention" in layer_types:
+    if has_state and "sliding_attention" in layer_types:
         raise ModelLoadError(
             f"model path {path}: {model_type} mixes state layers with sliding-window "
             "layers, which Hearth cannot cache yet"
         )
-    if (
-        any(k in STATE_KINDS for k in layer_types)
-        and getattr(text_config, "number_of_conv_states", 1) != 1
-    ):
+    if has_state and getattr(text_config, "number_of_conv_states", 1) != 1:
         raise ModelLoadError(
             f"model path {path}: {model_type} keeps several states per layer, "
             "which Hearth cannot cache yet"

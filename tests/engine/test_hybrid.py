@@ -217,3 +217,34 @@ def test_the_mamba_scan_chunk_changes_no_result(tmp_path: Path) -> None:
     # differ by float32 rounding only.
     torch.testing.assert_close(narrow, wide, rtol=0, atol=1e-5)
     assert int(narrow.argmax()) == int(wide.argmax())
+
+
+async def test_bfloat16_pins_survive_a_restart(make_engine, tmp_path: Path) -> None:
+    """The host's native dtype: states of several dtypes (bfloat16 conv windows, the
+    recurrent matrices transformers keeps in float32) go through the store unchanged, so
+    the answer after a restart is the answer before it, from the same pinned prefix."""
+    runner = ModelRunner.load(str(save_hybrid_model("qwen3_5", tmp_path / "q")), dtype="bfloat16")
+    rng = random.Random(13)
+    house, prompt_tail = _tokens(rng, 40), _tokens(rng, 6)
+    config = {"chunk_tokens": 16, "prefix_store": tmp_path / "store"}
+    first = make_engine(runner=runner, **config)
+    await first.pin("house", house)
+    snapshot = first.kv.snapshot(first.namespace, house)
+    assert snapshot is not None
+    assert {t.dtype for t in snapshot.conv} == {torch.bfloat16}
+    assert {t.dtype for t in snapshot.recurrent if t is not None} == {torch.float32}
+    _, before, fin = await first.generate(house + prompt_tail, GREEDY)
+    assert fin.stats.cached_tokens == len(house)
+    await first.shutdown()
+    second = make_engine(runner=runner, **config)
+    assert second.pin_status("house")["restored"] is True
+    restored = second.kv.snapshot(second.namespace, house)
+    assert restored is not None
+    pairs = zip(
+        (*snapshot.conv, *snapshot.recurrent), (*restored.conv, *restored.recurrent), strict=True
+    )
+    for a, b in pairs:
+        assert (a is None and b is None) or (a.dtype == b.dtype and torch.equal(a, b))
+    _, after, fin = await second.generate(house + prompt_tail, GREEDY)
+    assert fin.stats.cached_tokens == len(house)
+    assert after == before
