@@ -17,7 +17,9 @@ For each model (``--models``: ``default`` is SmolLM2-135M with real weights, a n
     start-up self-test, ``ModelRunner.shares_prefix``, failed: it copies them instead);
 
   a step's time is what every stream waits per token; ``tok/s`` is ``B`` rows over
-  the median step;
+  the median step. Each batch is measured with each ``--attention`` in turn: ``native``
+  (Hearth's C++ decode attention, ``native.py``) and ``torch`` (the torch path it
+  replaces), side by side in one run;
 * ``mask_ms_per_token``: what grammar-constrained decoding adds to a step of ``B`` rows
   (the demo house's tool grammar, see ``mask.py``; the same for every context);
   ``mask_pct`` is that over ``ms/tok`` (the target: at most 10%);
@@ -38,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gc
 import itertools
 import random
@@ -50,6 +53,7 @@ from typing import Any
 
 import torch
 
+from hearth_engine import native
 from hearth_engine.attention import PrefixPart
 from hearth_engine.engine import Engine
 from hearth_engine.hardware import cpu_has_native_bf16
@@ -84,7 +88,7 @@ ENGINE_TOKENS = 32
 REPLY_TOKENS = 30
 PIN = "decode-bench"
 FIELDS = (
-    "kind", "model", "dtype", "forward", "threads", "context", "batch",
+    "kind", "model", "dtype", "forward", "attention", "threads", "context", "batch",
     "ms_per_token_p50", "ms_per_token_p90", "tok_s",
     "shared_ms_per_token_p50", "shared_ms_per_token_p90",
     "engine_ms_per_token", "engine_tokens", "prefill_tok_s", "steps",
@@ -222,6 +226,18 @@ class Plan:
     steps: int
     engine_check: bool
     seed: int
+    # Decode attention kernels to compare, each batch measured with each in turn:
+    # ``native`` (Hearth's C++ kernel, native.py) and ``torch`` (the torch path).
+    attentions: tuple[str, ...] = ("native",)
+
+
+def attention_mode(name: str) -> contextlib.AbstractContextManager[None]:
+    """Run the block with the named decode attention (``torch``: native paused)."""
+    if name == "torch":
+        return native.paused()
+    if native.module() is None:
+        raise RuntimeError(f"the native decode attention is not loaded: {native.error()}")
+    return contextlib.nullcontext()
 
 
 async def measure_context(
@@ -246,26 +262,30 @@ async def measure_context(
     await engine.clear_cache()
     room = WARMUP_STEPS + plan.steps + 1
     rows = []
-    for batch in plan.batches:
-        buffer = copied_buffer(runner, segment, batch, room)
-        own = time_steps(runner, buffer, context, plan.steps, (), rng)
-        del buffer
-        shared: list[float] = []
-        if runner.shares_prefix:
-            buffer = shared_buffer(runner, segment, batch, room, random_tokens(rng, 1, vocab)[0])
-            shared = time_steps(runner, buffer, context + 1, plan.steps, [PrefixPart(segment)], rng)
+    for batch, attention in itertools.product(plan.batches, plan.attentions):
+        with attention_mode(attention):
+            buffer = copied_buffer(runner, segment, batch, room)
+            own = time_steps(runner, buffer, context, plan.steps, (), rng)
             del buffer
+            shared: list[float] = []
+            if runner.shares_prefix:
+                first = random_tokens(rng, 1, vocab)[0]
+                buffer = shared_buffer(runner, segment, batch, room, first)
+                parts = [PrefixPart(segment)]
+                shared = time_steps(runner, buffer, context + 1, plan.steps, parts, rng)
+                del buffer
+        first = batch == 1 and attention == plan.attentions[0]  # the engine's own request
         p50, p90 = _p50_p90(own)
         shared_p50, shared_p90 = _p50_p90(shared)
         rows.append(full_row({
             "kind": "decode", "model": model, "dtype": dtype, "threads": threads,
-            "forward": runner.info.forward,
+            "forward": runner.info.forward, "attention": attention,
             "context": context, "batch": batch,
             "ms_per_token_p50": p50, "ms_per_token_p90": p90,
             "tok_s": round(batch * 1000 / p50, 1) if p50 else None,
             "shared_ms_per_token_p50": shared_p50, "shared_ms_per_token_p90": shared_p90,
-            "engine_ms_per_token": round(engine_ms, 2) if engine_ms and batch == 1 else None,
-            "engine_tokens": engine_tokens if batch == 1 else None,
+            "engine_ms_per_token": round(engine_ms, 2) if engine_ms and first else None,
+            "engine_tokens": engine_tokens if first else None,
             "prefill_tok_s": round(prefill_tok_s, 1), "steps": len(own),
             "mask_ms_per_token": masks.get(batch),
             "mask_pct": round(100 * masks[batch] / p50, 2) if masks.get(batch) and p50 else None,
@@ -332,7 +352,8 @@ def _brief(row: dict[str, Any]) -> str:
 # ------------------------------------------------------------------ report
 
 TABLE = [
-    ("kind", "kind"), ("model", "model"), ("dtype", "dtype"), ("thr", "threads"),
+    ("kind", "kind"), ("model", "model"), ("dtype", "dtype"), ("attn", "attention"),
+    ("thr", "threads"),
     ("context", "context"), ("batch", "batch"), ("ms/tok p50", "ms_per_token_p50"),
     ("p90", "ms_per_token_p90"), ("tok/s", "tok_s"),
     ("shared p50", "shared_ms_per_token_p50"), ("shared p90", "shared_ms_per_token_p90"),
@@ -371,6 +392,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--forward", default="auto", choices=["auto", "lean", "transformers"],
         help="the engine's forward pass (transformers: the one before the lean forward)",
     )  # fmt: skip
+    parser.add_argument(
+        "--attention", nargs="+", default=["native", "torch"], choices=["native", "torch"],
+        help="decode attention kernels, each batch measured with each (default: both)",
+    )  # fmt: skip
     parser.add_argument("--steps", type=int, default=16, help="timed decode steps (>= 16)")
     parser.add_argument("--quick", action="store_true", help="default model, 512/2048, B 1/4")
     parser.add_argument(
@@ -403,7 +428,12 @@ def main(argv: list[str]) -> int:
     args = parse_args(argv)
     thread_counts = args.threads or [torch.get_num_threads()]
     plan = Plan(
-        tuple(args.contexts), tuple(args.batches), args.steps, not args.no_engine_check, args.seed
+        tuple(args.contexts),
+        tuple(args.batches),
+        args.steps,
+        not args.no_engine_check,
+        args.seed,
+        tuple(args.attention),
     )
     fixture = None
     if not args.no_reply:

@@ -1,7 +1,7 @@
 """Per-token framework overhead: a decode step whose kernels cost next to nothing.
 
 The model under test is rebuilt with its own layer count, head counts and forward
-pass, but 8-wide heads, a 64-wide MLP and a 256-token vocabulary (random weights). Its
+pass, but 16-wide heads, a 64-wide MLP and a 256-token vocabulary (random weights). Its
 decode step then does every Python call and every operator dispatch the real step does,
 while its matrix products and attention read a few kilobytes. Its time is therefore the
 step's overhead: the gap between a real step and the kernels it runs. The target is at
@@ -23,7 +23,7 @@ from hearth_engine.linear import Quantization
 from hearth_engine.loader import LoadedModel
 from hearth_engine.runner import Forward, ModelRunner
 
-HEAD_DIM = 8
+HEAD_DIM = 16  # the smallest head the native decode attention takes
 VOCAB = 256
 
 

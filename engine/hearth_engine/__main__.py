@@ -34,20 +34,30 @@ def _parser() -> argparse.ArgumentParser:
     gen.add_argument("--temperature", type=float, default=0.0)
     gen.add_argument("--seed", type=int, default=None)
 
-    prep = sub.add_parser("prepare", help="build the default and test models into the cache")
+    prep = sub.add_parser(
+        "prepare", help="build the default and test models (and the native kernels) into the cache"
+    )
     prep.add_argument(
         "models",
         nargs="*",
-        default=["default", "tiny", "tiny-tools"],
-        choices=["default", "tiny", "tiny-tools"],
+        default=["default", "tiny", "tiny-tools", "native"],
+        choices=["default", "tiny", "tiny-tools", "native"],
+        help="native: Hearth's C++ decode attention for this CPU (native.py)",
     )
     return parser
 
 
 def _prepare(models: Sequence[str]) -> int:
+    from . import native
     from .loader import resolve_model
 
     for name in models:
+        if name == "native":
+            if native.load() is None:
+                print(f"error: the native kernels did not build: {native.error()}", file=sys.stderr)
+                return 1
+            print(f"native: {native.build_dir()}")
+            continue
         path = resolve_model(name)
         print(f"{name}: {path}")
     return 0

@@ -38,6 +38,12 @@ float32 partials). In greedy text (``scripts/bench agreement``, 100 prompts) a c
 hit matched the cold run 74 times, a cold run chunked differently 76 times: the
 rounding may cost a little; see the bench before changing this path.
 
+**Decode steps** (one query token per row, no sliding window) go to Hearth's C++ kernel
+(``kernels/decode_attention.cpp`` via ``native.py``) once it is built: one call per
+layer reads each cached key once for all grouped heads and rows, split over threads, in
+float32, and rounds once. Until it is ready, or where it cannot be built, the torch path
+below serves, with the same results up to float32 rounding.
+
 Hearth's lean forward (decoder.py) calls ``merged_attention`` and ``plain_attention``
 directly; the ``hearth`` attention implementation serves transformers' forward.
 ``ModelRunner.check_shared_prefix`` bounds it on every model at start-up.
@@ -53,6 +59,8 @@ import torch
 from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+from . import native
 
 NAME = "hearth"
 PARTS_KWARG = "hearth_prefix_parts"
@@ -122,6 +130,9 @@ def plain_attention(  # noqa: PLR0917
     causal: bool = True,
 ) -> torch.Tensor:
     """SDPA with grouped heads in the kernel; returns ``[B, Q, Hq, D]``."""
+    fast = native_decode(query, key, value, attention_mask, scaling, ())
+    if fast is not None:
+        return fast
     q_len = query.shape[2]
     causal = bool(q_len > 1 and attention_mask is None and causal)
     if causal and key.shape[2] > q_len:
@@ -319,6 +330,10 @@ def merged_attention(  # noqa: PLR0917 - the attention call's own arguments
     ``window`` tokens, the query's own included). ``positions`` ``[B, Q]`` are the
     queries' absolute positions; the own KV is windowed by ``attention_mask`` already.
     """
+    if window is None:
+        fast = native_decode(query, key, value, attention_mask, scaling, parts, layer)
+        if fast is not None:
+            return fast
     b, hq, q_len, d = query.shape
     hkv = key.shape[1]
     groups = hq // hkv
@@ -364,6 +379,55 @@ def merged_attention(  # noqa: PLR0917 - the attention call's own arguments
     acc = merge(torch.cat(outs), torch.cat(lses))
     out = acc.to(query.dtype).view(b, hq, q_len, d)
     return out.transpose(1, 2).contiguous()
+
+
+_NO_ROWS = torch.empty(0, dtype=torch.long)
+
+
+def native_decode(  # noqa: PLR0917 - the attention call's own arguments
+    query: torch.Tensor,  # [B, Hq, 1, D]
+    key: torch.Tensor,  # [B, Hkv, S, D]
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,  # [B, 1, 1, >=S] bool, or None
+    scaling: float | None,
+    parts: Sequence[PrefixPart],
+    layer: int = 0,
+) -> torch.Tensor | None:
+    """A one-token step through the native kernel, ``[B, 1, Hq, D]``; ``None`` when the
+    kernel is not loaded or cannot take this call (the caller runs the torch path)."""
+    kernels = native.module()
+    if (
+        kernels is None
+        or query.shape[2] != 1
+        or query.device.type != "cpu"
+        or query.dtype not in native.DTYPES
+        or query.shape[3] not in native.HEAD_SIZES
+        or (attention_mask is not None and attention_mask.dtype != torch.bool)
+        or key.stride(-1) != 1
+        or value.stride(-1) != 1
+    ):
+        return None
+    keep = None
+    if attention_mask is not None:
+        keep = attention_mask[:, 0, 0, -key.shape[2] :]
+        if keep.shape[0] != query.shape[0]:
+            keep = keep.expand(query.shape[0], -1)
+    d = query.shape[3]
+    try:
+        out = kernels.decode_attention(
+            query[:, :, 0],
+            key,
+            value,
+            keep,
+            [part.segment[layer, 0] for part in parts],
+            [part.segment[layer, 1] for part in parts],
+            [_NO_ROWS if part.rows is None else part.rows for part in parts],
+            scaling if scaling is not None else d**-0.5,
+        )
+    except RuntimeError as err:  # a call the kernel refuses: torch serves from now on
+        native.disable(str(err).splitlines()[0])
+        return None
+    return out[:, None]
 
 
 def _window_partials(  # noqa: PLR0917

@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from . import native
 from .attention import PARTS_KWARG, POSITIONS_KWARG, PrefixPart
 from .decoder import LeanDecoder, unsupported_reason
 from .hardware import pick_device, pick_dtype
@@ -188,6 +189,8 @@ class ModelRunner:
             quantize,
             time.monotonic() - started,
         )
+        if dev.type == "cpu":
+            native.prepare()  # the C++ decode attention (native.py)
         runner.start_compile()
         return runner
 

@@ -15,6 +15,7 @@ from hearth_bench.decode import FIELDS, PRECISIONS, host_dtypes, main, parse_arg
 
 CONTEXTS = [24, 40]
 BATCHES = [1, 2]
+ATTENTIONS = ["native", "torch"]  # the default: both, side by side
 
 
 def _is_ms(value: Any) -> bool:
@@ -33,7 +34,8 @@ def rows(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
 
 
 def test_every_row_has_every_field(rows: list[dict[str, Any]]) -> None:
-    assert [r["kind"] for r in rows] == ["decode"] * len(CONTEXTS) * len(BATCHES) + ["reply"]
+    decode = len(CONTEXTS) * len(BATCHES) * len(ATTENTIONS)
+    assert [r["kind"] for r in rows] == ["decode"] * decode + ["reply"]
     for row in rows:
         assert list(row) == list(FIELDS)
         assert row["model"] == "tiny"
@@ -48,8 +50,8 @@ def test_every_row_has_every_field(rows: list[dict[str, Any]]) -> None:
 
 def test_decode_rows_cover_each_context_and_batch(rows: list[dict[str, Any]]) -> None:
     decode = [r for r in rows if r["kind"] == "decode"]
-    assert [(r["context"], r["batch"]) for r in decode] == [
-        (c, b) for c in CONTEXTS for b in BATCHES
+    assert [(r["context"], r["batch"], r["attention"]) for r in decode] == [
+        (c, b, a) for c in CONTEXTS for b in BATCHES for a in ATTENTIONS
     ]
     for row in decode:
         assert row["steps"] >= 16
@@ -57,13 +59,15 @@ def test_decode_rows_cover_each_context_and_batch(rows: list[dict[str, Any]]) ->
         assert row["shared_ms_per_token_p50"] <= row["shared_ms_per_token_p90"]
         assert row["tok_s"] == pytest.approx(row["batch"] * 1000 / row["ms_per_token_p50"], 0.01)
         assert row["ttft_ms"] is None and row["reply_ms"] is None and row["tokens"] is None
-        if row["batch"] == 1:  # the engine cross-check, and the skeleton's overhead
+        if row["batch"] == 1:  # the skeleton's overhead
             assert _is_ms(row["overhead_ms"])
+        else:
+            assert row["overhead_ms"] is None
+        if row["batch"] == 1 and row["attention"] == "native":  # the engine's own request
             assert _is_ms(row["engine_ms_per_token"])
             assert isinstance(row["engine_tokens"], int) and row["engine_tokens"] >= 2
         else:
             assert row["engine_ms_per_token"] is None
-            assert row["overhead_ms"] is None
 
 
 def test_the_reply_row_times_a_request_on_the_pinned_house(rows: list[dict[str, Any]]) -> None:

@@ -9,7 +9,10 @@ other tests cannot change what it measures.
 
 from __future__ import annotations
 
+import collections
+import hashlib
 import json
+import os
 import uuid
 from typing import Any
 
@@ -44,9 +47,18 @@ def server(tools_server: ServerProcess) -> ServerProcess:
     return tools_server
 
 
+_SYSTEMS: collections.Counter[str] = collections.Counter()  # per test: how many so far
+
+
 def system(words: int = 12) -> dict[str, str]:
-    """A system message no other test sends (its tokens are not cached yet)."""
-    tag = uuid.uuid4().hex
+    """A system message no other test sends (its tokens are not cached yet).
+
+    Derived from the test's id, not drawn at random: the tiny model's answer depends on
+    the whole prompt, and a random one turned an answer into a tool call now and then.
+    """
+    test = os.environ.get("PYTEST_CURRENT_TEST", "").split(" ")[0]
+    _SYSTEMS[test] += 1
+    tag = hashlib.sha256(f"{test}:{_SYSTEMS[test]}".encode()).hexdigest()[:32]
     text = " ".join(f"{tag[i % 32 :]}{i}" for i in range(words))
     return {"role": "system", "content": f"{tag} house notes {text}."}
 

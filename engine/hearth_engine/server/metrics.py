@@ -17,6 +17,8 @@ from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from .. import native
+
 if TYPE_CHECKING:
     from ..engine import Engine
     from ..sequence import RequestStats
@@ -52,6 +54,7 @@ def engine_stats(engine: Engine) -> dict[str, Any]:
         "quantization": engine.info.quantization,
         "forward": engine.info.forward,
         "compiled_step": engine.runner.compile_state,
+        "native_attention": native.state(),
         "cache_mode": engine.config.cache_mode.value,
         "requests_total": c.requests,
         "requests_failed": c.requests_failed,

@@ -1,0 +1,390 @@
+// Decode attention for CPUs: one query token per row, grouped heads, shared prefixes
+// read in place, split over threads along the keys (split-K), float32 throughout.
+//
+// Python side: hearth_engine/native.py (build, load, fallback) and attention.py (callers).
+//
+// The KV of one step is a set of *sources*: the rows' own working KV ([B, Hkv, S, D],
+// optionally with a padding mask [B, S]) and shared prefix parts ([Hkv, T, D], read by
+// all rows or by a listed subset). The work is cut into items of one KV head and one
+// slice of one source's keys; an item handles every query that reads that slice (the
+// grouped heads of every row reading it), so each key is read from memory once per step,
+// however many heads and rows read it. Items run in parallel (at::parallel_for); each
+// leaves an unnormalised partial (running max, sum, output) per query, and a last pass
+// merges them exactly (flash attention's rescaling). Scores, softmax and the output sum
+// are float32; the result is rounded once, to the model's dtype.
+//
+// Compiled with -O3 and the host's instruction set (see native.py): the inner loops are
+// written so that the compiler vectorises them (no reductions across lanes other than the
+// dot product, an exp built from arithmetic only).
+
+#include <ATen/Parallel.h>
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
+#include <torch/extension.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+namespace {
+
+constexpr int64_t kSlice = 256;  // keys per work item, at most
+
+// 16 float32 lanes (one AVX-512 register; two AVX2 or four NEON ones, the compiler's
+// choice), 16 int32 lanes (masks, indices), and 16 bfloat16 / float16 bit patterns.
+typedef float f16v __attribute__((vector_size(64)));
+typedef int32_t i16v __attribute__((vector_size(64)));
+typedef uint32_t u16v __attribute__((vector_size(64)));
+typedef uint16_t h16v __attribute__((vector_size(32)));
+
+#if defined(__clang__)
+#define HEARTH_SHUFFLE(a, b, ...) __builtin_shufflevector(a, b, __VA_ARGS__)
+#else
+#define HEARTH_SHUFFLE(a, b, ...) __builtin_shuffle(a, b, (i16v){__VA_ARGS__})
+#endif
+
+constexpr int kLanes = 16;
+constexpr float kNoScore = -1e30f;
+
+inline f16v load(const float* p) {
+  f16v v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+inline void store(float* p, f16v v) { std::memcpy(p, &v, sizeof(v)); }
+inline f16v splat(float x) { return f16v{} + x; }
+
+// 16 consecutive elements as float32.
+inline f16v load16(const float* p) { return load(p); }
+inline f16v load16(const c10::Half* p) {
+  f16v out;
+  for (int i = 0; i < kLanes; ++i) out[i] = static_cast<float>(p[i]);
+  return out;
+}
+inline f16v load16(const c10::BFloat16* p) {  // a bfloat16 is the top half of a float32
+  h16v raw;
+  std::memcpy(&raw, p, sizeof(raw));
+  u16v wide = __builtin_convertvector(raw, u16v) << 16;
+  f16v out;
+  std::memcpy(&out, &wide, sizeof(out));
+  return out;
+}
+
+// exp(x) for x <= 0, 16 lanes (Cephes' polynomial, about 1 ulp); below -87 clamps.
+inline f16v exp16(f16v x) {
+  x = x < -87.0f ? splat(-87.0f) : x;
+  i16v n = __builtin_convertvector(x * 1.44269504088896341f - 0.5f, i16v);  // round (x <= 0)
+  f16v nf = __builtin_convertvector(n, f16v);
+  f16v r = x - nf * 0.693359375f + nf * 2.12194440e-4f;
+  f16v p = splat(1.9875691500e-4f);
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  f16v y = p * r * r + r + 1.0f;
+  i16v bits = (n + 127) << 23;
+  f16v scale;
+  std::memcpy(&scale, &bits, sizeof(scale));
+  return y * scale;
+}
+
+inline float hmax(f16v v) {
+  float m = v[0];
+  for (int i = 1; i < kLanes; ++i) m = std::max(m, v[i]);
+  return m;
+}
+inline float hsum(f16v v) {
+  float s = 0;
+  for (int i = 0; i < kLanes; ++i) s += v[i];
+  return s;
+}
+
+// The dot products of a block of 16 keys come out as 16 vectors of partial sums; adding
+// each one's lanes separately would cost a horizontal sum per key. A transpose-add tree
+// does all 16 at once: each step pairs two vectors and adds lanes S apart (S = 8, 4,
+// 2, 1), halving the vector count, until one vector holds the 16 sums.
+#define HEARTH_COMB8(x, y)                                                        \
+  (HEARTH_SHUFFLE(x, y, 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23) + \
+   HEARTH_SHUFFLE(x, y, 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31))
+#define HEARTH_COMB4(x, y)                                                          \
+  (HEARTH_SHUFFLE(x, y, 0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27) + \
+   HEARTH_SHUFFLE(x, y, 4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31))
+#define HEARTH_COMB2(x, y)                                                          \
+  (HEARTH_SHUFFLE(x, y, 0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29) + \
+   HEARTH_SHUFFLE(x, y, 2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31))
+#define HEARTH_COMB1(x, y)                                                           \
+  (HEARTH_SHUFFLE(x, y, 0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30) + \
+   HEARTH_SHUFFLE(x, y, 1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31))
+
+// Lane j of the result is the sum of the lanes of a[kBitrev[j]] (the tree's pairing
+// leaves the sums in bit-reversed order; run_item stores key j at kBitrev[j]).
+inline f16v sum_lanes(const f16v* a) {
+  f16v b0 = HEARTH_COMB8(a[0], a[1]), b1 = HEARTH_COMB8(a[2], a[3]), b2 = HEARTH_COMB8(a[4], a[5]),
+       b3 = HEARTH_COMB8(a[6], a[7]);
+  f16v b4 = HEARTH_COMB8(a[8], a[9]), b5 = HEARTH_COMB8(a[10], a[11]),
+       b6 = HEARTH_COMB8(a[12], a[13]), b7 = HEARTH_COMB8(a[14], a[15]);
+  f16v c0 = HEARTH_COMB4(b0, b1), c1 = HEARTH_COMB4(b2, b3), c2 = HEARTH_COMB4(b4, b5),
+       c3 = HEARTH_COMB4(b6, b7);
+  f16v d0 = HEARTH_COMB2(c0, c1), d1 = HEARTH_COMB2(c2, c3);
+  return HEARTH_COMB1(d0, d1);
+}
+constexpr int kBitrev[16] = {0, 8, 4, 12, 2, 10, 6, 14, 1, 9, 5, 13, 3, 11, 7, 15};
+
+template <typename T>
+struct Item {
+  const T* k;
+  const T* v;
+  int64_t k_step;
+  int64_t v_step;
+  int64_t t0;
+  int64_t t1;
+  const bool* keep;
+  int64_t first_query;
+  int64_t queries;
+};
+
+// One item: per query, the running max, sum and unnormalised output over the item's
+// keys, 16 keys at a time (online softmax). C = D / 16 vectors per head.
+template <typename T, int C>
+void run_item(const Item<T>& item, const float* qf, const int64_t* query_ids, float* part_max,
+              float* part_sum, float* part_out) {
+  constexpr int D = C * kLanes;
+  const int64_t nq = item.queries;
+  std::vector<f16v> q(nq * C), acc(nq * C, f16v{});
+  std::vector<float> top(nq, kNoScore), total(nq, 0.0f);
+  for (int64_t i = 0; i < nq; ++i)
+    for (int c = 0; c < C; ++c)
+      q[i * C + c] = load(qf + query_ids[item.first_query + i] * D + c * kLanes);
+  f16v kf[kLanes][C], vf[kLanes][C];
+  const f16v lane_index = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
+  for (int64_t t = item.t0; t < item.t1; t += kLanes) {
+    const int64_t n = std::min<int64_t>(kLanes, item.t1 - t);
+    i16v visible = lane_index < static_cast<float>(n);
+    if (item.keep != nullptr) {
+      i16v kept = {};
+      for (int64_t j = 0; j < n; ++j) kept[j] = item.keep[t + j] ? -1 : 0;
+      visible &= kept;
+    }
+    bool any = false;
+    for (int j = 0; j < kLanes; ++j) any |= visible[j] != 0;
+    if (!any) continue;
+    for (int64_t j = 0; j < kLanes; ++j) {
+      if (j < n) {
+        const T* kr = item.k + (t + j) * item.k_step;
+        const T* vr = item.v + (t + j) * item.v_step;
+        for (int c = 0; c < C; ++c) {
+          kf[kBitrev[j]][c] = load16(kr + c * kLanes);
+          vf[j][c] = load16(vr + c * kLanes);
+        }
+      } else {
+        for (int c = 0; c < C; ++c) {
+          kf[kBitrev[j]][c] = f16v{};
+          vf[j][c] = f16v{};
+        }
+      }
+    }
+    for (int64_t i = 0; i < nq; ++i) {
+      const f16v* qi = &q[i * C];
+      f16v part[kLanes];
+      for (int j = 0; j < kLanes; ++j) {
+        f16v s = qi[0] * kf[j][0];
+        for (int c = 1; c < C; ++c) s += qi[c] * kf[j][c];
+        part[j] = s;
+      }
+      f16v scores = sum_lanes(part);
+      scores = visible ? scores : splat(kNoScore);
+      const float new_max = std::max(top[i], hmax(scores));
+      const float rescale = exp16(splat(top[i] - new_max))[0];
+      f16v p = exp16(scores - new_max);
+      p = visible ? p : f16v{};
+      top[i] = new_max;
+      total[i] = total[i] * rescale + hsum(p);
+      f16v o[C];
+      for (int c = 0; c < C; ++c) o[c] = acc[i * C + c] * rescale;
+      for (int j = 0; j < kLanes; ++j) {
+        const float pj = p[j];
+        for (int c = 0; c < C; ++c) o[c] += pj * vf[j][c];
+      }
+      for (int c = 0; c < C; ++c) acc[i * C + c] = o[c];
+    }
+  }
+  for (int64_t i = 0; i < nq; ++i) {
+    const int64_t slot = item.first_query + i;
+    part_max[slot] = top[i];
+    part_sum[slot] = total[i];
+    for (int c = 0; c < C; ++c) store(part_out + slot * D + c * kLanes, acc[i * C + c]);
+  }
+}
+
+template <typename T>
+at::Tensor decode_attention_typed(const at::Tensor& query, const at::Tensor& own_k,
+                                  const at::Tensor& own_v,
+                                  const c10::optional<at::Tensor>& own_keep,
+                                  const std::vector<at::Tensor>& part_k,
+                                  const std::vector<at::Tensor>& part_v,
+                                  const std::vector<at::Tensor>& part_rows, double scale) {
+  const int64_t rows = query.size(0), heads = query.size(1), d = query.size(2);
+  const int64_t kv_heads = own_k.size(1), groups = heads / kv_heads, own_len = own_k.size(2);
+
+  // Queries in float32, pre-scaled: [rows * heads, D]; query (b, h) is b * heads + h.
+  at::Tensor qf = query.to(at::kFloat).mul(scale).contiguous();
+  std::vector<Item<T>> items;
+  std::vector<int64_t> query_ids;  // the item-query table
+  auto add_items = [&](const T* k, const T* v, int64_t k_head, int64_t v_head, int64_t k_step,
+                       int64_t v_step, int64_t length, const bool* keep,
+                       const std::vector<int64_t>& readers) {
+    for (int64_t h = 0; h < kv_heads; ++h) {
+      for (int64_t t0 = 0; t0 < length; t0 += kSlice) {
+        Item<T> item{k + h * k_head,
+                     v + h * v_head,
+                     k_step,
+                     v_step,
+                     t0,
+                     std::min(length, t0 + kSlice),
+                     keep,
+                     static_cast<int64_t>(query_ids.size()),
+                     0};
+        for (int64_t b : readers)
+          for (int64_t g = 0; g < groups; ++g) query_ids.push_back(b * heads + h * groups + g);
+        item.queries = static_cast<int64_t>(query_ids.size()) - item.first_query;
+        items.push_back(item);
+      }
+    }
+  };
+
+  at::Tensor keep;
+  if (own_keep.has_value()) keep = own_keep->to(at::kBool).contiguous();
+  const T* ok = own_k.data_ptr<T>();
+  const T* ov = own_v.data_ptr<T>();
+  for (int64_t b = 0; b < rows; ++b) {
+    const bool* row_keep = keep.defined() ? keep.data_ptr<bool>() + b * own_len : nullptr;
+    add_items(ok + b * own_k.stride(0), ov + b * own_v.stride(0), own_k.stride(1), own_v.stride(1),
+              own_k.stride(2), own_v.stride(2), own_len, row_keep, {b});
+  }
+  std::vector<int64_t> all_rows(rows);
+  for (int64_t b = 0; b < rows; ++b) all_rows[b] = b;
+  for (size_t p = 0; p < part_k.size(); ++p) {
+    const at::Tensor& k = part_k[p];
+    const at::Tensor& v = part_v[p];
+    std::vector<int64_t> readers = all_rows;
+    if (part_rows[p].numel() > 0) {
+      at::Tensor listed = part_rows[p].to(at::kLong).contiguous();
+      readers.assign(listed.data_ptr<int64_t>(), listed.data_ptr<int64_t>() + listed.numel());
+    }
+    add_items(k.data_ptr<T>(), v.data_ptr<T>(), k.stride(0), v.stride(0), k.stride(1), v.stride(1),
+              k.size(1), nullptr, readers);
+  }
+
+  const int64_t slots = static_cast<int64_t>(query_ids.size());
+  std::vector<float> part_max(slots), part_sum(slots), part_out(slots * d);
+  const float* qdata = qf.data_ptr<float>();
+  void (*run)(const Item<T>&, const float*, const int64_t*, float*, float*, float*) = nullptr;
+  switch (d) {
+    case 16:
+      run = run_item<T, 1>;
+      break;
+    case 32:
+      run = run_item<T, 2>;
+      break;
+    case 64:
+      run = run_item<T, 4>;
+      break;
+    case 96:
+      run = run_item<T, 6>;
+      break;
+    case 128:
+      run = run_item<T, 8>;
+      break;
+    case 256:
+      run = run_item<T, 16>;
+      break;
+    default:
+      TORCH_CHECK(false, "decode attention takes head sizes 16, 32, 64, 96, 128 or 256, not ", d);
+  }
+  at::parallel_for(0, static_cast<int64_t>(items.size()), 1, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i)
+      run(items[i], qdata, query_ids.data(), part_max.data(), part_sum.data(), part_out.data());
+  });
+
+  // Merge every query's partials: out = sum_i e^(m_i - M) acc_i / sum_i e^(m_i - M) l_i.
+  std::vector<float> best(rows * heads, kNoScore), denom(rows * heads, 0.0f);
+  std::vector<float> merged(rows * heads * d, 0.0f);
+  for (int64_t s = 0; s < slots; ++s) {
+    if (part_sum[s] > 0.0f) best[query_ids[s]] = std::max(best[query_ids[s]], part_max[s]);
+  }
+  for (int64_t s = 0; s < slots; ++s) {
+    if (part_sum[s] <= 0.0f) continue;
+    const int64_t q = query_ids[s];
+    const float w = exp16(splat(part_max[s] - best[q]))[0];
+    denom[q] += w * part_sum[s];
+    float* out = merged.data() + q * d;
+    const float* src = part_out.data() + s * d;
+    for (int64_t x = 0; x < d; ++x) out[x] += w * src[x];
+  }
+  at::Tensor result = at::empty({rows, heads, d}, query.options());
+  T* dst = result.data_ptr<T>();
+  for (int64_t q = 0; q < rows * heads; ++q) {
+    const float inv = denom[q] > 0.0f ? 1.0f / denom[q] : 0.0f;
+    for (int64_t x = 0; x < d; ++x) dst[q * d + x] = static_cast<T>(merged[q * d + x] * inv);
+  }
+  return result;
+}
+
+void check_kv(const at::Tensor& t, int64_t dims, const at::Tensor& query, const char* what) {
+  TORCH_CHECK(t.dim() == dims, what, " must have ", dims, " dimensions");
+  TORCH_CHECK(t.scalar_type() == query.scalar_type(), what, " must have the query's dtype");
+  TORCH_CHECK(t.size(dims - 1) == query.size(2), what, " has another head size");
+  TORCH_CHECK(t.stride(dims - 1) == 1, what, " must be contiguous in its last dimension");
+  TORCH_CHECK(t.device().is_cpu(), what, " must be on the CPU");
+}
+
+// query [B, Hq, D]; own_k/own_v [B, Hkv, S, D]; own_keep [B, S] bool or None;
+// part_k/part_v [Hkv, T, D] each; part_rows: int64 row indices, empty for all rows.
+at::Tensor decode_attention(const at::Tensor& query, const at::Tensor& own_k,
+                            const at::Tensor& own_v, const c10::optional<at::Tensor>& own_keep,
+                            const std::vector<at::Tensor>& part_k,
+                            const std::vector<at::Tensor>& part_v,
+                            const std::vector<at::Tensor>& part_rows, double scale) {
+  TORCH_CHECK(query.dim() == 3 && query.stride(2) == 1,
+              "query must be [B, Hq, D], rows contiguous");
+  check_kv(own_k, 4, query, "own keys");
+  check_kv(own_v, 4, query, "own values");
+  TORCH_CHECK(own_k.size(0) == query.size(0) && own_v.sizes() == own_k.sizes(),
+              "own KV must be [B, Hkv, S, D]");
+  TORCH_CHECK(query.size(1) % own_k.size(1) == 0, "query heads must be a multiple of KV heads");
+  if (own_keep.has_value()) {
+    TORCH_CHECK(own_keep->dim() == 2 && own_keep->size(0) == query.size(0) &&
+                    own_keep->size(1) == own_k.size(2),
+                "the padding mask must be [B, S]");
+  }
+  TORCH_CHECK(part_k.size() == part_v.size() && part_k.size() == part_rows.size(),
+              "one key, value and row list per prefix part");
+  for (size_t p = 0; p < part_k.size(); ++p) {
+    check_kv(part_k[p], 3, query, "prefix keys");
+    check_kv(part_v[p], 3, query, "prefix values");
+    TORCH_CHECK(part_k[p].size(0) == own_k.size(1) && part_v[p].sizes() == part_k[p].sizes(),
+                "prefix KV must be [Hkv, T, D]");
+  }
+  switch (query.scalar_type()) {
+    case at::kBFloat16:
+      return decode_attention_typed<c10::BFloat16>(query, own_k, own_v, own_keep, part_k, part_v,
+                                                   part_rows, scale);
+    case at::kHalf:
+      return decode_attention_typed<c10::Half>(query, own_k, own_v, own_keep, part_k, part_v,
+                                               part_rows, scale);
+    case at::kFloat:
+      return decode_attention_typed<float>(query, own_k, own_v, own_keep, part_k, part_v, part_rows,
+                                           scale);
+    default:
+      TORCH_CHECK(false, "decode attention takes bfloat16, float16 or float32, not ",
+                  query.scalar_type());
+  }
+}
+
+}  // namespace
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("decode_attention", &decode_attention, "Hearth's CPU decode attention");
+}

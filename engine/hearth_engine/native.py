@@ -1,0 +1,231 @@
+"""Hearth's C++ kernels: built once per host into ``~/.cache/hearth``, loaded, or skipped.
+
+``kernels/decode_attention.cpp`` is the decode attention of the CPU path (see its
+header): one call per layer and step that reads each cached key once for every grouped
+head and row, split over threads, in float32. It is compiled with
+``torch.utils.cpp_extension`` for the host's own instruction set, so the build folder is
+keyed by the torch version, the CPU (``compiled.cache_key``: model name and flags) and
+the source's hash: a cache copied to another CPU or torch is rebuilt, never loaded.
+
+Nothing depends on it. Building takes about a minute on a small CPU, so an engine whose
+host has no build yet builds it on a background thread (``prepare``) and uses torch's
+kernels until it is ready; ``scripts/setup`` builds it ahead, and a built one is loaded
+at start (a file import: no compiler needed). A failed build (no C++ compiler, no ninja,
+a torch without headers) or load is logged in one line, and torch's kernels serve from
+then on. ``HEARTH_NATIVE=0`` turns it off.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib.util
+import logging
+import os
+import shutil
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+
+import torch
+
+_LOGGER = logging.getLogger(__name__)
+
+NAME = "hearth_native"
+SOURCE = Path(__file__).parent / "kernels" / "decode_attention.cpp"
+ENV_SWITCH = "HEARTH_NATIVE"
+# The host's instruction set, and the float rules that let the dot product vectorise
+# (reassociation only: infinities and NaNs keep their meaning).
+CFLAGS = (
+    "-O3",
+    "-march=native",
+    "-fopenmp",
+    "-fno-math-errno",
+    "-fno-trapping-math",
+    "-fno-signed-zeros",
+    "-fassociative-math",
+)
+DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+HEAD_SIZES = (16, 32, 64, 96, 128, 256)
+
+
+class _State:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.module: ModuleType | None = None
+        self.error: str | None = None
+        self.thread: threading.Thread | None = None
+        self.paused = False
+
+
+_STATE = _State()
+
+
+def enabled() -> bool:
+    return os.environ.get(ENV_SWITCH, "1") not in {"0", "false", "off", "no"}
+
+
+def build_dir(root: Path | None = None) -> Path:
+    """``~/.cache/hearth/kernels/<torch>-<host key>-<source hash>``."""
+    from .compiled import cache_key  # compiled imports attention, which imports this
+
+    base = root if root is not None else _cache_root() / "kernels"
+    source = hashlib.sha256(SOURCE.read_bytes() + " ".join(CFLAGS).encode()).hexdigest()[:12]
+    return base / f"{torch.__version__}-{cache_key()}-{source}"
+
+
+def _cache_root() -> Path:
+    from .models.cache_dir import cache_root
+
+    return cache_root()
+
+
+def load() -> ModuleType | None:
+    """Load the kernels, building them first (once per host and version) when they are
+    not in the cache; ``None`` if they cannot be had.
+
+    Thread-safe; a failure is remembered (and logged once), so later calls return
+    ``None`` at once.
+    """
+    if not enabled():
+        return None
+    with _STATE.lock:
+        if _STATE.module is not None or _STATE.error is not None:
+            return _STATE.module
+        started = time.monotonic()
+        try:
+            module = _load_or_build(build_dir())
+        except Exception as err:  # noqa: BLE001 - any build or load failure means "skip"
+            text = str(err).strip()
+            reason = text.splitlines()[-1] if text else type(err).__name__
+            _STATE.error = reason
+            _LOGGER.warning("Native decode attention unavailable, using torch's (%s)", reason)
+            return None
+        _STATE.module = module
+        _LOGGER.info("Native decode attention ready (%.1f s)", time.monotonic() - started)
+        return module
+
+
+def _load_or_build(folder: Path) -> ModuleType:
+    """Import the built module, or build it (a folder whose module does not import is
+    built again from scratch)."""
+    built = sorted(folder.glob(f"{NAME}*.so"))
+    if built:
+        try:
+            return _import(built[0])
+        except ImportError as err:
+            _LOGGER.warning("Rebuilding the native kernels (%s)", err)
+            shutil.rmtree(folder, ignore_errors=True)
+    from torch.utils.cpp_extension import load as load_extension
+
+    _LOGGER.info("Building the native decode attention (once for this host; about a minute)")
+    bin_dir = str(Path(sys.executable).parent)  # a venv's ninja (requirements/engine.txt)
+    if bin_dir not in os.environ.get("PATH", "").split(os.pathsep):
+        os.environ["PATH"] = os.pathsep.join(filter(None, (bin_dir, os.environ.get("PATH"))))
+    folder.mkdir(parents=True, exist_ok=True)
+    return load_extension(
+        name=NAME,
+        sources=[str(SOURCE)],
+        extra_cflags=list(CFLAGS),
+        extra_ldflags=["-fopenmp"],
+        build_directory=str(folder),
+        verbose=False,
+    )
+
+
+def _import(path: Path) -> ModuleType:
+    """Import a built extension module from its file (needs no compiler or ninja)."""
+    spec = importlib.util.spec_from_file_location(NAME, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot import {path}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def is_built() -> bool:
+    """Whether this host's build is in the cache (loading it then takes a second)."""
+    return enabled() and any(build_dir().glob(f"{NAME}*.so"))
+
+
+def prepare() -> None:
+    """Load the kernels now when they are built, else build them in the background.
+
+    An engine calls this at start: a built kernel serves from the first request (the
+    same arithmetic throughout a run), and a missing one never delays start-up.
+    """
+    if is_built():
+        load()
+    else:
+        start()
+
+
+def state() -> str:
+    """``active``, ``building``, ``off`` or ``failed`` (for ``/v1/stats``)."""
+    if _STATE.module is not None:
+        return "active"
+    if not enabled():
+        return "off"
+    if _STATE.error is not None:
+        return "failed"
+    return "building" if _STATE.thread is not None else "off"
+
+
+def start() -> None:
+    """Build and load on a background thread (idempotent); ``module`` answers when done."""
+    if not enabled() or not SOURCE.is_file():
+        return
+    with _STATE.lock:
+        if _STATE.thread is not None or _STATE.module is not None or _STATE.error is not None:
+            return
+        _STATE.thread = threading.Thread(target=load, name="hearth-native-build", daemon=True)
+        _STATE.thread.start()
+
+
+def wait(timeout: float | None = None) -> None:
+    """Wait for a background build started by ``start`` (tests, benchmarks)."""
+    thread = _STATE.thread
+    if thread is not None:
+        thread.join(timeout)
+
+
+def module() -> ModuleType | None:
+    """The loaded kernels, or ``None`` while building, after a failure, when off, or
+    while ``paused``."""
+    return None if _STATE.paused else _STATE.module
+
+
+@contextlib.contextmanager
+def paused() -> Iterator[None]:
+    """Torch's kernels serve inside the block (benchmarks compare the two)."""
+    before, _STATE.paused = _STATE.paused, True
+    try:
+        yield
+    finally:
+        _STATE.paused = before
+
+
+def error() -> str | None:
+    """Why the kernels are not in use, once a build or load has failed."""
+    return _STATE.error
+
+
+def disable(reason: str) -> None:
+    """Stop using the kernels (a call they refused); logged once."""
+    with _STATE.lock:
+        if _STATE.module is None:
+            return
+        _STATE.module = None
+        _STATE.error = reason
+    _LOGGER.warning("Native decode attention disabled, using torch's (%s)", reason)
+
+
+def reset() -> None:
+    """Forget the loaded module and any failure (tests)."""
+    with _STATE.lock:
+        _STATE.module = None
+        _STATE.error = None
+        _STATE.thread = None

@@ -1,0 +1,267 @@
+"""Hearth's C++ decode attention (native.py, kernels/decode_attention.cpp).
+
+The kernel is checked against float64 attention written out in torch (softmax of the
+scores over every key a row sees), over the shapes it meets: grouped heads, shared
+prefix parts read by all rows or by some, padded rows, lengths that leave partial
+blocks and slices, every dtype and head size it takes. Then the engine with it: greedy
+cached and cold decodes agree, and a kernel that cannot be built (no C++ compiler)
+leaves torch's kernels serving, logged in one line.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hearth_engine import attention, native
+from hearth_engine.attention import PrefixPart
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def kernels() -> object:
+    module = native.load()
+    assert module is not None, f"the native kernels did not build: {native.error()}"
+    return module
+
+
+def reference(
+    query: torch.Tensor,  # [B, Hq, 1, D]
+    own_k: torch.Tensor,  # [B, Hkv, S, D]
+    own_v: torch.Tensor,
+    keep: torch.Tensor | None,  # [B, S] bool
+    parts: list[PrefixPart],
+    layer: int,
+    scale: float,
+) -> torch.Tensor:
+    """Float64 attention of each row over its parts' keys, then its own: ``[B, Hq, D]``."""
+    b, hq, _, d = query.shape
+    groups = hq // own_k.shape[1]
+    out = torch.empty(b, hq, d, dtype=torch.float64)
+    for row in range(b):
+        keys, values = [], []
+        for part in parts:
+            if part.rows is None or row in part.rows.tolist():
+                keys.append(part.segment[layer, 0].double())
+                values.append(part.segment[layer, 1].double())
+        seen = slice(None) if keep is None else keep[row]
+        keys.append(own_k[row].double()[:, seen])
+        values.append(own_v[row].double()[:, seen])
+        k = torch.cat(keys, 1).repeat_interleave(groups, 0)  # [Hq, T, D]
+        v = torch.cat(values, 1).repeat_interleave(groups, 0)
+        q = query[row, :, 0].double()  # [Hq, D]
+        weights = torch.softmax(torch.einsum("hd,htd->ht", q, k) * scale, -1)
+        out[row] = torch.einsum("ht,htd->hd", weights, v)
+    return out
+
+
+def random_case(
+    seed: int,
+    dtype: torch.dtype,
+    rows: int,
+    kv_heads: int,
+    groups: int,
+    head: int,
+    own: int,
+    part_lengths: list[int],
+    padded: bool,
+    subsets: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None, list[PrefixPart]]:
+    gen = torch.Generator().manual_seed(seed)
+
+    def rand(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=gen).to(dtype)
+
+    layers = 2
+    query = rand(rows, kv_heads * groups, 1, head)
+    # The working buffer as the engine has it: [L, 2, B, H, cap, D], narrowed to ``own``.
+    buffer = rand(layers, 2, rows, kv_heads, own + 5, head)[..., :own, :]
+    keep = None
+    if padded:
+        keep = torch.rand(rows, own, generator=gen) < 0.7
+        keep[:, -1] = True  # a row always sees its own new token
+    parts = []
+    for i, length in enumerate(part_lengths):
+        segment = rand(layers, 2, kv_heads, length, head)
+        readers = None
+        if subsets and i % 2 == 1 and rows > 1:
+            readers = torch.tensor(sorted({0, rows - 1} if i % 4 == 1 else {rows - 1}))
+        parts.append(PrefixPart(segment, readers))
+    return query, buffer[1, 0], buffer[1, 1], keep, parts
+
+
+def native_call(
+    kernels: object,
+    query: torch.Tensor,
+    own_k: torch.Tensor,
+    own_v: torch.Tensor,
+    keep: torch.Tensor | None,
+    parts: list[PrefixPart],
+    scale: float,
+) -> torch.Tensor:
+    empty = torch.empty(0, dtype=torch.long)
+    return kernels.decode_attention(  # type: ignore[attr-defined]
+        query[:, :, 0],
+        own_k,
+        own_v,
+        keep,
+        [p.segment[1, 0] for p in parts],
+        [p.segment[1, 1] for p in parts],
+        [empty if p.rows is None else p.rows for p in parts],
+        scale,
+    )
+
+
+# One rounding to the dtype (relative 2^-8 for bfloat16, 2^-11 for float16) plus
+# float32 arithmetic over a few thousand keys.
+TOLERANCE = {torch.float32: 2e-6, torch.bfloat16: 2**-7, torch.float16: 2**-10}
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    seed=st.integers(0, 2**31),
+    dtype=st.sampled_from([torch.float32, torch.bfloat16, torch.float16]),
+    rows=st.integers(1, 4),
+    kv_heads=st.integers(1, 3),
+    groups=st.sampled_from([1, 3, 4]),
+    head=st.sampled_from([32, 64, 128]),
+    own=st.integers(1, 300),
+    part_lengths=st.lists(st.integers(1, 700), max_size=3),
+    padded=st.booleans(),
+    subsets=st.booleans(),
+)
+def test_the_kernel_equals_float64_attention(
+    kernels: object,
+    seed: int,
+    dtype: torch.dtype,
+    rows: int,
+    kv_heads: int,
+    groups: int,
+    head: int,
+    own: int,
+    part_lengths: list[int],
+    padded: bool,
+    subsets: bool,
+) -> None:
+    case = random_case(
+        seed, dtype, rows, kv_heads, groups, head, own, part_lengths, padded, subsets
+    )
+    query, own_k, own_v, keep, parts = case
+    scale = head**-0.5
+    got = native_call(kernels, query, own_k, own_v, keep, parts, scale)
+    assert got.dtype == dtype and got.shape == (rows, kv_heads * groups, head)
+    want = reference(query, own_k, own_v, keep, parts, 1, scale)
+    err = (got.double() - want).abs()
+    assert float((err - TOLERANCE[dtype] * (want.abs() + 1)).max()) <= 0
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_decode_step_through_attention_py_uses_the_kernel_and_agrees_with_torch(
+    kernels: object, dtype: torch.dtype
+) -> None:
+    """``merged_attention`` and ``plain_attention`` (what both forwards call) take the
+    kernel for one-token steps; paused, the torch path gives the same up to rounding,
+    and the kernel is closer to float64 (it rounds once)."""
+    query, own_k, own_v, keep, parts = random_case(
+        7, dtype, 3, 3, 3, 64, 40, [1000, 37], True, True
+    )
+    mask = keep[:, None, None, :]
+    scale = 0.125
+    want = reference(query, own_k, own_v, keep, parts, 1, scale)
+    assert attention.native_decode(query, own_k, own_v, mask, scale, parts, 1) is not None
+    for call in (
+        lambda: attention.merged_attention(query, own_k, own_v, mask, scale, parts, 1),
+        lambda: attention.plain_attention(query, own_k, own_v, mask, scale)[:, :, :, :],
+    ):
+        fast = call()
+        with native.paused():
+            slow = call()
+        assert fast.shape == slow.shape == (3, 1, 9, 64)
+        tolerance = TOLERANCE[dtype] * 4
+        assert torch.allclose(fast.float(), slow.float(), atol=tolerance, rtol=tolerance)
+    fast = attention.merged_attention(query, own_k, own_v, mask, scale, parts, 1)[:, 0]
+    with native.paused():
+        slow = attention.merged_attention(query, own_k, own_v, mask, scale, parts, 1)[:, 0]
+    assert (fast.double() - want).abs().mean() <= (slow.double() - want).abs().mean()
+
+
+def test_a_call_the_kernel_refuses_falls_back_to_torch_and_logs_once(
+    kernels: object, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A value the kernel refuses (here keys whose head size differs from the query's)
+    is never a failed request: torch serves that call and every later one."""
+    query, own_k, own_v, _keep, _parts = random_case(
+        3, torch.float32, 1, 1, 2, 64, 8, [], False, False
+    )
+    wide = torch.randn(1, 1, 8, 64)
+    bad = PrefixPart(torch.randn(2, 2, 1, 5, 32))  # 32-wide prefix keys
+    with pytest.raises(RuntimeError, match="head size"):
+        native_call(kernels, query, own_k, own_v, None, [bad], 0.125)
+    caplog.set_level(logging.WARNING, logger="hearth_engine.native")
+    try:
+        assert attention.native_decode(query, own_k, own_v, None, 0.125, [bad], 1) is None
+        assert native.module() is None and native.state() == "failed"
+        assert "head size" in (native.error() or "")
+        assert attention.native_decode(query, wide, wide, None, 0.125, (), 1) is None
+        assert len([r for r in caplog.records if "disabled" in r.getMessage()]) == 1
+    finally:
+        native.reset()
+        assert native.load() is not None
+
+
+def test_without_a_compiler_the_engine_serves_with_torchs_kernels(tmp_path: Path) -> None:
+    """A host that cannot build the kernel (here: no C++ compiler, an empty cache)
+    logs one line and decodes with torch's kernels: the same greedy tokens as the
+    kernel gives (float32)."""
+    script = textwrap.dedent(
+        """
+        import json, logging, sys
+        logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(message)s")
+        from hearth_engine import native
+        from hearth_engine.runner import ModelRunner
+        runner = ModelRunner.load("tiny", dtype="float32")
+        native.wait()  # a build started in the background: its outcome
+        buffer = runner.new_buffer(1, 64)
+        logits = runner.prefill(buffer, list(range(5, 25)))
+        tokens = []
+        for i in range(8):
+            token = int(logits[-1].argmax())
+            tokens.append(token)
+            logits = runner.decode(buffer, [token], [20 + i], None, ())
+        print(json.dumps({"state": native.state(), "tokens": tokens}))
+        """
+    )
+    results = {}
+    for name, env in (
+        ("broken", {"HEARTH_CACHE_DIR": str(tmp_path / "cache"), "CXX": "/nonexistent/c++"}),
+        ("native", {}),
+    ):
+        models = Path(os.environ.get("HEARTH_CACHE_DIR", Path.home() / ".cache" / "hearth"))
+        full_env = {**os.environ, "PYTHONPATH": f"{ROOT / 'engine'}", **env}
+        if name == "broken":  # the tiny model from the usual cache; the kernel cache empty
+            (tmp_path / "cache").mkdir()
+            (tmp_path / "cache" / "models").symlink_to(models / "models")
+        done = subprocess.run(
+            [sys.executable, "-c", script], env=full_env, capture_output=True, text=True,
+            timeout=600, check=False,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr[-3000:]
+        results[name] = json.loads(done.stdout.strip().splitlines()[-1])
+        if name == "broken":
+            lines = [x for x in done.stderr.splitlines() if "Native decode attention" in x]
+            assert len(lines) == 1 and "unavailable" in lines[0], done.stderr[-3000:]
+            assert "Traceback" not in done.stderr
+    assert results["broken"]["state"] == "failed"
+    assert results["native"]["state"] == "active"
+    assert results["broken"]["tokens"] == results["native"]["tokens"]
