@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from . import attention
+from . import attention, native
 from .attention import PrefixPart
 from .kv import KVBuffer
 from .linear import FrozenLinear, Quantization, fuse
@@ -102,13 +102,40 @@ def _norm_of(module: torch.nn.Module) -> tuple[torch.Tensor, float]:
     return module.weight.detach(), float(eps)
 
 
+def _fused(x: torch.Tensor) -> Any:
+    """The native kernels when they can take ``x``'s operation in one call, else ``None``.
+
+    Not while torch.compile traces the step (``compiled.py``: inductor fuses these
+    itself, and an opaque call would break its graph)."""
+    if torch.compiler.is_compiling() or x.dtype not in _FUSED_DTYPES or x.device.type != "cpu":
+        return None
+    return native.module()
+
+
+_FUSED_DTYPES = (torch.bfloat16, torch.float32)
+
+
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     """transformers' Llama RMSNorm: normalise in float32, round, then scale."""
+    kernels = _fused(x)
+    if kernels is not None and x.is_contiguous():
+        try:
+            return kernels.rms_norm(x, weight, eps)
+        except RuntimeError as err:  # a call the kernel refuses: torch's from now on
+            native.disable(str(err).splitlines()[0])
     normed = torch.nn.functional.rms_norm(x.float(), (x.shape[-1],), eps=eps)
     return weight * normed.to(x.dtype)
 
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotary embedding (rotate-half form) of ``x`` ``[B, Q, H, D]``; ``cos``/``sin``
+    ``[B, Q, 1, D]``."""
+    kernels = _fused(x)
+    if kernels is not None:
+        try:
+            return kernels.rope(x, cos, sin)
+        except RuntimeError as err:  # a call the kernel refuses: torch's from now on
+            native.disable(str(err).splitlines()[0])
     half = x.shape[-1] // 2
     rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
     return x * cos + rotated * sin

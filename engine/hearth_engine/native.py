@@ -1,13 +1,19 @@
 """Hearth's C++ kernels: built once per host into ``~/.cache/hearth``, loaded, or skipped.
 
-``kernels/decode_attention.cpp`` is the decode attention of the CPU path (see its
-header): one call per layer and step that reads each cached key once for every grouped
-head and row, split over threads, in float32. It is compiled with
-``torch.utils.cpp_extension`` for the host's own instruction set, so the build folder is
-keyed by the torch version, the CPU (``compiled.cache_key``: model name and flags) and
-the source's hash: a cache copied to another CPU or torch is rebuilt, never loaded.
+One extension module, ``hearth_native`` (``kernels/``):
 
-Nothing depends on it. Building takes about a minute on a small CPU, so an engine whose
+* ``decode_attention.cpp``: the decode attention of the CPU path (see its header): one
+  call per layer and step that reads each cached key once for every grouped head and
+  row, split over threads, in float32;
+* ``layer_ops.cpp``: a decode step's RMSNorm and rotary embedding, one call each
+  (``decoder.py``), with torch's roundings.
+
+It is compiled with ``torch.utils.cpp_extension`` for the host's own instruction set, so
+the build folder is keyed by the torch version, the CPU (``compiled.cache_key``: model
+name and flags) and the sources' hash: a cache copied to another CPU or torch is
+rebuilt, never loaded.
+
+Nothing depends on it. Building takes 35 s to a minute on a small CPU, so an engine whose
 host has no build yet builds it on a background thread (``prepare``) and uses torch's
 kernels until it is ready; ``scripts/setup`` builds it ahead, and a built one is loaded
 at start (a file import: no compiler needed). A failed build (no C++ compiler, no ninja,
@@ -35,7 +41,8 @@ import torch
 _LOGGER = logging.getLogger(__name__)
 
 NAME = "hearth_native"
-SOURCE = Path(__file__).parent / "kernels" / "decode_attention.cpp"
+KERNELS = Path(__file__).parent / "kernels"
+SOURCES = tuple(KERNELS / f for f in ("module.cpp", "decode_attention.cpp", "layer_ops.cpp"))
 ENV_SWITCH = "HEARTH_NATIVE"
 # The host's instruction set, and the float rules that let the dot product vectorise
 # (reassociation only: infinities and NaNs keep their meaning).
@@ -73,7 +80,10 @@ def build_dir(root: Path | None = None) -> Path:
     from .compiled import cache_key  # compiled imports attention, which imports this
 
     base = root if root is not None else _cache_root() / "kernels"
-    source = hashlib.sha256(SOURCE.read_bytes() + " ".join(CFLAGS).encode()).hexdigest()[:12]
+    digest = hashlib.sha256(" ".join(CFLAGS).encode())
+    for path in (*SOURCES, KERNELS / "hearth_native.h"):
+        digest.update(path.read_bytes())
+    source = digest.hexdigest()[:12]
     return base / f"{torch.__version__}-{cache_key()}-{source}"
 
 
@@ -102,10 +112,10 @@ def load() -> ModuleType | None:
             text = str(err).strip()
             reason = text.splitlines()[-1] if text else type(err).__name__
             _STATE.error = reason
-            _LOGGER.warning("Native decode attention unavailable, using torch's (%s)", reason)
+            _LOGGER.warning("Native kernels unavailable, using torch's (%s)", reason)
             return None
         _STATE.module = module
-        _LOGGER.info("Native decode attention ready (%.1f s)", time.monotonic() - started)
+        _LOGGER.info("Native kernels ready (%.1f s)", time.monotonic() - started)
         return module
 
 
@@ -121,14 +131,14 @@ def _load_or_build(folder: Path) -> ModuleType:
             shutil.rmtree(folder, ignore_errors=True)
     from torch.utils.cpp_extension import load as load_extension
 
-    _LOGGER.info("Building the native decode attention (once for this host; about a minute)")
+    _LOGGER.info("Building the native kernels (once for this host; about a minute)")
     bin_dir = str(Path(sys.executable).parent)  # a venv's ninja (requirements/engine.txt)
     if bin_dir not in os.environ.get("PATH", "").split(os.pathsep):
         os.environ["PATH"] = os.pathsep.join(filter(None, (bin_dir, os.environ.get("PATH"))))
     folder.mkdir(parents=True, exist_ok=True)
     return load_extension(
         name=NAME,
-        sources=[str(SOURCE)],
+        sources=[str(path) for path in SOURCES],
         extra_cflags=list(CFLAGS),
         extra_ldflags=["-fopenmp"],
         build_directory=str(folder),
@@ -176,7 +186,7 @@ def state() -> str:
 
 def start() -> None:
     """Build and load on a background thread (idempotent); ``module`` answers when done."""
-    if not enabled() or not SOURCE.is_file():
+    if not enabled() or not all(path.is_file() for path in SOURCES):
         return
     with _STATE.lock:
         if _STATE.thread is not None or _STATE.module is not None or _STATE.error is not None:
@@ -220,7 +230,7 @@ def disable(reason: str) -> None:
             return
         _STATE.module = None
         _STATE.error = reason
-    _LOGGER.warning("Native decode attention disabled, using torch's (%s)", reason)
+    _LOGGER.warning("Native kernels disabled, using torch's (%s)", reason)
 
 
 def reset() -> None:

@@ -340,6 +340,10 @@ void check_kv(const at::Tensor& t, int64_t dims, const at::Tensor& query, const 
   TORCH_CHECK(t.device().is_cpu(), what, " must be on the CPU");
 }
 
+}  // namespace
+
+namespace hearth {
+
 // query [B, Hq, D]; own_k/own_v [B, Hkv, S, D]; own_keep [B, S] bool or None;
 // part_k/part_v [Hkv, T, D] each; part_rows: int64 row indices, empty for all rows.
 at::Tensor decode_attention(const at::Tensor& query, const at::Tensor& own_k,
@@ -383,8 +387,4 @@ at::Tensor decode_attention(const at::Tensor& query, const at::Tensor& own_k,
   }
 }
 
-}  // namespace
-
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("decode_attention", &decode_attention, "Hearth's CPU decode attention");
-}
+}  // namespace hearth

@@ -1,4 +1,5 @@
-"""Hearth's C++ decode attention (native.py, kernels/decode_attention.cpp).
+"""Hearth's C++ kernels (native.py, kernels/): the decode attention and the fused
+per-layer operations (RMSNorm, rotary embedding).
 
 The kernel is checked against float64 attention written out in torch (softmax of the
 scores over every key a row sees), over the shapes it meets: grouped heads, shared
@@ -25,6 +26,7 @@ from hypothesis import strategies as st
 
 from hearth_engine import attention, native
 from hearth_engine.attention import PrefixPart
+from hearth_engine.decoder import _rotate, rms_norm
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -259,9 +261,48 @@ def test_without_a_compiler_the_engine_serves_with_torchs_kernels(tmp_path: Path
         assert done.returncode == 0, done.stderr[-3000:]
         results[name] = json.loads(done.stdout.strip().splitlines()[-1])
         if name == "broken":
-            lines = [x for x in done.stderr.splitlines() if "Native decode attention" in x]
+            lines = [x for x in done.stderr.splitlines() if "Native kernels" in x]
             assert len(lines) == 1 and "unavailable" in lines[0], done.stderr[-3000:]
             assert "Traceback" not in done.stderr
     assert results["broken"]["state"] == "failed"
     assert results["native"]["state"] == "active"
     assert results["broken"]["tokens"] == results["native"]["tokens"]
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_the_fused_norm_and_rotary_equal_torchs_operators(
+    kernels: object, dtype: torch.dtype
+) -> None:
+    """In bfloat16 bit for bit (the same roundings); in float32 within a few ulps (the
+    sum of squares is added up in another order)."""
+    gen = torch.Generator().manual_seed(5)
+    x = (torch.randn(3, 5, 576, generator=gen) * 3).to(dtype)
+    weight = torch.randn(576, generator=gen).to(dtype)
+    qkv = torch.randn(2, 4, 15, 64, generator=gen).to(dtype)  # q/k are a strided view
+    cos = torch.randn(2, 4, 64, generator=gen).to(dtype)[:, :, None]
+    sin = torch.randn(2, 4, 64, generator=gen).to(dtype)[:, :, None]
+    for call in (lambda: rms_norm(x, weight, 1e-5), lambda: _rotate(qkv[:, :, :12], cos, sin)):
+        fused = call()
+        with native.paused():
+            plain = call()
+        assert fused.dtype == dtype and fused.shape == plain.shape
+        if dtype == torch.bfloat16:
+            assert torch.equal(fused, plain)
+        else:
+            torch.testing.assert_close(fused, plain, atol=1e-5, rtol=1e-5)
+    assert native.module() is not None  # nothing was refused
+
+
+def test_a_fused_call_the_kernel_refuses_is_computed_by_torch(kernels: object) -> None:
+    """cos/sin of another batch size than x: the kernel refuses, the result still comes
+    (torch broadcasts), and torch's operators serve from then on."""
+    x = torch.randn(2, 1, 3, 64)
+    cos, sin = torch.randn(1, 1, 1, 64), torch.randn(1, 1, 1, 64)
+    with native.paused():
+        want = _rotate(x, cos, sin)
+    try:
+        assert torch.equal(_rotate(x, cos, sin), want)
+        assert native.state() == "failed" and "rope" in (native.error() or "")
+    finally:
+        native.reset()
+        assert native.load() is not None

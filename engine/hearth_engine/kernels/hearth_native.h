@@ -1,0 +1,27 @@
+// Hearth's native CPU kernels (built by hearth_engine/native.py; bound in module.cpp).
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <vector>
+
+namespace hearth {
+
+// decode_attention.cpp: attention of one query token per row over the rows' own KV and
+// shared prefix parts. query [B, Hq, D]; own_k/own_v [B, Hkv, S, D]; own_keep [B, S]
+// bool or None; part_k/part_v [Hkv, T, D] each; part_rows: int64 row indices, empty for
+// all rows. Returns [B, Hq, D] in the query's dtype.
+at::Tensor decode_attention(const at::Tensor& query, const at::Tensor& own_k,
+                            const at::Tensor& own_v, const c10::optional<at::Tensor>& own_keep,
+                            const std::vector<at::Tensor>& part_k,
+                            const std::vector<at::Tensor>& part_v,
+                            const std::vector<at::Tensor>& part_rows, double scale);
+
+// layer_ops.cpp: the small per-layer operations of a decode step, fused.
+// transformers' Llama RMSNorm: normalise in float32, round to x's dtype, scale by weight.
+at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
+// Rotary embedding of x [B, Q, H, D] (last dimension contiguous) with cos/sin [B, Q, 1, D]
+// (rotate-half form), rounded as torch's three operations would be. Returns a new tensor.
+at::Tensor rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin);
+
+}  // namespace hearth
