@@ -298,14 +298,17 @@ async def measure_model(
     engine: Engine, model: str, dtype: str, threads: int, plan: Plan
 ) -> list[dict[str, Any]]:
     masks = mask_costs(engine, plan.batches)
-    overhead = round(overhead_ms(engine.runner), 2)
+    overhead = {}
+    for attention in plan.attentions:
+        with attention_mode(attention):
+            overhead[attention] = round(overhead_ms(engine.runner), 2)
     print(f"  per-token overhead (the step's skeleton, see overhead.py): {overhead} ms")
     rows = []
     for context in plan.contexts:
         rows += await measure_context(engine, model, dtype, threads, context, plan, masks)
     for row in rows:
         if row["batch"] == 1:
-            row["overhead_ms"] = overhead
+            row["overhead_ms"] = overhead[row["attention"]]
     return rows
 
 
