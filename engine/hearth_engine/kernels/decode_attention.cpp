@@ -29,7 +29,8 @@
 
 namespace {
 
-constexpr int64_t kSlice = 256;  // keys per work item, at most
+constexpr int64_t kSlice = 256;         // keys per work item, at most
+constexpr int64_t kSerialPairs = 4096;  // fewer key-query pairs in a step: no threads
 
 // 16 float32 lanes (one AVX-512 register; two AVX2 or four NEON ones, the compiler's
 // choice), 16 int32 lanes (masks, indices), and 16 bfloat16 / float16 bit patterns.
@@ -229,7 +230,14 @@ at::Tensor decode_attention_typed(const at::Tensor& query, const at::Tensor& own
   const int64_t kv_heads = own_k.size(1), groups = heads / kv_heads, own_len = own_k.size(2);
 
   // Queries in float32, pre-scaled: [rows * heads, D]; query (b, h) is b * heads + h.
-  at::Tensor qf = query.to(at::kFloat).mul(scale).contiguous();
+  std::vector<float> qf(rows * heads * d);
+  const T* qsrc = query.data_ptr<T>();
+  for (int64_t b = 0; b < rows; ++b)
+    for (int64_t h = 0; h < heads; ++h)
+      for (int64_t x = 0; x < d; ++x)
+        qf[(b * heads + h) * d + x] =
+            static_cast<float>(qsrc[b * query.stride(0) + h * query.stride(1) + x]) *
+            static_cast<float>(scale);
   std::vector<Item<T>> items;
   std::vector<int64_t> query_ids;  // the item-query table
   auto add_items = [&](const T* k, const T* v, int64_t k_head, int64_t v_head, int64_t k_step,
@@ -279,7 +287,7 @@ at::Tensor decode_attention_typed(const at::Tensor& query, const at::Tensor& own
 
   const int64_t slots = static_cast<int64_t>(query_ids.size());
   std::vector<float> part_max(slots), part_sum(slots), part_out(slots * d);
-  const float* qdata = qf.data_ptr<float>();
+  const float* qdata = qf.data();
   void (*run)(const Item<T>&, const float*, const int64_t*, float*, float*, float*) = nullptr;
   switch (d) {
     case 16:
@@ -303,10 +311,20 @@ at::Tensor decode_attention_typed(const at::Tensor& query, const at::Tensor& own
     default:
       TORCH_CHECK(false, "decode attention takes head sizes 16, 32, 64, 96, 128 or 256, not ", d);
   }
-  at::parallel_for(0, static_cast<int64_t>(items.size()), 1, [&](int64_t begin, int64_t end) {
+  auto run_range = [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i)
       run(items[i], qdata, query_ids.data(), part_max.data(), part_sum.data(), part_out.data());
-  });
+  };
+  // Waking the thread pool costs a few microseconds: a step over a short KV (a few
+  // hundred key-query pairs per head) runs on the calling thread.
+  int64_t pairs = 0;
+  for (const Item<T>& item : items) pairs += (item.t1 - item.t0) * item.queries;
+  const int64_t count = static_cast<int64_t>(items.size());
+  if (pairs < kSerialPairs || count == 1) {
+    run_range(0, count);
+  } else {
+    at::parallel_for(0, count, 1, run_range);
+  }
 
   // Merge every query's partials: out = sum_i e^(m_i - M) acc_i / sum_i e^(m_i - M) l_i.
   std::vector<float> best(rows * heads, kNoScore), denom(rows * heads, 0.0f);
