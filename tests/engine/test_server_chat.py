@@ -13,10 +13,13 @@ import collections
 import hashlib
 import json
 import os
+import random
 import uuid
 from typing import Any
 
 import pytest
+
+from hearth_engine.models.corpus import filler_text
 
 from .conftest import Client, ServerProcess
 
@@ -47,20 +50,27 @@ def server(tools_server: ServerProcess) -> ServerProcess:
     return tools_server
 
 
+# Set to draw other system texts (to check that no test depends on its own).
+SYSTEM_SALT = os.environ.get("HEARTH_TEST_SALT", "")
 _SYSTEMS: collections.Counter[str] = collections.Counter()  # per test: how many so far
 
 
 def system(words: int = 12) -> dict[str, str]:
     """A system message no other test sends (its tokens are not cached yet).
 
-    Derived from the test's id, not drawn at random: the tiny model's answer depends on
-    the whole prompt, and a random one turned an answer into a tool call now and then.
+    Prompt-like lines from the corpus ``tiny-tools`` was trained on, drawn with a seed
+    made from the test's id: hexadecimal noise (what this used to send) is unlike
+    anything the model saw, and in about one test run in two turned one greeting into
+    a tool call.
     """
     test = os.environ.get("PYTEST_CURRENT_TEST", "").split(" ")[0]
     _SYSTEMS[test] += 1
-    tag = hashlib.sha256(f"{test}:{_SYSTEMS[test]}".encode()).hexdigest()[:32]
-    text = " ".join(f"{tag[i % 32 :]}{i}" for i in range(words))
-    return {"role": "system", "content": f"{tag} house notes {text}."}
+    seed = hashlib.sha256(f"{SYSTEM_SALT}{test}:{_SYSTEMS[test]}".encode()).hexdigest()
+    lines = max(1, words // 4)  # a corpus line is 4 to 40 words
+    # A number first, so that no two texts share more than a few leading tokens (corpus
+    # lines often start alike).
+    text = filler_text(random.Random(seed), lines)
+    return {"role": "system", "content": f"{int(seed[:12], 16)}\n{text}"}
 
 
 def user(text: str) -> dict[str, str]:
