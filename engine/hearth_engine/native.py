@@ -55,6 +55,7 @@ CFLAGS = (
     "-fno-signed-zeros",
     "-fassociative-math",
 )
+STALE_LOCK_S = 900.0  # a build takes about a minute
 DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 HEAD_SIZES = (16, 32, 64, 96, 128, 256)
 
@@ -122,8 +123,16 @@ def load() -> ModuleType | None:
 def _load_or_build(folder: Path) -> ModuleType:
     """Import the built module, or build it (a folder whose module does not import is
     built again from scratch)."""
+    lock = folder / "lock"
+    # cpp_extension holds ``lock`` while it builds (in another process, say): the module
+    # may be half written then, so wait for that build through cpp_extension. A lock
+    # older than any build is left by a killed one; cpp_extension would wait for it
+    # forever.
+    with contextlib.suppress(OSError):
+        if time.time() - lock.stat().st_mtime > STALE_LOCK_S:
+            lock.unlink()
     built = sorted(folder.glob(f"{NAME}*.so"))
-    if built:
+    if built and not lock.exists():
         try:
             return _import(built[0])
         except ImportError as err:

@@ -17,6 +17,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -306,3 +307,21 @@ def test_a_fused_call_the_kernel_refuses_is_computed_by_torch(kernels: object) -
     finally:
         native.reset()
         assert native.load() is not None
+
+
+def test_a_lock_left_by_a_killed_build_neither_hangs_nor_blocks_the_kernels(
+    tmp_path: Path,
+) -> None:
+    """cpp_extension waits for its ``lock`` file forever; a stale one is removed, and a
+    built module beside it is loaded."""
+    folder = native.build_dir()
+    stale = tmp_path / "lock"
+    stale.write_text("")
+    old = time.time() - 2 * native.STALE_LOCK_S
+    os.utime(stale, (old, old))
+    built = next(folder.glob(f"{native.NAME}*.so"))
+    copy = tmp_path / built.name
+    copy.write_bytes(built.read_bytes())
+    module = native._load_or_build(tmp_path)
+    assert hasattr(module, "decode_attention")
+    assert not stale.exists()
