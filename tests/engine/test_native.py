@@ -325,3 +325,12 @@ def test_a_lock_left_by_a_killed_build_neither_hangs_nor_blocks_the_kernels(
     module = native._load_or_build(tmp_path)
     assert hasattr(module, "decode_attention")
     assert not stale.exists()
+
+
+def test_prefix_rows_out_of_range_are_refused_not_read(kernels: object) -> None:
+    query, own_k, own_v, _keep, _parts = random_case(
+        4, torch.float32, 2, 1, 2, 64, 8, [], False, False
+    )
+    part = PrefixPart(torch.randn(2, 2, 1, 20, 64), torch.tensor([0, 2]))
+    with pytest.raises(RuntimeError, match="out of range"):
+        native_call(kernels, query, own_k, own_v, None, [part], 0.125)

@@ -280,6 +280,8 @@ at::Tensor decode_attention_typed(const at::Tensor& query, const at::Tensor& own
     if (part_rows[p].numel() > 0) {
       at::Tensor listed = part_rows[p].to(at::kLong).contiguous();
       readers.assign(listed.data_ptr<int64_t>(), listed.data_ptr<int64_t>() + listed.numel());
+      for (int64_t b : readers)
+        TORCH_CHECK(b >= 0 && b < rows, "prefix part row ", b, " out of range");
     }
     add_items(k.data_ptr<T>(), v.data_ptr<T>(), k.stride(0), v.stride(0), k.stride(1), v.stride(1),
               k.size(1), nullptr, readers);
