@@ -29,6 +29,7 @@ from hearth_engine.server.metrics import engine_stats
 from hearth_engine.store import PrefixStore
 
 from .hybrid_models import KINDS, save_hybrid_model
+from .warm_cold import generate_both, tokens
 
 GREEDY = SamplingParams(max_tokens=12)
 
@@ -39,10 +40,6 @@ def hybrid64(
 ) -> ModelRunner:
     folder = save_hybrid_model(request.param, tmp_path_factory.mktemp("hybrid") / request.param)
     return ModelRunner.load(str(folder), dtype="float64")
-
-
-def _tokens(rng: random.Random, n: int) -> list[int]:
-    return [rng.randrange(3, 1000) for _ in range(n)]
 
 
 def test_the_model_loads_with_its_state_layers(hybrid64: ModelRunner) -> None:
@@ -62,7 +59,7 @@ def test_a_cold_run_equals_transformers_own_generate(hybrid64: ModelRunner) -> N
     )
     if hasattr(reference.config, "num_local_experts"):  # grouped matmuls take no float64
         reference.set_experts_implementation("eager")
-    prompt = _tokens(random.Random(5), 37)
+    prompt = tokens(random.Random(5), 37)
     with torch.no_grad():
         out = reference.generate(
             torch.tensor([prompt]), max_new_tokens=10, do_sample=False, eos_token_id=None
@@ -83,19 +80,15 @@ async def test_greedy_with_cache_hits_equals_cold_runs(make_engine, hybrid64: Mo
     warm = make_engine(runner=hybrid64, chunk_tokens=16)
     cold = make_engine(runner=hybrid64, cache_mode=CacheMode.NONE)
     rng = random.Random(42)
-    house = _tokens(rng, 45)
+    house = tokens(rng, 45)
     assert (await warm.pin("house", house)).state == "ready"
     followed = 0
     for suffix_len in (1, 3, 16, 17, 40):
-        prompt = house + _tokens(rng, suffix_len)
-        _, warm_ids, fin = await warm.generate(prompt, GREEDY)
-        _, cold_ids, _ = await cold.generate(prompt, GREEDY)
+        prompt = house + tokens(rng, suffix_len)
+        warm_ids, fin = await generate_both(warm, cold, prompt, GREEDY)
         assert fin.stats.cached_tokens == len(house)
-        assert warm_ids == cold_ids, suffix_len
-        follow = prompt + warm_ids + _tokens(rng, 3)
-        _, follow_ids, fin2 = await warm.generate(follow, GREEDY)
-        _, cold_ids, _ = await cold.generate(follow, GREEDY)
-        assert follow_ids == cold_ids, ("follow", suffix_len)
+        follow = prompt + warm_ids + tokens(rng, 3)
+        _, fin2 = await generate_both(warm, cold, follow, GREEDY)
         # It resumes at the previous turn's end. (A token event can carry several
         # tokens' text; then ``warm_ids`` misses some and the turn is not a prefix.)
         if len(warm_ids) == fin.stats.completion_tokens:
@@ -112,7 +105,7 @@ async def test_a_match_is_resumed_only_where_a_state_was_kept(
     warm = make_engine(runner=hybrid64, chunk_tokens=16)
     cold = make_engine(runner=hybrid64, cache_mode=CacheMode.NONE)
     rng = random.Random(3)
-    house, turn = _tokens(rng, 40), _tokens(rng, 20)
+    house, turn = tokens(rng, 40), tokens(rng, 20)
     await warm.pin("house", house)
     await warm.generate(house + turn, SamplingParams(max_tokens=1))
     assert warm.kv.cache.match(warm.namespace, house + turn).length == len(house) + len(turn)
@@ -120,17 +113,13 @@ async def test_a_match_is_resumed_only_where_a_state_was_kept(
     assert stats["state_snapshots"] == 2
     snapshot = warm.kv.snapshot(warm.namespace, house)
     assert snapshot is not None and stats["state_snapshot_bytes"] == 2 * snapshot.nbytes
-    prompt = house + turn[:10] + _tokens(rng, 5)
-    _, warm_ids, fin = await warm.generate(prompt, GREEDY)
-    _, cold_ids, _ = await cold.generate(prompt, GREEDY)
+    prompt = house + turn[:10] + tokens(rng, 5)
+    _, fin = await generate_both(warm, cold, prompt, GREEDY)
     assert fin.stats.cached_tokens == len(house)
-    assert warm_ids == cold_ids
     # Without any pin or turn end inside it, nothing is resumed at all.
-    prompt = house[:30] + _tokens(rng, 5)
-    _, warm_ids, fin = await warm.generate(prompt, GREEDY)
-    _, cold_ids, _ = await cold.generate(prompt, GREEDY)
+    prompt = house[:30] + tokens(rng, 5)
+    _, fin = await generate_both(warm, cold, prompt, GREEDY)
     assert fin.stats.cached_tokens == 0
-    assert warm_ids == cold_ids
 
 
 async def test_rows_of_different_pins_decode_together_exactly(
@@ -140,11 +129,11 @@ async def test_rows_of_different_pins_decode_together_exactly(
     warm = make_engine(runner=hybrid64, chunk_tokens=16)
     cold = make_engine(runner=hybrid64, cache_mode=CacheMode.NONE)
     rng = random.Random(7)
-    houses = [_tokens(rng, n) for n in (50, 31)]
+    houses = [tokens(rng, n) for n in (50, 31)]
     for n, house in enumerate(houses):
         await warm.pin(f"house{n}", house)
-    prompts = [houses[i % 2] + _tokens(rng, rng.randint(1, 25)) for i in range(4)]
-    prompts.append(_tokens(rng, 12))  # a row with no pin at all
+    prompts = [houses[i % 2] + tokens(rng, rng.randint(1, 25)) for i in range(4)]
+    prompts.append(tokens(rng, 12))  # a row with no pin at all
     params = SamplingParams(max_tokens=20)
     together = await asyncio.gather(*(warm.generate(p, params) for p in prompts))
     for prompt, (_, warm_ids, _) in zip(prompts, together, strict=True):
@@ -157,7 +146,7 @@ async def test_a_restored_pin_keeps_its_state(
     make_engine, hybrid64: ModelRunner, tmp_path: Path
 ) -> None:
     rng = random.Random(11)
-    house = _tokens(rng, 48)
+    house = tokens(rng, 48)
     config = {"chunk_tokens": 16, "prefix_store": tmp_path}
     first = make_engine(runner=hybrid64, **config)
     assert not (await first.pin("house", house)).restored
@@ -169,11 +158,9 @@ async def test_a_restored_pin_keeps_its_state(
     assert second.pin_status("house")["restored"] is True
     cold = make_engine(runner=hybrid64, cache_mode=CacheMode.NONE)
     for suffix in (1, 9, 20):
-        prompt = house + _tokens(rng, suffix)
-        _, warm_ids, fin = await second.generate(prompt, GREEDY)
-        _, cold_ids, _ = await cold.generate(prompt, GREEDY)
+        prompt = house + tokens(rng, suffix)
+        _, fin = await generate_both(second, cold, prompt, GREEDY)
         assert fin.stats.cached_tokens == len(house)
-        assert warm_ids == cold_ids
 
 
 def test_a_file_without_state_is_unusable_for_a_hybrid_model(tmp_path: Path) -> None:
@@ -202,7 +189,7 @@ def test_the_mamba_scan_chunk_changes_no_result(tmp_path: Path) -> None:
     runner = ModelRunner.load(str(save_hybrid_model("granite", tmp_path / "g")), dtype="float64")
     mixers = [m for m in runner.model.modules() if type(m).__name__.endswith("MambaLayer")]
     assert mixers and all(m.chunk_size == 16 for m in mixers)  # the model's own, below 64
-    prompt = _tokens(random.Random(9), 150)
+    prompt = tokens(random.Random(9), 150)
 
     def logits() -> torch.Tensor:
         return runner.prefill(runner.new_buffer(1, len(prompt) + 1), prompt)
@@ -225,7 +212,7 @@ async def test_bfloat16_pins_survive_a_restart(make_engine, tmp_path: Path) -> N
     the answer after a restart is the answer before it, from the same pinned prefix."""
     runner = ModelRunner.load(str(save_hybrid_model("qwen3_5", tmp_path / "q")), dtype="bfloat16")
     rng = random.Random(13)
-    house, prompt_tail = _tokens(rng, 40), _tokens(rng, 6)
+    house, prompt_tail = tokens(rng, 40), tokens(rng, 6)
     config = {"chunk_tokens": 16, "prefix_store": tmp_path / "store"}
     first = make_engine(runner=runner, **config)
     await first.pin("house", house)

@@ -22,6 +22,7 @@ from hearth_engine.runner import ModelRunner
 from hearth_engine.sampling import SamplingParams
 
 from .sliding_model import WINDOW, save_sliding_model
+from .warm_cold import generate_both, tokens
 
 LONG = SamplingParams(max_tokens=2 * WINDOW + 4)  # a decode that slides past two windows
 
@@ -41,10 +42,6 @@ def sliding32(sliding_folder: Path) -> ModelRunner:
     return ModelRunner.load(str(sliding_folder), dtype="float32")
 
 
-def _tokens(rng: random.Random, n: int) -> list[int]:
-    return [rng.randrange(3, 1000) for _ in range(n)]
-
-
 def test_the_model_loads_with_its_window(sliding64: ModelRunner) -> None:
     assert sliding64.layout.sliding == (0, 2, 3)
     assert sliding64.layout.window == WINDOW
@@ -60,7 +57,7 @@ def test_a_cold_run_equals_transformers_own_forward(
     reference = AutoModelForCausalLM.from_pretrained(
         sliding_folder, dtype=torch.float64, attn_implementation="eager"
     )
-    prompt = _tokens(random.Random(5), 3 * WINDOW + 1)
+    prompt = tokens(random.Random(5), 3 * WINDOW + 1)
     with torch.no_grad():
         out = reference.generate(
             torch.tensor([prompt]), max_new_tokens=2 * WINDOW, do_sample=False, eos_token_id=None
@@ -87,24 +84,20 @@ async def test_greedy_with_cache_hits_equals_cold_runs(
     hits = decoded_hits = 0
     for shared_len in lengths:
         for suffix_len in (1, WINDOW, WINDOW + 2):
-            shared = _tokens(rng, shared_len)
-            first = shared + _tokens(rng, rng.randint(1, 2 * WINDOW))
-            second = shared + _tokens(rng, suffix_len)
+            shared = tokens(rng, shared_len)
+            first = shared + tokens(rng, rng.randint(1, 2 * WINDOW))
+            second = shared + tokens(rng, suffix_len)
             _, first_ids, first_fin = await warm.generate(first, LONG)
-            _, warm_ids, fin = await warm.generate(second, LONG)
-            _, cold_ids, _ = await cold.generate(second, LONG)
+            _, fin = await generate_both(warm, cold, second, LONG)
             assert fin.stats.cached_tokens >= shared_len - 1
-            assert warm_ids == cold_ids, (shared_len, suffix_len)
             hits += fin.stats.cached_tokens
             # The next turn hits KV made one token at a time while decoding. (A token
             # event can carry several tokens' text, then ``first_ids`` misses some.)
-            follow = first + first_ids + _tokens(rng, 3)
-            _, warm_ids, fin = await warm.generate(follow, LONG)
-            _, cold_ids, _ = await cold.generate(follow, LONG)
+            follow = first + first_ids + tokens(rng, 3)
+            _, fin = await generate_both(warm, cold, follow, LONG)
             if len(first_ids) == first_fin.stats.completion_tokens:
                 assert fin.stats.cached_tokens >= len(first) + len(first_ids) - 1
                 decoded_hits += 1
-            assert warm_ids == cold_ids, ("follow", shared_len, suffix_len)
     assert hits > 0
     assert decoded_hits >= 3
 
@@ -116,12 +109,12 @@ async def test_pinned_prefixes_longer_than_the_window_in_one_batch(
     engine = make_engine(runner=sliding64, chunk_tokens=16)
     cold = make_engine(runner=sliding64, cache_mode=CacheMode.NONE)
     rng = random.Random(7)
-    houses = [_tokens(rng, n) for n in (5 * WINDOW + 3, 3 * WINDOW)]
+    houses = [tokens(rng, n) for n in (5 * WINDOW + 3, 3 * WINDOW)]
     for n, house in enumerate(houses):
         await engine.pin(f"house{n}", house)
     suffixes = (1, WINDOW - 1, WINDOW + 1, 2 * WINDOW + 5, 3)
-    prompts = [houses[i % 2] + _tokens(rng, n) for i, n in enumerate(suffixes)]
-    prompts.append(_tokens(rng, 3 * WINDOW))
+    prompts = [houses[i % 2] + tokens(rng, n) for i, n in enumerate(suffixes)]
+    prompts.append(tokens(rng, 3 * WINDOW))
     together = await asyncio.gather(*(engine.generate(p, LONG) for p in prompts))
     alone = [(await cold.generate(p, LONG))[1] for p in prompts]
     assert [fin.stats.cached_tokens for _, _, fin in together][:5] == [
@@ -153,9 +146,9 @@ def test_float32_prefix_logits_equal_a_cold_prefill(
     sliding32: ModelRunner, shared: int, suffix: int
 ) -> None:
     """In float32 a cache hit moves the logits by float32 rounding only (1e-4 at most)."""
-    tokens = _tokens(random.Random(shared * 100 + suffix), shared + suffix)
-    expected = _logits(sliding32, tokens, [len(tokens)])
-    got = _logits(sliding32, tokens, [suffix], shared=shared)
+    ids = tokens(random.Random(shared * 100 + suffix), shared + suffix)
+    expected = _logits(sliding32, ids, [len(ids)])
+    got = _logits(sliding32, ids, [suffix], shared=shared)
     assert float((got - expected).abs().max()) <= 1e-4
     assert int(got.argmax()) == int(expected.argmax())
 
@@ -166,14 +159,12 @@ async def test_float32_pinned_decode_equals_cold(make_engine, sliding32: ModelRu
     cold = make_engine(runner=sliding32, cache_mode=CacheMode.NONE)
     assert engine.kv.share_prefix is True
     rng = random.Random(3)
-    house = _tokens(rng, 4 * WINDOW + 1)
+    house = tokens(rng, 4 * WINDOW + 1)
     await engine.pin("house", house)
     for suffix in (1, WINDOW, WINDOW + 5):
-        prompt = house + _tokens(rng, suffix)
-        _, warm_ids, fin = await engine.generate(prompt, LONG)
-        _, cold_ids, _ = await cold.generate(prompt, LONG)
+        prompt = house + tokens(rng, suffix)
+        _, fin = await generate_both(engine, cold, prompt, LONG)
         assert fin.stats.cached_tokens == len(house)
-        assert warm_ids == cold_ids
 
 
 def test_bfloat16_passes_the_self_test(sliding_folder: Path) -> None:
@@ -267,7 +258,7 @@ def test_the_store_keeps_only_the_window_of_sliding_layers(tmp_path: Path) -> No
     assert PrefixStore(tmp_path).load("ns", tokens) is None
 
 
-def test_a_short_prefix_keeps_all_its_tokens(tmp_path: Path) -> None:
+def test_a_short_prefix_keeps_all_itstokens(tmp_path: Path) -> None:
     from hearth_engine.store import PrefixStore
 
     kv = torch.randn(4, 2, 2, 5, 4)
@@ -296,7 +287,7 @@ async def test_a_restored_windowed_pin_serves_exactly_at_its_end_only(
     So does a prompt whose path shares the pin's head and leaves it with a short tail
     (it once read the zeros the tree shares along that head)."""
     rng = random.Random(11)
-    house = _tokens(rng, 6 * WINDOW + 5)
+    house = tokens(rng, 6 * WINDOW + 5)
     config = {"chunk_tokens": 16, "prefix_store": tmp_path, "share_prefix": share_prefix}
     first = make_engine(runner=sliding64, **config)
     assert not (await first.pin("house", house)).restored
@@ -310,25 +301,19 @@ async def test_a_restored_windowed_pin_serves_exactly_at_its_end_only(
     assert second.pin_status("house")["restored"] is True
     cold = make_engine(runner=sliding64, cache_mode=CacheMode.NONE)
     for suffix in (1, WINDOW - 1, WINDOW + 3):
-        prompt = house + _tokens(rng, suffix)
-        _, warm_ids, fin = await second.generate(prompt, LONG)
-        _, cold_ids, _ = await cold.generate(prompt, LONG)
+        prompt = house + tokens(rng, suffix)
+        _, fin = await generate_both(second, cold, prompt, LONG)
         assert fin.stats.cached_tokens == len(house)
-        assert warm_ids == cold_ids
     for cut in (WINDOW // 2, 3 * WINDOW, len(house) - 2, len(house) - 1):
-        prompt = house[:cut] + _tokens(rng, WINDOW)
-        _, warm_ids, fin = await second.generate(prompt, LONG)
-        _, cold_ids, _ = await cold.generate(prompt, LONG)
-        assert warm_ids == cold_ids
+        prompt = house[:cut] + tokens(rng, WINDOW)
+        _, fin = await generate_both(second, cold, prompt, LONG)
         # The token after ``len - 1`` sees only the window the store kept: it resumes.
         assert fin.stats.cached_tokens == (cut if cut == len(house) - 1 else 0)
     for cut, tail in ((len(house) - WINDOW + 2, 2), (len(house) - 2 * WINDOW, 3)):
-        other = house[:cut] + _tokens(rng, tail)
+        other = house[:cut] + tokens(rng, tail)
         await second.pin("other", other)
-        prompt = other + _tokens(rng, 3)
-        _, warm_ids, fin = await second.generate(prompt, LONG)
-        _, cold_ids, _ = await cold.generate(prompt, LONG)
-        assert warm_ids == cold_ids
+        prompt = other + tokens(rng, 3)
+        _, fin = await generate_both(second, cold, prompt, LONG)
         assert fin.stats.cached_tokens == 0
     # A pin inside the restored one is served, but never saved from the zeros.
     await second.pin("porch", house[: 3 * WINDOW])
