@@ -102,6 +102,9 @@ def _norm_of(module: torch.nn.Module) -> tuple[torch.Tensor, float]:
     return module.weight.detach(), float(eps)
 
 
+_FUSED_DTYPES = (torch.bfloat16, torch.float32)  # what layer_ops.cpp takes
+
+
 def _fused(x: torch.Tensor) -> Any:
     """The native kernels when they can take ``x``'s operation in one call, else ``None``.
 
@@ -110,9 +113,6 @@ def _fused(x: torch.Tensor) -> Any:
     if torch.compiler.is_compiling() or x.dtype not in _FUSED_DTYPES or x.device.type != "cpu":
         return None
     return native.module()
-
-
-_FUSED_DTYPES = (torch.bfloat16, torch.float32)
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:

@@ -76,11 +76,11 @@ def enabled() -> bool:
     return os.environ.get(ENV_SWITCH, "1") not in {"0", "false", "off", "no"}
 
 
-def build_dir(root: Path | None = None) -> Path:
+def build_dir() -> Path:
     """``~/.cache/hearth/kernels/<torch>-<host key>-<source hash>``."""
     from .compiled import cache_key  # compiled imports attention, which imports this
 
-    base = root if root is not None else _cache_root() / "kernels"
+    base = _cache_root() / "kernels"
     digest = hashlib.sha256(" ".join(CFLAGS).encode())
     for path in (*SOURCES, KERNELS / "hearth_native.h"):
         digest.update(path.read_bytes())

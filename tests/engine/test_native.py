@@ -18,6 +18,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -69,36 +70,53 @@ def reference(
     return out
 
 
+@dataclass(frozen=True)
+class Shape:
+    """One decode step's attention: ``rows`` rows of ``kv_heads * groups`` query heads of
+    ``head`` values, ``own`` tokens of working KV each (some padded out when ``padded``),
+    and prefix parts of ``part_lengths`` tokens (some read by a subset of the rows when
+    ``subsets``)."""
+
+    seed: int = 0
+    dtype: torch.dtype = torch.float32
+    rows: int = 1
+    kv_heads: int = 1
+    groups: int = 2
+    head: int = 64
+    own: int = 8
+    part_lengths: tuple[int, ...] = ()
+    padded: bool = False
+    subsets: bool = False
+
+
 def random_case(
-    seed: int,
-    dtype: torch.dtype,
-    rows: int,
-    kv_heads: int,
-    groups: int,
-    head: int,
-    own: int,
-    part_lengths: list[int],
-    padded: bool,
-    subsets: bool,
+    shape: Shape,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None, list[PrefixPart]]:
-    gen = torch.Generator().manual_seed(seed)
+    dtype, rows, kv_heads, head, own = (
+        shape.dtype,
+        shape.rows,
+        shape.kv_heads,
+        shape.head,
+        shape.own,
+    )
+    gen = torch.Generator().manual_seed(shape.seed)
 
     def rand(*shape: int) -> torch.Tensor:
         return torch.randn(*shape, generator=gen).to(dtype)
 
     layers = 2
-    query = rand(rows, kv_heads * groups, 1, head)
+    query = rand(rows, kv_heads * shape.groups, 1, head)
     # The working buffer as the engine has it: [L, 2, B, H, cap, D], narrowed to ``own``.
     buffer = rand(layers, 2, rows, kv_heads, own + 5, head)[..., :own, :]
     keep = None
-    if padded:
+    if shape.padded:
         keep = torch.rand(rows, own, generator=gen) < 0.7
         keep[:, -1] = True  # a row always sees its own new token
     parts = []
-    for i, length in enumerate(part_lengths):
+    for i, length in enumerate(shape.part_lengths):
         segment = rand(layers, 2, kv_heads, length, head)
         readers = None
-        if subsets and i % 2 == 1 and rows > 1:
+        if shape.subsets and i % 2 == 1 and rows > 1:
             readers = torch.tensor(sorted({0, rows - 1} if i % 4 == 1 else {rows - 1}))
         parts.append(PrefixPart(segment, readers))
     return query, buffer[1, 0], buffer[1, 1], keep, parts
@@ -133,40 +151,29 @@ TOLERANCE = {torch.float32: 2e-6, torch.bfloat16: 2**-7, torch.float16: 2**-10}
 
 @settings(max_examples=40, deadline=None)
 @given(
-    seed=st.integers(0, 2**31),
-    dtype=st.sampled_from([torch.float32, torch.bfloat16, torch.float16]),
-    rows=st.integers(1, 4),
-    kv_heads=st.integers(1, 3),
-    groups=st.sampled_from([1, 3, 4]),
-    head=st.sampled_from([32, 64, 128]),
-    own=st.integers(1, 300),
-    part_lengths=st.lists(st.integers(1, 700), max_size=3),
-    padded=st.booleans(),
-    subsets=st.booleans(),
-)
-def test_the_kernel_equals_float64_attention(
-    kernels: object,
-    seed: int,
-    dtype: torch.dtype,
-    rows: int,
-    kv_heads: int,
-    groups: int,
-    head: int,
-    own: int,
-    part_lengths: list[int],
-    padded: bool,
-    subsets: bool,
-) -> None:
-    case = random_case(
-        seed, dtype, rows, kv_heads, groups, head, own, part_lengths, padded, subsets
+    shape=st.builds(
+        Shape,
+        seed=st.integers(0, 2**31),
+        dtype=st.sampled_from([torch.float32, torch.bfloat16, torch.float16]),
+        rows=st.integers(1, 4),
+        kv_heads=st.integers(1, 3),
+        groups=st.sampled_from([1, 3, 4]),
+        head=st.sampled_from([32, 64, 128]),
+        own=st.integers(1, 300),
+        part_lengths=st.lists(st.integers(1, 700), max_size=3).map(tuple),
+        padded=st.booleans(),
+        subsets=st.booleans(),
     )
-    query, own_k, own_v, keep, parts = case
-    scale = head**-0.5
+)
+def test_the_kernel_equals_float64_attention(kernels: object, shape: Shape) -> None:
+    query, own_k, own_v, keep, parts = random_case(shape)
+    scale = shape.head**-0.5
     got = native_call(kernels, query, own_k, own_v, keep, parts, scale)
-    assert got.dtype == dtype and got.shape == (rows, kv_heads * groups, head)
+    assert got.dtype == shape.dtype
+    assert got.shape == (shape.rows, shape.kv_heads * shape.groups, shape.head)
     want = reference(query, own_k, own_v, keep, parts, 1, scale)
     err = (got.double() - want).abs()
-    assert float((err - TOLERANCE[dtype] * (want.abs() + 1)).max()) <= 0
+    assert float((err - TOLERANCE[shape.dtype] * (want.abs() + 1)).max()) <= 0
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -176,9 +183,8 @@ def test_a_decode_step_through_attention_py_uses_the_kernel_and_agrees_with_torc
     """``merged_attention`` and ``plain_attention`` (what both forwards call) take the
     kernel for one-token steps; paused, the torch path gives the same up to rounding,
     and the kernel is closer to float64 (it rounds once)."""
-    query, own_k, own_v, keep, parts = random_case(
-        7, dtype, 3, 3, 3, 64, 40, [1000, 37], True, True
-    )
+    shape = Shape(7, dtype, 3, 3, 3, own=40, part_lengths=(1000, 37), padded=True, subsets=True)
+    query, own_k, own_v, keep, parts = random_case(shape)
     mask = keep[:, None, None, :]
     scale = 0.125
     want = reference(query, own_k, own_v, keep, parts, 1, scale)
@@ -204,9 +210,7 @@ def test_a_call_the_kernel_refuses_falls_back_to_torch_and_logs_once(
 ) -> None:
     """A value the kernel refuses (here keys whose head size differs from the query's)
     is never a failed request: torch serves that call and every later one."""
-    query, own_k, own_v, _keep, _parts = random_case(
-        3, torch.float32, 1, 1, 2, 64, 8, [], False, False
-    )
+    query, own_k, own_v, _keep, _parts = random_case(Shape(seed=3))
     wide = torch.randn(1, 1, 8, 64)
     bad = PrefixPart(torch.randn(2, 2, 1, 5, 32))  # 32-wide prefix keys
     with pytest.raises(RuntimeError, match="head size"):
@@ -328,9 +332,7 @@ def test_a_lock_left_by_a_killed_build_neither_hangs_nor_blocks_the_kernels(
 
 
 def test_prefix_rows_out_of_range_are_refused_not_read(kernels: object) -> None:
-    query, own_k, own_v, _keep, _parts = random_case(
-        4, torch.float32, 2, 1, 2, 64, 8, [], False, False
-    )
+    query, own_k, own_v, _keep, _parts = random_case(Shape(seed=4, rows=2))
     part = PrefixPart(torch.randn(2, 2, 1, 20, 64), torch.tensor([0, 2]))
     with pytest.raises(RuntimeError, match="out of range"):
         native_call(kernels, query, own_k, own_v, None, [part], 0.125)
