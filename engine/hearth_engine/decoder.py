@@ -33,7 +33,7 @@ import torch
 from . import attention, native
 from .attention import PrefixPart
 from .kv import KVBuffer
-from .linear import FrozenLinear, Quantization, fuse
+from .linear import FrozenLinear, Quantization, fuse, tiles_fit
 from .loader import sliding_layers
 
 _LOGGER = logging.getLogger(__name__)
@@ -79,6 +79,16 @@ class _Layer:
     down: FrozenLinear
 
 
+def _layer_linears(model: Any) -> list[torch.nn.Linear]:
+    """Every decoder layer's projections."""
+    linears = []
+    for layer in model.model.layers:
+        attn, mlp = layer.self_attn, layer.mlp
+        linears += [attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj]
+        linears += [mlp.gate_proj, mlp.up_proj, mlp.down_proj]
+    return linears
+
+
 def _release_linears(model: Any) -> None:
     """Drop transformers' copies of the weights the lean forward now holds its own way.
 
@@ -87,12 +97,8 @@ def _release_linears(model: Any) -> None:
     embedding stays (also when the output layer shares it).
     """
     embed = model.model.embed_tokens.weight
-    linears = [model.lm_head] if model.lm_head.weight is not embed else []
-    for layer in model.model.layers:
-        attn, mlp = layer.self_attn, layer.mlp
-        linears += [attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj]
-        linears += [mlp.gate_proj, mlp.up_proj, mlp.down_proj]
-    for linear in linears:
+    head = [model.lm_head] if model.lm_head.weight is not embed else []
+    for linear in head + _layer_linears(model):
         empty = torch.empty(0, dtype=linear.weight.dtype, device=linear.weight.device)
         linear.weight = torch.nn.Parameter(empty, requires_grad=False)
 
@@ -157,15 +163,22 @@ class LeanDecoder:
         self.embed = inner.embed_tokens
         self.rotary = inner.rotary_emb
         self.norm, self.norm_eps = _norm_of(inner.norm)
-        self.lm_head = fuse([model.lm_head], quantization)
-        self.layers = [self._layer(layer, quantization) for layer in inner.layers]
+        weights = [m.weight for m in (model.lm_head, *_layer_linears(model))]
+        tiled = tiles_fit(weights, model.lm_head.weight.device)
+        self.lm_head = fuse([model.lm_head], quantization, tiled)
+        self.layers = [self._layer(layer, quantization, tiled) for layer in inner.layers]
         self.quantization = quantization
         _release_linears(model)
         kinds = sorted({layer.qkv.kind for layer in self.layers})
-        _LOGGER.info("Lean forward: %d layers, %s linears", len(self.layers), "/".join(kinds))
+        _LOGGER.info(
+            "Lean forward: %d layers, %s linears%s",
+            len(self.layers),
+            "/".join(kinds),
+            ", decode tiles" if tiled else "",
+        )
 
     @staticmethod
-    def _layer(layer: Any, quantization: Quantization) -> _Layer:
+    def _layer(layer: Any, quantization: Quantization, tiled: bool) -> _Layer:
         attn, mlp = layer.self_attn, layer.mlp
         q_norm = _norm_of(attn.q_norm) if hasattr(attn, "q_norm") else None
         k_norm = _norm_of(attn.k_norm) if hasattr(attn, "k_norm") else None
@@ -174,14 +187,14 @@ class LeanDecoder:
         return _Layer(
             in_norm=in_norm,
             in_eps=in_eps,
-            qkv=fuse([attn.q_proj, attn.k_proj, attn.v_proj], quantization),
+            qkv=fuse([attn.q_proj, attn.k_proj, attn.v_proj], quantization, tiled),
             q_norm=q_norm,
             k_norm=k_norm,
-            o=fuse([attn.o_proj], quantization),
+            o=fuse([attn.o_proj], quantization, tiled),
             post_norm=post_norm,
             post_eps=post_eps,
-            gate_up=fuse([mlp.gate_proj, mlp.up_proj], quantization),
-            down=fuse([mlp.down_proj], quantization),
+            gate_up=fuse([mlp.gate_proj, mlp.up_proj], quantization, tiled),
+            down=fuse([mlp.down_proj], quantization, tiled),
         )
 
     def linears(self) -> list[FrozenLinear]:

@@ -27,50 +27,16 @@
 #include <cstring>
 #include <vector>
 
+#include "vec.h"
+
 namespace {
 
 constexpr int64_t kSlice = 256;         // keys per work item, at most
 constexpr int64_t kSerialPairs = 4096;  // fewer key-query pairs in a step: no threads
 
-// 16 float32 lanes (one AVX-512 register; two AVX2 or four NEON ones, the compiler's
-// choice), 16 int32 lanes (masks, indices), and 16 bfloat16 / float16 bit patterns.
-typedef float f16v __attribute__((vector_size(64)));
-typedef int32_t i16v __attribute__((vector_size(64)));
-typedef uint32_t u16v __attribute__((vector_size(64)));
-typedef uint16_t h16v __attribute__((vector_size(32)));
+using namespace hearth::vec;  // NOLINT(build/namespaces): the kernels' vocabulary
 
-#if defined(__clang__)
-#define HEARTH_SHUFFLE(a, b, ...) __builtin_shufflevector(a, b, __VA_ARGS__)
-#else
-#define HEARTH_SHUFFLE(a, b, ...) __builtin_shuffle(a, b, (i16v){__VA_ARGS__})
-#endif
-
-constexpr int kLanes = 16;
 constexpr float kNoScore = -1e30f;
-
-inline f16v load(const float* p) {
-  f16v v;
-  std::memcpy(&v, p, sizeof(v));
-  return v;
-}
-inline void store(float* p, f16v v) { std::memcpy(p, &v, sizeof(v)); }
-inline f16v splat(float x) { return f16v{} + x; }
-
-// 16 consecutive elements as float32.
-inline f16v load16(const float* p) { return load(p); }
-inline f16v load16(const c10::Half* p) {
-  f16v out;
-  for (int i = 0; i < kLanes; ++i) out[i] = static_cast<float>(p[i]);
-  return out;
-}
-inline f16v load16(const c10::BFloat16* p) {  // a bfloat16 is the top half of a float32
-  h16v raw;
-  std::memcpy(&raw, p, sizeof(raw));
-  u16v wide = __builtin_convertvector(raw, u16v) << 16;
-  f16v out;
-  std::memcpy(&out, &wide, sizeof(out));
-  return out;
-}
 
 // exp(x) for x <= 0, 16 lanes (Cephes' polynomial, about 1 ulp); below -87 clamps.
 inline f16v exp16(f16v x) {
@@ -90,48 +56,6 @@ inline f16v exp16(f16v x) {
   std::memcpy(&scale, &bits, sizeof(scale));
   return y * scale;
 }
-
-inline float hmax(f16v v) {
-  float m = v[0];
-  for (int i = 1; i < kLanes; ++i) m = std::max(m, v[i]);
-  return m;
-}
-inline float hsum(f16v v) {
-  float s = 0;
-  for (int i = 0; i < kLanes; ++i) s += v[i];
-  return s;
-}
-
-// The dot products of a block of 16 keys come out as 16 vectors of partial sums; adding
-// each one's lanes separately would cost a horizontal sum per key. A transpose-add tree
-// does all 16 at once: each step pairs two vectors and adds lanes S apart (S = 8, 4,
-// 2, 1), halving the vector count, until one vector holds the 16 sums.
-#define HEARTH_COMB8(x, y)                                                        \
-  (HEARTH_SHUFFLE(x, y, 0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23) + \
-   HEARTH_SHUFFLE(x, y, 8, 9, 10, 11, 12, 13, 14, 15, 24, 25, 26, 27, 28, 29, 30, 31))
-#define HEARTH_COMB4(x, y)                                                          \
-  (HEARTH_SHUFFLE(x, y, 0, 1, 2, 3, 16, 17, 18, 19, 8, 9, 10, 11, 24, 25, 26, 27) + \
-   HEARTH_SHUFFLE(x, y, 4, 5, 6, 7, 20, 21, 22, 23, 12, 13, 14, 15, 28, 29, 30, 31))
-#define HEARTH_COMB2(x, y)                                                          \
-  (HEARTH_SHUFFLE(x, y, 0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29) + \
-   HEARTH_SHUFFLE(x, y, 2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31))
-#define HEARTH_COMB1(x, y)                                                           \
-  (HEARTH_SHUFFLE(x, y, 0, 16, 2, 18, 4, 20, 6, 22, 8, 24, 10, 26, 12, 28, 14, 30) + \
-   HEARTH_SHUFFLE(x, y, 1, 17, 3, 19, 5, 21, 7, 23, 9, 25, 11, 27, 13, 29, 15, 31))
-
-// Lane j of the result is the sum of the lanes of a[kBitrev[j]] (the tree's pairing
-// leaves the sums in bit-reversed order; run_item stores key j at kBitrev[j]).
-inline f16v sum_lanes(const f16v* a) {
-  f16v b0 = HEARTH_COMB8(a[0], a[1]), b1 = HEARTH_COMB8(a[2], a[3]), b2 = HEARTH_COMB8(a[4], a[5]),
-       b3 = HEARTH_COMB8(a[6], a[7]);
-  f16v b4 = HEARTH_COMB8(a[8], a[9]), b5 = HEARTH_COMB8(a[10], a[11]),
-       b6 = HEARTH_COMB8(a[12], a[13]), b7 = HEARTH_COMB8(a[14], a[15]);
-  f16v c0 = HEARTH_COMB4(b0, b1), c1 = HEARTH_COMB4(b2, b3), c2 = HEARTH_COMB4(b4, b5),
-       c3 = HEARTH_COMB4(b6, b7);
-  f16v d0 = HEARTH_COMB2(c0, c1), d1 = HEARTH_COMB2(c2, c3);
-  return HEARTH_COMB1(d0, d1);
-}
-constexpr int kBitrev[16] = {0, 8, 4, 12, 2, 10, 6, 14, 1, 9, 5, 13, 3, 11, 7, 15};
 
 template <typename T>
 struct Item {

@@ -17,6 +17,15 @@ at::Tensor decode_attention(const at::Tensor& query, const at::Tensor& own_k,
                             const std::vector<at::Tensor>& part_v,
                             const std::vector<at::Tensor>& part_rows, double scale);
 
+// decode_linear.cpp: a linear for a decode step's few rows, from weights re-laid out
+// once. tile_weight: weight [N, K] (bfloat16, float32 or int8) as tiles of 16 features.
+// tiled_linear: y = x W^T (+ bias) for x [..., K] with at most 16 rows, in x's dtype;
+// int8 tiles take scales [N] (W = q * scales[:, None]); bias [N].
+at::Tensor tile_weight(const at::Tensor& weight);
+at::Tensor tiled_linear(const at::Tensor& x, const at::Tensor& tiles, int64_t out_features,
+                        const c10::optional<at::Tensor>& scales,
+                        const c10::optional<at::Tensor>& bias);
+
 // layer_ops.cpp: the small per-layer operations of a decode step, fused.
 // transformers' Llama RMSNorm: normalise in float32, round to x's dtype, scale by weight.
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps);
