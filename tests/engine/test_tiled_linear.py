@@ -76,15 +76,19 @@ def test_the_tiles_equal_a_float64_linear(
     assert bool(((got.double() - want).abs() <= bound).all())
 
 
-def test_frozen_linear_takes_the_tiles_for_decode_rows_only(kernels: object) -> None:
+@pytest.mark.parametrize("quantization", list(Quantization))
+def test_frozen_linear_takes_the_tiles_for_decode_rows_only(
+    kernels: object, quantization: Quantization
+) -> None:
     """Up to TILED_MAX_ROWS rows go to the tiles (the same values as torch's kernels up to
     the sums' order); a prefill chunk goes to torch's (bit for bit what it gives with
-    the kernels paused)."""
+    the kernels paused). int8 weights are tiled as int8."""
     gen = torch.Generator().manual_seed(1)
     weight = torch.randn(100, 64, generator=gen).to(torch.bfloat16)
     bias = torch.randn(100, generator=gen).to(torch.bfloat16)
-    layer = FrozenLinear(weight, bias, Quantization.NONE, tiled=True)
+    layer = FrozenLinear(weight, bias, quantization, tiled=True)
     assert layer.tiles is not None
+    assert layer.tiles.dtype == (torch.int8 if quantization == Quantization.INT8 else weight.dtype)
     for rows in (1, 4, linear.TILED_MAX_ROWS, linear.TILED_MAX_ROWS + 1, 64):
         x = torch.randn(rows, 1, 64, generator=gen).to(torch.bfloat16)
         fast = layer(x)
@@ -94,7 +98,7 @@ def test_frozen_linear_takes_the_tiles_for_decode_rows_only(kernels: object) -> 
             assert torch.equal(fast, slow)
         else:
             torch.testing.assert_close(fast.float(), slow.float(), atol=0.05, rtol=2**-7)
-    assert FrozenLinear(weight, bias, Quantization.NONE).tiles is None  # not asked for
+    assert FrozenLinear(weight, bias, quantization).tiles is None  # not asked for
 
 
 def test_a_call_the_tiles_refuse_is_computed_by_torch(

@@ -11,6 +11,10 @@
 #include <cstdint>
 #include <cstring>
 
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
 namespace hearth::vec {
 
 // 16 float32 lanes, 16 int32 lanes (masks, indices), 16 bfloat16 / float16 bit patterns.
@@ -43,10 +47,17 @@ inline f16v load16(const c10::Half* p) {
   return out;
 }
 inline f16v load16(const int8_t* p) {
-  typedef int8_t b16v __attribute__((vector_size(16)));
-  b16v raw;
-  std::memcpy(&raw, p, sizeof(raw));
-  return __builtin_convertvector(raw, f16v);
+#if defined(__AVX512F__)  // GCC 13 turns the generic widening below into scalar code
+  const __m512 wide = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(
+      reinterpret_cast<const __m128i*>(p))));
+  f16v out;
+  std::memcpy(&out, &wide, sizeof(out));
+  return out;
+#else
+  f16v out;
+  for (int i = 0; i < kLanes; ++i) out[i] = static_cast<float>(p[i]);
+  return out;
+#endif
 }
 inline f16v load16(const c10::BFloat16* p) {  // a bfloat16 is the top half of a float32
   h16v raw;
