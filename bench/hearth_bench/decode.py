@@ -184,7 +184,9 @@ async def pinned_context(engine: Engine, tokens: list[int]) -> tuple[torch.Tenso
     match = engine.kv.cache.match(engine.namespace, tokens)
     if match.length != len(tokens):
         raise RuntimeError("the pinned context is not in the cache")
-    segment = torch.cat([payload[:, :, :, :used] for payload, used in match.segments], dim=3)
+    segment = await engine.on_worker(  # torch work on the worker only (see measure_context)
+        lambda: torch.cat([payload[:, :, :, :used] for payload, used in match.segments], dim=3)
+    )
     if status.prefill_ms <= 0:
         raise RuntimeError("the context was already cached: its prefill was not timed")
     return segment, len(tokens) / (status.prefill_ms / 1000)
@@ -263,17 +265,24 @@ async def measure_context(
     room = WARMUP_STEPS + plan.steps + 1
     rows = []
     for batch, attention in itertools.product(plan.batches, plan.attentions):
-        with attention_mode(attention):
-            buffer = copied_buffer(runner, segment, batch, room)
-            own = time_steps(runner, buffer, context, plan.steps, (), rng)
-            del buffer
-            shared: list[float] = []
-            if runner.shares_prefix:
-                first = random_tokens(rng, 1, vocab)[0]
-                buffer = shared_buffer(runner, segment, batch, room, first)
-                parts = [PrefixPart(segment)]
-                shared = time_steps(runner, buffer, context + 1, plan.steps, parts, rng)
+
+        def measure(
+            batch: int = batch, attention: str = attention
+        ) -> tuple[list[float], list[float]]:
+            with attention_mode(attention):
+                buffer = copied_buffer(runner, segment, batch, room)
+                own = time_steps(runner, buffer, context, plan.steps, (), rng)
                 del buffer
+                shared: list[float] = []
+                if runner.shares_prefix:
+                    first = random_tokens(rng, 1, vocab)[0]
+                    buffer = shared_buffer(runner, segment, batch, room, first)
+                    parts = [PrefixPart(segment)]
+                    shared = time_steps(runner, buffer, context + 1, plan.steps, parts, rng)
+            return own, shared
+
+        # On the engine's worker, as serving runs (see hardware.on_passing_thread).
+        own, shared = await engine.on_worker(measure)
         first = batch == 1 and attention == plan.attentions[0]  # the engine's own request
         p50, p90 = _p50_p90(own)
         shared_p50, shared_p90 = _p50_p90(shared)
@@ -297,11 +306,13 @@ async def measure_context(
 async def measure_model(
     engine: Engine, model: str, dtype: str, threads: int, plan: Plan
 ) -> list[dict[str, Any]]:
-    masks = mask_costs(engine, plan.batches)
+    masks = await engine.on_worker(lambda: mask_costs(engine, plan.batches))
     overhead = {}
     for attention in plan.attentions:
         with attention_mode(attention):
-            overhead[attention] = round(overhead_ms(engine.runner), 2)
+            overhead[attention] = round(
+                await engine.on_worker(lambda: overhead_ms(engine.runner)), 2
+            )
     print(f"  per-token overhead (the step's skeleton, see overhead.py): {overhead} ms")
     rows = []
     for context in plan.contexts:

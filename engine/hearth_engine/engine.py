@@ -34,6 +34,7 @@ from .cache import CacheFullError, Match, PinTooLargeError, common_prefix
 from .config import CacheMode, EngineConfig, default_kv_budget
 from .constraints.mask import Constraint, Masker
 from .detok import TextStream
+from .hardware import on_passing_thread, set_threads, tune_cpu_allocator
 from .kv_manager import KVManager
 from .output import Counters, OutputProcessor
 from .pins import PinManager, PinStatus
@@ -116,23 +117,27 @@ class Engine:
 
     @classmethod
     def load(cls, config: EngineConfig) -> Engine:
-        from .hardware import set_threads, tune_cpu_allocator
-
+        """Load the model and build the engine (on a passing thread: see
+        ``hardware.on_passing_thread``; the caller's thread runs no torch work)."""
         tune_cpu_allocator()
-        set_threads(config.threads)
-        runner = ModelRunner.load(
-            config.model,
-            config.device,
-            config.dtype,
-            config.quantize,
-            config.forward,
-            compile_mode=config.compile,
-        )
-        return cls(config, runner)
+        set_threads(config.threads)  # process-wide: the threads started later take it up
+
+        def build() -> Engine:
+            runner = ModelRunner.load(
+                config.model,
+                config.device,
+                config.dtype,
+                config.quantize,
+                config.forward,
+                compile_mode=config.compile,
+            )
+            return cls(config, runner)
+
+        return on_passing_thread(build)
 
     def start(self) -> None:
-        """Restore stored pins, then start the worker thread."""
-        self.pins.restore_all()
+        """Restore stored pins (on a passing thread), then start the worker thread."""
+        on_passing_thread(self.pins.restore_all)
         self._thread.start()
 
     async def shutdown(self, grace_s: float = 10.0) -> None:
@@ -300,6 +305,11 @@ class Engine:
         ``unpin``'s release, say), so counters read afterwards include them."""
         await self._call(lambda: None)
 
+    async def on_worker(self, run: Callable[[], T]) -> T:
+        """Run ``run`` on the worker thread and await its result (benchmarks: torch work
+        on one thread, as in serving; see ``hardware.on_passing_thread``)."""
+        return await self._call(run)
+
     async def _call(self, run: Callable[[], T]) -> T:
         """Run ``run`` on the worker thread and await its result (bounded waits)."""
         self._check_alive()
@@ -308,9 +318,10 @@ class Engine:
             lambda: result.set_result(run()),
             fail=lambda message: result.set_exception(EngineFailedError(message)),
         )
+        waiting = asyncio.wrap_future(result)
         while True:
-            try:
-                return await asyncio.wait_for(asyncio.wrap_future(result), LIVENESS_S)
+            try:  # shielded: a check that times out must not cancel the call
+                return await asyncio.wait_for(asyncio.shield(waiting), LIVENESS_S)
             except TimeoutError:
                 self._check_alive()
 

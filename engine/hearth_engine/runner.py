@@ -178,6 +178,10 @@ class ModelRunner:
         dt = pick_dtype(dev, dtype)
         started = time.monotonic()
         loaded = load_model(spec, dev, dt)
+        if dev.type == "cpu":
+            # Hearth's C++ kernels (native.py): loaded now when built, so that the lean
+            # forward prepares its decode tiles (linear.py); else built in the background.
+            native.prepare()
         mode = CompileMode(compile_mode)
         runner = cls(loaded, dev, dt, Quantization(quantize), Forward(forward), compile_mode=mode)
         _LOGGER.info(
@@ -189,8 +193,6 @@ class ModelRunner:
             quantize,
             time.monotonic() - started,
         )
-        if dev.type == "cpu":
-            native.prepare()  # the C++ decode attention (native.py)
         runner.start_compile()
         return runner
 

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 
 from hearth_engine import linear, native
 from hearth_engine.linear import FrozenLinear, Quantization
+from hearth_engine.runner import ModelRunner
 
 
 @pytest.fixture(scope="module")
@@ -144,3 +145,11 @@ def test_tiles_are_skipped_where_the_copy_would_not_fit(
     with caplog.at_level(logging.WARNING, logger="hearth_engine.linear"):
         assert not linear.tiles_fit(weights, torch.device("cpu"))
     assert "Decode tiles skipped" in caplog.text
+
+
+def test_a_loaded_runner_decodes_with_tiles(kernels: object) -> None:
+    """The kernels are loaded before the lean forward is built, so its linears get their
+    tiles (built the other way round, a runner would decode without them)."""
+    runner = ModelRunner.load("tiny", dtype="float32")
+    assert runner.lean is not None
+    assert all(linear.tiles is not None for linear in runner.lean.linears())
