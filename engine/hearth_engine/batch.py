@@ -105,13 +105,34 @@ class DecodeBatch:
 
     def step(self, token_ids: list[int]) -> torch.Tensor:
         """Feed one token per row (in ``rows`` order); returns logits [B, V]."""
+        buffer, positions, mask = self._inputs()
+        logits = self.runner.decode(buffer, token_ids, positions, mask, self.parts)
+        for seq in self.rows:
+            seq.kv_len += 1
+        return logits
+
+    def mixed_step(
+        self, token_ids: list[int], chunk: Sequence, chunk_ids: list[int]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``step`` and the next prefill chunk of ``chunk`` (not a row) in one forward
+        (``ModelRunner.mixed``); the rows' logits [B, V] and the chunk's last [V]. The
+        caller advances ``chunk``."""
+        buffer, positions, mask = self._inputs()
+        assert chunk.kv is not None
+        assert chunk.kv is not buffer
+        logits, chunk_logits = self.runner.mixed(
+            buffer, token_ids, positions, mask, self.parts, chunk.kv, chunk_ids, chunk.shared
+        )
+        for seq in self.rows:
+            seq.kv_len += 1
+        return logits, chunk_logits
+
+    def _inputs(self) -> tuple[KVBuffer, list[int], torch.Tensor | None]:
+        """The buffer (grown when full), the rows' positions and the padding mask."""
         assert self.buffer is not None
         if self.buffer.length + 1 > self.buffer.capacity:
             self._rebuild(self.rows)
         buffer = self.buffer
         positions = [seq.kv_len for seq in self.rows]
         mask = None if self._mask is None else self._mask[:, : buffer.length + 1]
-        logits = self.runner.decode(buffer, token_ids, positions, mask, self.parts)
-        for seq in self.rows:
-            seq.kv_len += 1
-        return logits
+        return buffer, positions, mask

@@ -228,6 +228,50 @@ class LeanDecoder:
 
         return self.step_graph(ids, positions, attend)
 
+    def forward_mixed(  # noqa: PLR0917 - two steps' inputs
+        self,
+        ids: torch.Tensor,  # [B] one token per decode row
+        positions: torch.Tensor,  # [B]
+        cache: KVBuffer,
+        attention_mask: torch.Tensor | None,  # [B, K] bool
+        parts: Sequence[PrefixPart],
+        chunk_ids: torch.Tensor,  # [S] a prefill chunk of one sequence
+        chunk_positions: torch.Tensor,  # [S]
+        chunk_cache: KVBuffer,
+        chunk_parts: Sequence[PrefixPart],
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """A decode step and a prefill chunk in one forward: the weights are read once for
+        both. Returns the decode rows' logits ``[B, V]`` and the chunk's last ``[V]``.
+
+        The dense parts run over the ``B + S`` tokens as one row; each layer's attention
+        splits them again, the decode rows against their cache and the chunk against its
+        own (as ``forward`` would run each).
+        """
+        b, s = ids.shape[0], chunk_ids.shape[0]
+        mask = None if attention_mask is None else attention_mask[:, None, None, :]
+        chunk_mask = None
+        past = chunk_cache.length
+        if past and not chunk_parts and s > 1:  # bottom-right causal, as in ``forward``
+            rows = torch.arange(s, device=ids.device)[:, None]
+            cols = torch.arange(past + s, device=ids.device)[None, :]
+            chunk_mask = (cols <= rows + past)[None, None]
+
+        def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, index: int) -> torch.Tensor:
+            rows = [x[0, :b, None] for x in (q, k, v)]  # [B, 1, H, D] each
+            chunk = [x[:, b:] for x in (q, k, v)]  # [1, S, H, D] each
+            out = self.attend(*rows, index, cache, mask, parts)
+            chunk_out = self.attend(*chunk, index, chunk_cache, chunk_mask, chunk_parts)
+            return torch.cat([out.reshape(1, b, *out.shape[2:]), chunk_out], dim=1)
+
+        keep = torch.tensor([*range(b), b + s - 1], device=ids.device)
+        logits = self.step_graph(
+            torch.cat([ids, chunk_ids])[None],
+            torch.cat([positions, chunk_positions])[None],
+            attend,
+            keep,
+        )
+        return logits[:b], logits[b]
+
     def attend(  # noqa: PLR0917 - one layer's attention and its whole context
         self,
         q: torch.Tensor,  # [B, Q, Hq, D]
@@ -250,11 +294,13 @@ class LeanDecoder:
         ids: torch.Tensor,  # [B, Q]
         positions: torch.Tensor,  # [B, Q]
         attend: Callable[[torch.Tensor, torch.Tensor, torch.Tensor, int], torch.Tensor],
+        keep: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """The forward's dense parts around ``attend(q, k, v, layer)`` per layer.
 
         Free of Python control flow that depends on the cache, so that ``compiled.py``
-        can trace it with ``attend`` as an opaque op.
+        can trace it with ``attend`` as an opaque op. Returns each row's last logits
+        ``[B, V]``, or with ``keep`` (token indices of a one-row batch) theirs ``[n, V]``.
         """
         b, q_len = ids.shape
         hidden = self.embed(ids)
@@ -277,5 +323,8 @@ class LeanDecoder:
             x = rms_norm(hidden, layer.post_norm, layer.post_eps)
             gate, up = layer.gate_up(x).chunk(2, dim=-1)
             hidden = hidden + layer.down(torch.nn.functional.silu(gate) * up)
+        if keep is not None:
+            last = rms_norm(hidden[0, keep].contiguous(), self.norm, self.norm_eps)
+            return self.lm_head(last).float()
         last = rms_norm(hidden[:, -1:], self.norm, self.norm_eps)
         return self.lm_head(last)[:, 0].float()

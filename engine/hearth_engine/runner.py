@@ -284,6 +284,42 @@ class ModelRunner:
                 return logits
         return self._forward(ids, pos, cache, attention_mask, parts)
 
+    @property
+    def can_mix(self) -> bool:
+        """Whether a decode step and a prefill chunk can share one forward (``mixed``):
+        the lean forward, run eager."""
+        return self.lean is not None and self.compiler is None
+
+    def mixed(  # noqa: PLR0917 - a decode step's and a prefill chunk's inputs
+        self,
+        cache: KVBuffer,
+        token_ids: list[int],
+        positions: list[int],
+        attention_mask: torch.Tensor | None,
+        parts: Sequence[PrefixPart],
+        chunk_cache: KVBuffer,
+        chunk_ids: list[int],
+        chunk_shared: Sequence[torch.Tensor] = (),
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``decode`` and ``prefill`` in one forward (``LeanDecoder.forward_mixed``): the
+        decode rows' logits ``[B, V]`` and the chunk's last ``[V]``."""
+        if self.lean is None:
+            raise RuntimeError("a mixed step needs the lean forward")
+        device = self.layout.device
+        start = sum(segment_tokens(s) for s in chunk_shared) + chunk_cache.length
+        with torch.inference_mode():
+            return self.lean.forward_mixed(
+                torch.tensor(token_ids, dtype=torch.long, device=device),
+                torch.tensor(positions, dtype=torch.long, device=device),
+                cache,
+                attention_mask,
+                parts,
+                torch.tensor(chunk_ids, dtype=torch.long, device=device),
+                torch.arange(start, start + len(chunk_ids), device=device),
+                chunk_cache,
+                [PrefixPart(s) for s in chunk_shared],
+            )
+
     def check_shared_prefix(self, tokens: int = 64) -> bool:
         """Whether reading a prefix in place gives the logits of copying it (self-test).
 
