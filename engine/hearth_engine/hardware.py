@@ -113,7 +113,7 @@ def on_passing_thread(run: Callable[[], T]) -> T:
         except BaseException as err:  # noqa: BLE001 - re-raised on the caller's thread
             error.append(err)
 
-    thread = threading.Thread(target=target, name="hearth-setup")
+    thread = threading.Thread(target=target, name="hearth-setup", daemon=True)  # Ctrl-C: exit
     thread.start()
     thread.join()
     if error:
