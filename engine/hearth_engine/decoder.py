@@ -147,6 +147,19 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
     return x * cos + rotated * sin
 
 
+def _chunk_mask(
+    q_len: int, past: int, parts: Sequence[PrefixPart], device: torch.device
+) -> torch.Tensor | None:
+    """The causal mask ``[1, 1, Q, past + Q]`` of a chunk after ``past`` tokens of its own
+    KV, aligned bottom-right (SDPA's own causal flag aligns top-left); ``None`` where
+    none is needed (one token, no past) or where merged_attention builds it (parts)."""
+    if q_len <= 1 or not past or parts:
+        return None
+    rows = torch.arange(q_len, device=device)[:, None]
+    cols = torch.arange(past + q_len, device=device)[None, :]
+    return (cols <= rows + past)[None, None]
+
+
 class LeanDecoder:
     """The forward pass of a supported model; built once, then called per step."""
 
@@ -214,14 +227,10 @@ class LeanDecoder:
         q_len = ids.shape[1]
         if attention_mask is not None and q_len != 1:
             raise ValueError("a padding mask is only supported for one-token steps")
-        mask = None if attention_mask is None else attention_mask[:, None, None, :]
-        past = cache.length
-        if mask is None and q_len > 1 and past and not parts:
-            # A chunk after earlier ones: causal, aligned bottom-right (SDPA's own causal
-            # flag aligns top-left). With parts, merged_attention builds it itself.
-            rows = torch.arange(q_len, device=ids.device)[:, None]
-            cols = torch.arange(past + q_len, device=ids.device)[None, :]
-            mask = (cols <= rows + past)[None, None]
+        if attention_mask is not None:
+            mask = attention_mask[:, None, None, :]
+        else:
+            mask = _chunk_mask(q_len, cache.length, parts, ids.device)
 
         def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, index: int) -> torch.Tensor:
             return self.attend(q, k, v, index, cache, mask, parts)
@@ -249,12 +258,7 @@ class LeanDecoder:
         """
         b, s = ids.shape[0], chunk_ids.shape[0]
         mask = None if attention_mask is None else attention_mask[:, None, None, :]
-        chunk_mask = None
-        past = chunk_cache.length
-        if past and not chunk_parts and s > 1:  # bottom-right causal, as in ``forward``
-            rows = torch.arange(s, device=ids.device)[:, None]
-            cols = torch.arange(past + s, device=ids.device)[None, :]
-            chunk_mask = (cols <= rows + past)[None, None]
+        chunk_mask = _chunk_mask(s, chunk_cache.length, chunk_parts, ids.device)
 
         def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, index: int) -> torch.Tensor:
             rows = [x[0, :b, None] for x in (q, k, v)]  # [B, 1, H, D] each

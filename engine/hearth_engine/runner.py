@@ -255,9 +255,8 @@ class ModelRunner:
         tokens and are read in place (see ``attention``).
         """
         device = self.layout.device
-        start = sum(segment_tokens(s) for s in shared) + cache.length
         ids = torch.tensor([token_ids], dtype=torch.long, device=device)  # [1, S]
-        positions = torch.arange(start, start + len(token_ids), device=device)[None, :]
+        positions = self._chunk_positions(cache, len(token_ids), shared)[None, :]
         parts = [PrefixPart(s) for s in shared]
         return self._forward(ids, positions, cache, None, parts)[0]
 
@@ -284,6 +283,14 @@ class ModelRunner:
                 return logits
         return self._forward(ids, pos, cache, attention_mask, parts)
 
+    def _chunk_positions(
+        self, cache: KVBuffer, n: int, shared: Sequence[torch.Tensor]
+    ) -> torch.Tensor:
+        """The absolute positions ``[n]`` of ``n`` tokens appended to a single-row
+        ``cache`` that follows the ``shared`` segments."""
+        start = sum(segment_tokens(s) for s in shared) + cache.length
+        return torch.arange(start, start + n, device=self.layout.device)
+
     @property
     def can_mix(self) -> bool:
         """Whether a decode step and a prefill chunk can share one forward (``mixed``):
@@ -306,7 +313,6 @@ class ModelRunner:
         if self.lean is None:
             raise RuntimeError("a mixed step needs the lean forward")
         device = self.layout.device
-        start = sum(segment_tokens(s) for s in chunk_shared) + chunk_cache.length
         with torch.inference_mode():
             return self.lean.forward_mixed(
                 torch.tensor(token_ids, dtype=torch.long, device=device),
@@ -315,7 +321,7 @@ class ModelRunner:
                 attention_mask,
                 parts,
                 torch.tensor(chunk_ids, dtype=torch.long, device=device),
-                torch.arange(start, start + len(chunk_ids), device=device),
+                self._chunk_positions(chunk_cache, len(chunk_ids), chunk_shared),
                 chunk_cache,
                 [PrefixPart(s) for s in chunk_shared],
             )
