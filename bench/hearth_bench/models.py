@@ -17,8 +17,9 @@ in process, one engine at a time:
   ``scripts/bench ttft`` measures them (``ttft.measure``);
 * **decode ms/token**: the engine's own mean over 32 tokens after that prefix;
 * **KV bytes per token** of the prefix cache (K and V of every attention layer, in the
-  dtype run). For a sliding-window family a line under the table gives a stored pin's
-  bytes per token at ``--prefix`` tokens: its sliding layers keep their last window only.
+  dtype run). For a sliding-window family a line under the table gives a pin's bytes
+  per token at ``--prefix`` tokens, in memory and in the store: its sliding layers keep
+  their last window only (the ``state_bytes`` column: that window).
   A hybrid family's state layers keep no KV; instead each pin (and each resumable
   prefix) keeps one state snapshot: ``state_bytes``, whatever the prefix length.
 
@@ -89,7 +90,7 @@ def exact_prefix(engine: Engine) -> int:
 
 
 def stored_bytes_per_token(engine: Engine, prefix: int) -> float:
-    """Bytes per token of a stored pin of ``prefix`` tokens (sliding layers: a window)."""
+    """Bytes per token of a pin of ``prefix`` tokens (sliding layers: a window)."""
     return engine.runner.layout.prefix_bytes(prefix) / prefix
 
 
@@ -238,9 +239,9 @@ def main(argv: list[str]) -> int:
         stored = row.pop("stored_bytes_per_token", None)
         if stored is not None:
             print(
-                f"{row['family']}: a stored pin of {args.prefix} tokens holds {stored:.0f} "
-                f"B/token (sliding layers keep their last window; the cache holds "
-                f"{row['kv_bytes_per_token']} B/token)"
+                f"{row['family']}: a pin of {args.prefix} tokens holds {stored:.0f} B/token "
+                f"in memory and in the store (its sliding layers keep their last window; a "
+                f"working buffer holds {row['kv_bytes_per_token']} B/token)"
             )
     write_json(args.json, rows)
     return 0

@@ -39,20 +39,12 @@ from .common import (
 
 def _floor_ms(engine: Engine, prefix: list[int], suffix: list[int], runs: int) -> float:
     runner = engine.runner
-    match = engine.kv.cache.match(engine.namespace, prefix)
-    assert match.length == len(prefix), "the prefix must be cached"
     buffer = runner.new_buffer(1, len(prefix) + len(suffix) + 1)
-    column = 0
-    for payload, used in match.segments:
-        buffer.write_segment(0, column, payload[:, :, :, :used])
-        column += used
-    # A hybrid model's state layers resume from the pin's snapshot, as a request does.
-    snapshot = engine.kv.snapshot(engine.namespace, prefix)
     times = []
     for _ in range(runs + 1):
-        buffer.set_length(len(prefix))
-        if snapshot is not None:
-            buffer.restore([snapshot])
+        # The prefix's KV (and a hybrid model's state, a sliding model's windows), as a
+        # request that copies its prefix gets it.
+        engine.kv.copy_cached(buffer, engine.namespace, prefix)
         started = time.perf_counter()
         runner.prefill(buffer, suffix)
         times.append((time.perf_counter() - started) * 1000)

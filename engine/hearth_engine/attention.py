@@ -155,11 +155,26 @@ class PrefixPart:
     """Cached KV that some rows of a batch read in place: it precedes their own KV.
 
     ``segment`` is ``[L, 2, H, T, D]`` (a view of a cache node's payload); ``rows`` are
-    the batch rows that read it (``None``: all of them).
+    the batch rows that read it (``None``: all of them). ``layers`` are the model's KV
+    layers it holds, in order (``None``: all); the others do not read it. ``start`` is
+    the absolute position of its first token (``None``: where the rows' earlier parts
+    end). A model that trims its windows has both kinds: segments of its full layers,
+    and one part of its sliding layers' last tokens (``KVManager``).
     """
 
     segment: torch.Tensor
     rows: torch.Tensor | None = None
+    layers: tuple[int, ...] | None = None
+    start: int | None = None
+
+    def kv(self, layer: int) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """Keys and values ``[H, T, D]`` of model KV layer ``layer`` (None: not held)."""
+        if self.layers is None:
+            return self.segment[layer, 0], self.segment[layer, 1]
+        if layer not in self.layers:
+            return None
+        i = self.layers.index(layer)
+        return self.segment[i, 0], self.segment[i, 1]
 
 
 def part_starts(parts: Sequence[PrefixPart], rows: int) -> list[int]:
@@ -174,6 +189,9 @@ def part_starts(parts: Sequence[PrefixPart], rows: int) -> list[int]:
     ends = [0] * rows
     starts = []
     for part in parts:
+        if part.start is not None:
+            starts.append(part.start)
+            continue
         members = range(rows) if part.rows is None else [int(r) for r in part.rows.tolist()]
         start = ends[members[0]]
         if any(ends[r] != start for r in members):
@@ -352,12 +370,14 @@ def merged_attention(  # noqa: PLR0917 - the attention call's own arguments
     lses.append(own[1])
     starts = part_starts(parts, b) if window is not None else [0] * len(parts)
     for part, start in zip(parts, starts, strict=True):
+        held = part.kv(layer)
+        if held is None:
+            continue
         idx = part.rows
         qs = q if idx is None else q.index_select(0, idx)
         n = qs.shape[0]
         folded = qs.permute(1, 0, 2, 3).reshape(1, hkv, n * n_q, d)
-        k = part.segment[layer, 0][None]  # [1, Hkv, T, D]
-        v = part.segment[layer, 1][None]
+        k, v = held[0][None], held[1][None]  # [1, Hkv, T, D]
         if window is None or positions is None:
             out, part_lse = _partials(folded, k, v, None, scale)  # [P, 1, Hkv, n*g*Q, D|1]
         else:
@@ -413,15 +433,16 @@ def native_decode(  # noqa: PLR0917 - the attention call's own arguments
         if keep.shape[0] != query.shape[0]:
             keep = keep.expand(query.shape[0], -1)
     d = query.shape[3]
+    held = [(part, kv) for part in parts if (kv := part.kv(layer)) is not None]
     try:
         out = kernels.decode_attention(
             query[:, :, 0],
             key,
             value,
             keep,
-            [part.segment[layer, 0] for part in parts],
-            [part.segment[layer, 1] for part in parts],
-            [_NO_ROWS if part.rows is None else part.rows for part in parts],
+            [kv[0] for _, kv in held],
+            [kv[1] for _, kv in held],
+            [_NO_ROWS if part.rows is None else part.rows for part, _ in held],
             scaling if scaling is not None else d**-0.5,
         )
     except RuntimeError as err:  # a call the kernel refuses: torch serves from now on

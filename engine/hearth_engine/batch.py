@@ -12,6 +12,8 @@ it, so the house prompt that every request shares sits in memory once.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
 from .attention import PrefixPart
@@ -50,19 +52,19 @@ class DecodeBatch:
         if old is not None and old is not self.buffer:
             self.pool.release(old)
 
-    @staticmethod
-    def _parts(rows: list[Sequence]) -> list[PrefixPart]:
-        """One part per distinct shared segment, with the batch rows that read it."""
-        groups: dict[tuple[int, tuple[int, ...]], tuple[torch.Tensor, list[int]]] = {}
+    def _parts(self, rows: list[Sequence]) -> list[PrefixPart]:
+        """One part per distinct shared segment (then per distinct sliding window), with
+        the batch rows that read it."""
+        groups: dict[tuple[int, tuple[int, ...], int | None], tuple[PrefixPart, list[int]]] = {}
         for row, seq in enumerate(rows):
-            for segment in seq.shared:
-                key = (segment.data_ptr(), tuple(segment.shape))
-                groups.setdefault(key, (segment, []))[1].append(row)
+            for part in self.runner.prefix_parts(seq.shared, seq.window):
+                key = (part.segment.data_ptr(), tuple(part.segment.shape), part.start)
+                groups.setdefault(key, (part, []))[1].append(row)
         parts = []
-        for segment, members in groups.values():
+        for part, members in groups.values():
             every = len(members) == len(rows)
-            index = None if every else torch.tensor(members, device=segment.device)
-            parts.append(PrefixPart(segment, index))
+            index = None if every else torch.tensor(members, device=part.segment.device)
+            parts.append(replace(part, rows=index))
         return parts
 
     def _has_room(self, seq: Sequence, buffer: KVBuffer) -> bool:
@@ -121,7 +123,15 @@ class DecodeBatch:
         assert chunk.kv is not None
         assert chunk.kv is not buffer
         logits, chunk_logits = self.runner.mixed(
-            buffer, token_ids, positions, mask, self.parts, chunk.kv, chunk_ids, chunk.shared
+            buffer,
+            token_ids,
+            positions,
+            mask,
+            self.parts,
+            chunk.kv,
+            chunk_ids,
+            chunk.shared,
+            chunk.window,
         )
         for seq in self.rows:
             seq.kv_len += 1

@@ -107,7 +107,8 @@ class Engine:
         self.pins = PinManager(config, self.namespace, self.kv, self.counters)
         if self.pins.store is not None:  # sliding layers store their last window only
             layout = runner.layout
-            self.pins.store.keep_windows(layout.layers, layout.sliding, layout.window)
+            trimmed = layout.sliding if layout.trims_windows else ()
+            self.pins.store.keep_windows(layout.layers, trimmed, layout.window)
             self.pins.store.keep_states(len(layout.state_layers))
         self._inbox: queue.SimpleQueue[Command] = queue.SimpleQueue()
         self._wake = threading.Event()
@@ -486,7 +487,7 @@ class Engine:
     def _prefill_chunk(self, seq: Sequence, n: int) -> None:
         start = seq.kv_len
         t0 = time.monotonic()
-        logits = self.runner.prefill(seq.kv, seq.prompt[start : start + n], seq.shared)
+        logits = self.runner.prefill(seq.kv, seq.prompt[start : start + n], seq.shared, seq.window)
         seq.kv_len += n
         self.counters.prefill_tokens += n
         self.counters.prefill_seconds += time.monotonic() - t0

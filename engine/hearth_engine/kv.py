@@ -54,12 +54,36 @@ class KVLayout:
     def layer_bytes_per_token(self) -> int:
         return self.bytes_per_token // self.layers
 
+    @property
+    def trims_windows(self) -> bool:
+        """Whether cached prefixes keep their sliding layers' last ``window`` tokens only
+        (the rest of those layers is never read again; see ``kv_manager.py``). Not where
+        every layer slides: the radix tree's segments would hold no KV, and so nothing
+        would bound their number."""
+        return bool(self.sliding) and self.window is not None and len(self.sliding) < self.layers
+
+    @property
+    def segment_layers(self) -> tuple[int, ...]:
+        """The layers a cached segment holds, in order: all, or the full-attention ones
+        of a model that trims its windows (its sliding layers' tail is a snapshot)."""
+        trimmed = self.sliding if self.trims_windows else ()
+        return tuple(i for i in range(self.layers) if i not in trimmed)
+
+    @property
+    def segment_bytes_per_token(self) -> int:
+        """Bytes one token of a cached segment holds."""
+        return len(self.segment_layers) * self.layer_bytes_per_token
+
+    def window_tokens(self, tokens: int) -> int:
+        """Tokens of sliding KV a prefix of ``tokens`` keeps (0: it trims nothing)."""
+        return min(tokens, self.window) if self.trims_windows and self.window is not None else 0
+
     def prefix_bytes(self, tokens: int) -> int:
-        """Bytes a prefix of ``tokens`` needs: every token for full layers, the last
-        ``window`` for sliding ones (what a stored pin holds)."""
-        full = self.layers - len(self.sliding)
-        kept = min(tokens, self.window) if self.window is not None else tokens
-        return (full * tokens + len(self.sliding) * kept) * self.layer_bytes_per_token
+        """Bytes a cached prefix of ``tokens`` holds, in memory and in the store: every
+        token of its segment layers, and the last ``window`` of trimmed sliding ones."""
+        trimmed = self.layers - len(self.segment_layers)
+        kept = self.window_tokens(tokens)
+        return (len(self.segment_layers) * tokens + trimmed * kept) * self.layer_bytes_per_token
 
 
 class BufferLayer(CacheLayerMixin):
@@ -170,9 +194,21 @@ class KVBuffer(Cache):
         for i, layer in enumerate(self.state_layers):
             layer.write_rows([s.conv[i] for s in snapshots], [s.recurrent[i] for s in snapshots])
 
-    def write_segment(self, row: int, start: int, segment: torch.Tensor) -> None:
-        """Copy a ``[L, 2, H, T, D]`` segment into ``row`` at column ``start``."""
-        self.data[:, :, row, :, start : start + segment.shape[3]] = segment
+    def write_segment(
+        self, row: int, start: int, segment: torch.Tensor, layers: Sequence[int] | None = None
+    ) -> None:
+        """Copy a ``[L, 2, H, T, D]`` segment into ``row`` at column ``start`` (``layers``:
+        the buffer layers it holds, in order, when not all of them)."""
+        end = start + segment.shape[3]
+        if layers is None or len(layers) == self.layout.layers:
+            self.data[:, :, row, :, start:end] = segment
+            return
+        for i, layer in enumerate(layers):
+            self.data[layer, :, row, :, start:end] = segment[i]
+
+    def read_layers(self, row: int, start: int, end: int, layers: Sequence[int]) -> torch.Tensor:
+        """A new ``[len(layers), 2, H, end-start, D]`` tensor of ``layers`` of ``row``."""
+        return torch.stack([self.data[i, :, row, :, start:end] for i in layers])
 
     def read_segment(self, row: int, start: int, end: int) -> torch.Tensor:
         """A contiguous copy of columns ``[start, end)`` of ``row``: ``[L, 2, H, T, D]``."""
@@ -207,11 +243,13 @@ def kv_range(  # noqa: PLR0917
     offset: int,
     start: int,
     end: int,
+    layers: Sequence[int] | None = None,
 ) -> torch.Tensor:
     """A new ``[L, 2, H, end-start, D]`` tensor of a sequence's tokens ``[start, end)``.
 
     The sequence's KV is the ``shared`` segments (read in place) followed by columns
-    from ``offset`` of ``row`` of its working ``buffer``.
+    from ``offset`` of ``row`` of its working ``buffer``. ``layers``: the buffer layers
+    to take (those the segments hold), when not all of them.
     """
     pieces = []
     pos = 0
@@ -223,7 +261,14 @@ def kv_range(  # noqa: PLR0917
         pos += count
     lo = max(start, pos)
     if lo < end:
-        pieces.append(buffer.data[:, :, row, :, offset + lo - pos : offset + end - pos])
+        a, b = offset + lo - pos, offset + end - pos
+        if layers is None or len(layers) == buffer.layout.layers:
+            pieces.append(buffer.data[:, :, row, :, a:b])
+        else:  # already a new tensor
+            taken = buffer.read_layers(row, a, b, layers)
+            if not pieces:
+                return taken
+            pieces.append(taken)
     if not pieces:
         raise ValueError(f"empty KV range [{start}, {end})")
     return torch.cat(pieces, dim=3) if len(pieces) > 1 else pieces[0].clone()

@@ -11,13 +11,16 @@ so a match and the lock that follows it can never be split by an eviction.
   turn of a chat hits; ``release`` gives back its locks and buffer.
 * ``make_room`` keeps cache + working buffers + pooled buffers within the KV budget.
 
-**Sliding-window layers.** The radix cache holds every layer's KV for every token (a
-sliding layer's window is applied when it is read, attention.py). A pin restored from
-the store holds its sliding layers' last ``window`` tokens only (store.py); before them
-its sliding KV is zero. The radix tree shares those zeros with every path that starts
-with the pin's first tokens, also one that leaves the pin early, so a match whose next
-query's window would reach into them is a miss (``_inside_windowed``), and no pin is
-saved from such a path.
+**Sliding-window layers** (a model whose ``KVLayout.trims_windows``). A sliding layer
+at position ``p`` reads only the keys after ``p - window``, so a cached prefix keeps
+only what its next token needs: radix-tree segments hold the full-attention layers
+(``KVLayout.segment_layers``), and the sliding layers' KV of the prefix's last
+``window`` tokens is a snapshot at its end (``Snapshot.window``), kept like a hybrid
+model's state (below). A prefix of ``T`` tokens thus holds ``min(T, window) / T`` of
+its sliding layers' full KV. A hit reads that tail in place as one more part, with its
+own start (``Sequence.window``), or copies it into the working buffer where segments
+are copied too. Like state layers, such a prefix resumes only where a snapshot exists:
+at the end of a pin, and of what a turn cached.
 
 **State layers** (hybrid models, ``state.py``). Their state after a prefix is one
 snapshot, not per-token KV, so a match is cut back to the longest prefix that has a
@@ -32,10 +35,11 @@ from collections.abc import Callable, Iterable
 
 import torch
 
+from .attention import PrefixPart
 from .batch import DecodeBatch
-from .cache import Match, RadixCache, common_prefix
+from .cache import Match, RadixCache
 from .config import CacheMode, EngineConfig
-from .kv import BufferPool, kv_range, segment_nbytes, segment_tokens, split_segment
+from .kv import BufferPool, KVBuffer, kv_range, segment_nbytes, segment_tokens, split_segment
 from .runner import ModelRunner
 from .sequence import Kind, Sequence
 from .state import Snapshot, SnapshotTable
@@ -66,8 +70,11 @@ class KVManager:
     ) -> None:
         self._prefilling = prefilling  # the running prefills (their buffers count too)
         self.mode = config.cache_mode
-        self.bytes_per_token = runner.info.bytes_per_token
+        self.bytes_per_token = runner.info.bytes_per_token  # of a working buffer
         self.layout = runner.layout
+        # Of a cached segment (less than a buffer's when sliding layers are trimmed).
+        self.segment_bytes_per_token = runner.layout.segment_bytes_per_token
+        self._segment_layers = runner.layout.segment_layers if runner.layout.trims_windows else None
         self.cache: RadixCache[torch.Tensor] = RadixCache(budget, TensorOps())
         # Recycled working buffers: at most a quarter of the KV budget (1 GiB at most).
         self.pool = BufferPool(runner.layout, max_free_bytes=min(budget // 4, 1 << 30))
@@ -77,16 +84,13 @@ class KVManager:
         self.share_prefix = (
             config.share_prefix and config.cache_mode is not CacheMode.NONE and runner.shares_prefix
         )
-        # Restored pins whose sliding layers hold only their last window: namespace ->
-        # their token ids (see the module's docstring).
-        self._windowed: dict[str, list[tuple[int, ...]]] = {}
-        # Recurrent states at prefix boundaries (hybrid models only).
+        # Recurrent states (hybrid models) or sliding windows at prefix boundaries.
         self.snapshots = (
             SnapshotTable(
                 lambda: [(r.namespace, r.tokens) for r in self.cache.pins().values()],
                 max_unpinned_bytes=budget // 4,
             )
-            if runner.layout.state_layers
+            if runner.layout.state_layers or runner.layout.trims_windows
             else None
         )
 
@@ -97,8 +101,6 @@ class KVManager:
         if self.mode is CacheMode.NONE:
             return Match(seq.namespace, 0, [], None)
         match = self.cache.match(seq.namespace, seq.prompt, self.match_limit(seq))
-        if self._inside_windowed(seq.namespace, seq.prompt, match.length):
-            return Match(seq.namespace, 0, [], None)
         if self.snapshots is not None:
             return self._to_snapshot(seq, match)
         return match
@@ -119,26 +121,6 @@ class KVManager:
                 break
         # ``node`` stays the deepest one matched: locking it protects the shorter path too.
         return Match(seq.namespace, length, segments, match.node, match.pin)
-
-    def _inside_windowed(self, namespace: str, tokens: list[int], length: int) -> bool:
-        """Whether resuming ``tokens`` after ``length`` would read a restored pin's zeros.
-
-        A restored windowed pin of ``T`` tokens has zero sliding KV before ``T - window``.
-        A path that shares its first ``c`` tokens shares those runs (the radix tree keeps
-        one copy), so along it the zeros end at ``min(c, T - window)``. The next query,
-        at position ``length``, sees the keys from ``length - window + 1`` on: the match
-        is usable only if those are past the zeros. (A match that leaves the pin early
-        with a short tail used to read them.)
-        """
-        window = self.layout.window
-        if length == 0 or window is None:
-            return False
-        head = tokens[:length]
-        for pinned in self._windowed.get(namespace, ()):
-            zeros = min(common_prefix(pinned, head), len(pinned) - window)
-            if zeros > 0 and length - window + 1 < zeros:
-                return True
-        return False
 
     @staticmethod
     def match_limit(seq: Sequence) -> int:
@@ -166,16 +148,74 @@ class KVManager:
         buffer = self.pool.buffer(rows=1, capacity=capacity)
         column = 0
         for segment in segments[len(shared) :]:
-            buffer.write_segment(0, column, segment)
+            buffer.write_segment(0, column, segment, self._segment_layers)
             column += segment_tokens(segment)
         buffer.set_length(column)
+        window = None
         if self.snapshots is not None and match.length:
             snapshot = self.snapshots.get(seq.namespace, seq.prompt[: match.length])
             if snapshot is None:  # ``match`` found it on this thread just now
-                raise RuntimeError("the recurrent state of a cached prefix is gone")
-            buffer.restore([snapshot])
-        seq.shared, seq.shared_len = tuple(shared), shared_len
+                raise RuntimeError("the state or window of a cached prefix is gone")
+            if snapshot.window is not None:
+                window = self._place_window(buffer, snapshot.window, match.length, shared_len)
+            else:
+                buffer.restore([snapshot])
+        seq.shared, seq.shared_len, seq.window = tuple(shared), shared_len, window
         seq.kv, seq.kv_row, seq.kv_offset, seq.kv_len = buffer, 0, 0, shared_len + column
+
+    def _place_window(
+        self, buffer: KVBuffer, tail: torch.Tensor, end: int, shared_len: int
+    ) -> PrefixPart | None:
+        """Give a new single-row ``buffer`` (its first column at position ``shared_len``)
+        the sliding layers' ``tail`` of the tokens before ``end``: what lies before the
+        buffer is read in place (the part returned), the rest is copied into it, and its
+        sliding layers' older columns are zeroed (no query's window reaches them, but
+        masked garbage could still be NaN)."""
+        sliding = self.layout.sliding
+        start = end - tail.shape[3]
+        inside = max(0, start - shared_len)  # buffer columns before the tail
+        if inside:
+            for layer in sliding:
+                buffer.data[layer, :, 0, :, :inside] = 0
+        split = max(0, shared_len - start)  # tail tokens before the buffer
+        if split < tail.shape[3]:
+            buffer.write_segment(0, inside, tail[:, :, :, split:], sliding)
+        if split == 0:
+            return None
+        return PrefixPart(tail[:, :, :, :split], layers=sliding, start=start)
+
+    def copy_cached(self, buffer: KVBuffer, namespace: str, tokens: list[int]) -> None:
+        """Copy the cached KV of ``tokens`` (with their snapshot) into row 0 of ``buffer``
+        from column 0, as a request that copies its prefix gets it (benchmarks' floor)."""
+        match = self.cache.match(namespace, tokens)
+        if match.length != len(tokens):
+            raise ValueError("the prefix is not cached")
+        column = 0
+        for payload, used in match.segments:
+            buffer.write_segment(0, column, payload[:, :, :, :used], self._segment_layers)
+            column += used
+        buffer.set_length(column)
+        snapshot = self.snapshot(namespace, tokens)
+        if snapshot is not None and snapshot.window is not None:
+            self._place_window(buffer, snapshot.window, len(tokens), 0)
+        elif snapshot is not None:
+            buffer.restore([snapshot])
+
+    def _window_tail(self, seq: Sequence, end: int) -> torch.Tensor:
+        """A new ``[Ls, 2, H, w, D]`` tensor: ``seq``'s sliding layers' KV of its last
+        ``w = min(window, end)`` tokens before ``end``."""
+        lo = end - self.layout.window_tokens(end)
+        pieces = []
+        if lo < seq.shared_len:  # before the buffer: in the window part read in place
+            part = seq.window
+            if part is None or part.start is None or part.start > lo:
+                raise RuntimeError("a sequence lacks the sliding KV of its cached prefix")
+            pieces.append(part.segment[:, :, :, lo - part.start : seq.shared_len - part.start])
+        first = max(lo, seq.shared_len)
+        column = seq.kv_offset + first - seq.shared_len
+        sliding = self.layout.sliding
+        pieces.append(seq.kv.read_layers(seq.kv_row, column, column + end - first, sliding))
+        return torch.cat(pieces, dim=3) if len(pieces) > 1 else pieces[0]
 
     def release(self, seq: Sequence) -> None:
         """Give back ``seq``'s cache lock and working buffer (idempotent)."""
@@ -184,7 +224,7 @@ class KVManager:
             self.cache.unlock(node)
         if seq.kv is not None and seq.kv is not self.batch.buffer:
             self.pool.release(seq.kv)
-        seq.kv, seq.shared, seq.shared_len = None, (), 0
+        seq.kv, seq.shared, seq.shared_len, seq.window = None, (), 0, None
 
     # ------------------------------------------------------------------ the cache
 
@@ -196,15 +236,19 @@ class KVManager:
             self.cache.clear()
         tokens = seq.tokens_with_kv()
         shared, buffer, row, offset = seq.shared, seq.kv, seq.kv_row, seq.kv_offset
-        bpt = self.bytes_per_token
+        bpt, layers = self.segment_bytes_per_token, self._segment_layers
         cached = self.cache.insert(
             seq.namespace,
             tokens,
-            lambda a, b: kv_range(shared, buffer, row, offset, a, b),
+            lambda a, b: kv_range(shared, buffer, row, offset, a, b, layers),
             lambda a, b: (b - a) * bpt,
         )
         if self.snapshots is not None and cached == len(tokens):
-            self.snapshots.put(seq.namespace, tokens, buffer.snapshot(row, len(tokens)))
+            if self.layout.trims_windows:
+                snapshot = Snapshot(len(tokens), (), (), self._window_tail(seq, len(tokens)))
+            else:
+                snapshot = buffer.snapshot(row, len(tokens))
+            self.snapshots.put(seq.namespace, tokens, snapshot)
 
     def insert_segment(
         self,
@@ -213,20 +257,17 @@ class KVManager:
         kv: torch.Tensor,
         snapshot: Snapshot | None = None,
     ) -> bool:
-        """Cache one loaded ``[L, 2, H, T, D]`` segment for ``tokens``; True if all fit.
+        """Cache one loaded segment ``[L, 2, H, T, D]`` of ``KVLayout.segment_layers`` for
+        ``tokens``; True if all fit.
 
-        The segment comes from the store: for a model with sliding layers, those hold
-        the last ``window`` tokens only, so it is valid at its end only. A hybrid model's
-        segment comes with the ``snapshot`` of its state layers at its end (without one
-        it is useless: it is not cached).
+        The segment comes from the store, with the ``snapshot`` at its end of a hybrid
+        model's state layers or of a sliding model's windows (without one it is useless:
+        it is not cached).
         """
         if self.snapshots is not None and (snapshot is None or snapshot.tokens != len(tokens)):
             return False
         kv = kv.to(device=self.layout.device, dtype=self.layout.dtype)
-        window = self.layout.window
-        if self.layout.sliding and window is not None and len(tokens) > window:
-            self._windowed.setdefault(namespace, []).append(tuple(tokens))
-        bpt = self.bytes_per_token
+        bpt = self.segment_bytes_per_token
         total = len(tokens)
 
         def payload(a: int, b: int) -> torch.Tensor:
@@ -241,12 +282,12 @@ class KVManager:
     def segments(self, namespace: str, tokens: list[int]) -> list[torch.Tensor] | None:
         """The cached KV of ``tokens`` as segments in token order (None unless all cached)."""
         match = self.cache.match(namespace, tokens)
-        if match.length != len(tokens) or self._inside_windowed(namespace, tokens, len(tokens)):
+        if match.length != len(tokens):
             return None
         return [payload[:, :, :, :used] for payload, used in match.segments]
 
     def snapshot(self, namespace: str, tokens: list[int]) -> Snapshot | None:
-        """The state layers' snapshot after ``tokens`` (hybrid models; else ``None``)."""
+        """The snapshot after ``tokens`` (hybrid and window-trimming models; else None)."""
         return None if self.snapshots is None else self.snapshots.get(namespace, tokens)
 
     def clear(self) -> int:

@@ -102,7 +102,7 @@ class PinManager:
         """Refuse now a pin that cannot fit: ``PinTooLargeError`` / ``CacheFullError``."""
         if self.mode is not CacheMode.RADIX:
             return
-        cache, bpt = self.kv.cache, self.kv.bytes_per_token
+        cache, bpt = self.kv.cache, self.kv.segment_bytes_per_token
         if len(tokens) * bpt > cache.capacity_bytes:
             raise PinTooLargeError(
                 f"the prefix is {len(tokens)} tokens ({len(tokens) * bpt} bytes of KV) but the "
@@ -302,9 +302,12 @@ class PinManager:
     # ================================================================= the store
 
     def _insert_stored(self, stored: StoredPrefix) -> bool:
-        """Cache a prefix read from the store (with its state, for a hybrid model)."""
+        """Cache a prefix read from the store (with its state, for a hybrid model, or its
+        sliding layers' window)."""
         snapshot = None
-        if stored.state:
+        if stored.window is not None:
+            snapshot = Snapshot(len(stored.tokens), (), (), stored.window)
+        elif stored.state:
             layers = len(self.kv.layout.state_layers)
             try:
                 snapshot = Snapshot.from_tensors(len(stored.tokens), layers, stored.state)
@@ -315,20 +318,20 @@ class PinManager:
 
     def _save_kv(self, tokens: list[int]) -> None:
         """Write the pin's KV from the cache's own segments (no extra copy here), and a
-        hybrid model's state at its end."""
+        hybrid model's state or a sliding model's window at its end."""
         segments = self.kv.segments(self.namespace, tokens)
         if segments is None or self.store is None:
             return
-        state = None
-        if self.kv.layout.state_layers:
+        state, window = None, None
+        if self.kv.snapshots is not None:
             snapshot = self.kv.snapshot(self.namespace, tokens)
             if snapshot is None:  # its KV alone could not be resumed
                 return
-            state = snapshot.tensors()
+            state, window = snapshot.tensors(), snapshot.window
         store, ns = self.store, self.namespace
 
         def save() -> None:
-            if not store.save(ns, tokens, segments, state):
+            if not store.save(ns, tokens, segments, state, window):
                 self.counters.store_failures += 1
 
         self._submit_io(save)
@@ -393,7 +396,7 @@ class PinManager:
             return
         tokens = loaded.tokens
         try:
-            self.kv.cache.check_fits(len(tokens) * self.kv.bytes_per_token)
+            self.kv.cache.check_fits(len(tokens) * self.kv.segment_bytes_per_token)
         except CacheFullError as err:
             _LOGGER.warning("Not restoring pin %s: %s", entry.name, err)
             return

@@ -247,18 +247,44 @@ class ModelRunner:
         return out.logits[:, -1, :].float()  # [B, V]
 
     def prefill(
-        self, cache: KVBuffer, token_ids: list[int], shared: Sequence[torch.Tensor] = ()
+        self,
+        cache: KVBuffer,
+        token_ids: list[int],
+        shared: Sequence[torch.Tensor] = (),
+        window: PrefixPart | None = None,
     ) -> torch.Tensor:
         """Append ``token_ids`` to the single-row ``cache``; logits of the last one: [V].
 
         ``shared`` are cached segments ``[L, 2, H, T, D]`` that precede the cache's own
-        tokens and are read in place (see ``attention``).
+        tokens and are read in place (see ``attention``); ``window``, the sliding layers'
+        last tokens before them, for a model that trims its windows.
         """
         device = self.layout.device
         ids = torch.tensor([token_ids], dtype=torch.long, device=device)  # [1, S]
         positions = self._chunk_positions(cache, len(token_ids), shared)[None, :]
-        parts = [PrefixPart(s) for s in shared]
+        parts = self.prefix_parts(shared, window)
         return self._forward(ids, positions, cache, None, parts)[0]
+
+    def prefix_parts(
+        self, shared: Sequence[torch.Tensor], window: PrefixPart | None = None
+    ) -> list[PrefixPart]:
+        """The parts one row reads in place: its ``shared`` segments in path order (of
+        ``KVLayout.segment_layers``), then its sliding ``window`` if it has one."""
+        layers = self.layout.segment_layers if self.layout.trims_windows else None
+        parts = [PrefixPart(s, layers=layers) for s in shared]
+        return [*parts, window] if window is not None else parts
+
+    def as_cached(self, prefix: torch.Tensor) -> tuple[list[torch.Tensor], PrefixPart | None]:
+        """A prefix's whole KV ``[L, 2, H, T, D]`` (tokens ``[0, T)``) as the cache keeps
+        it: the ``prefill`` arguments ``shared`` and ``window`` that read it in place."""
+        layout = self.layout
+        if not layout.trims_windows:
+            return [prefix], None
+        total = prefix.shape[3]
+        kept = layout.window_tokens(total)
+        tail = prefix[list(layout.sliding), :, :, total - kept :]
+        window = PrefixPart(tail, layers=layout.sliding, start=total - kept)
+        return [prefix[list(layout.segment_layers)]], window
 
     def decode(
         self,
@@ -307,6 +333,7 @@ class ModelRunner:
         chunk_cache: KVBuffer,
         chunk_ids: list[int],
         chunk_shared: Sequence[torch.Tensor] = (),
+        chunk_window: PrefixPart | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """``decode`` and ``prefill`` in one forward (``LeanDecoder.forward_mixed``): the
         decode rows' logits ``[B, V]`` and the chunk's last ``[V]``."""
@@ -323,7 +350,7 @@ class ModelRunner:
                 torch.tensor(chunk_ids, dtype=torch.long, device=device),
                 self._chunk_positions(chunk_cache, len(chunk_ids), chunk_shared),
                 chunk_cache,
-                [PrefixPart(s) for s in chunk_shared],
+                self.prefix_parts(chunk_shared, chunk_window),
             )
 
     def check_shared_prefix(self, tokens: int = 64) -> bool:
@@ -379,12 +406,13 @@ class ModelRunner:
         copied.set_length(half)
         copied_logits = self.prefill(copied, ids[half:])
         own = self.new_buffer(1, n + 1)
-        own_logits = self.prefill(own, ids[half:], [prefix])
+        shared, window = self.as_cached(prefix)
+        own_logits = self.prefill(own, ids[half:], shared, window)
         step = ([ids[0]], [n], None)
         cold_step = self.decode(cold, *step)
         chunked_step = self.decode(chunked, *step)
         copied_step = self.decode(copied, *step)
-        own_step = self.decode(own, *step, [PrefixPart(prefix)])
+        own_step = self.decode(own, *step, self.prefix_parts(shared, window))
 
         def diff(a: torch.Tensor, b: torch.Tensor) -> float:
             return float((a - b).abs().max())

@@ -108,6 +108,9 @@ class Sequence:
     # buffer (``kv``, at row ``kv_row`` from column ``kv_offset``).
     shared: tuple[Any, ...] = ()
     shared_len: int = 0
+    # A model that trims its windows: the sliding layers' KV just before the working
+    # buffer, read in place (a ``PrefixPart`` with its own start; see ``KVManager``).
+    window: Any = None
     kv: Any = None
     kv_row: int = 0
     kv_offset: int = 0

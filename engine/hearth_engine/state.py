@@ -10,7 +10,9 @@ be cut at any token: a cached prefix can only be resumed where its state was sav
   reads and writes through ``Cache.get_conv_state`` and friends), with rows that can be
   read out and written in, so a working buffer can be snapshotted, restored and batched.
 * ``Snapshot`` is the state of every state layer of one row after a given token: what a
-  pin keeps at its boundary, next to its attention layers' KV.
+  pin keeps at its boundary, next to its attention layers' KV. A sliding-window model's
+  snapshot is of the same kind: its sliding layers' last window of KV, all they need to
+  go on (``kv_manager.py``).
 * ``SnapshotTable`` finds the snapshot at the longest boundary inside a cache match.
   Where snapshots are taken (``KVManager.store``): at the end of every pin and of every
   cached prompt (and its generated tokens), the points the next request resumes from.
@@ -74,15 +76,21 @@ class StateLayer(LinearAttentionLayer):
 
 @dataclass(frozen=True)
 class Snapshot:
-    """The state of every state layer (in layer order) after ``tokens`` tokens."""
+    """The state of every state layer (in layer order) after ``tokens`` tokens.
+
+    For a model with sliding-window layers, ``window`` is the state those layers need to
+    go on: their KV of the last ``min(window, tokens)`` tokens, ``[Ls, 2, H, w, D]``
+    (``KVManager`` keeps no older sliding KV).
+    """
 
     tokens: int
     conv: tuple[torch.Tensor | None, ...]
     recurrent: tuple[torch.Tensor | None, ...]
+    window: torch.Tensor | None = None
 
     @property
     def nbytes(self) -> int:
-        return sum(_nbytes(t) for t in (*self.conv, *self.recurrent))
+        return sum(_nbytes(t) for t in (*self.conv, *self.recurrent, self.window))
 
     @classmethod
     def capture(cls, layers: Iterable[StateLayer], row: int, tokens: int) -> Snapshot:
@@ -109,7 +117,12 @@ class Snapshot:
         def move(t: torch.Tensor | None) -> torch.Tensor | None:
             return None if t is None else t.to(device)
 
-        return Snapshot(self.tokens, tuple(map(move, self.conv)), tuple(map(move, self.recurrent)))
+        return Snapshot(
+            self.tokens,
+            tuple(map(move, self.conv)),
+            tuple(map(move, self.recurrent)),
+            move(self.window),
+        )
 
 
 Key = tuple[str, tuple[int, ...]]  # (namespace, tokens)

@@ -16,11 +16,10 @@ it, holding that namespace's KV files and its manifest::
   tensor bytes. A load reads the file once, through safetensors' own reader, and checks
   all of it, so a file from another model, a truncated, garbled or bit-flipped one is
   logged, deleted and rebuilt; it never raises.
-* A model with sliding-window layers (``keep_windows``) stores, for those layers, only
-  the last ``window`` tokens (a ``window`` tensor ``[Ls, 2, H, w, D]``; the ``kv.i``
-  pieces then hold the other layers only). A load gives the full ``[L, 2, H, T, D]``
-  shape back, the sliding layers' older tokens zero: such KV is only valid at the
-  prefix's end (``KVManager.insert_segment`` sees to that).
+* A model with sliding-window layers (``keep_windows``) keeps, for those layers, only
+  the last ``window`` tokens, as the cache does (``KVManager``): the ``kv.i`` pieces
+  hold the other layers, and a ``window`` tensor ``[Ls, 2, H, w, D]`` the sliding ones'
+  tail. A load gives both back as they are (``StoredPrefix.window``).
 * A hybrid model (``keep_states``) also stores the state of its state layers at the
   prefix's end (``state.conv.i``, ``state.recurrent.i``, in their own dtypes): without
   it the KV could not be resumed, so a file without it is unusable for such a model.
@@ -107,26 +106,21 @@ class Windows:
     def full(self) -> list[int]:
         return [i for i in range(self.layers) if i not in self.sliding]
 
-    def tail(self, pieces: list[torch.Tensor], kept: int) -> torch.Tensor:
-        """The sliding layers' last ``kept`` tokens over ``pieces``: ``[Ls, 2, H, kept, D]``."""
-        tails: list[torch.Tensor] = []
-        need = kept
-        for piece in reversed(pieces):
-            if need == 0:
-                break
-            take = min(need, piece.shape[3])
-            tails.insert(0, piece[list(self.sliding), :, :, piece.shape[3] - take :])
-            need -= take
-        return torch.cat(tails, dim=3)
+    def kept(self, tokens: int) -> int:
+        """Tokens of sliding KV a prefix of ``tokens`` keeps."""
+        return min(self.window, tokens)
 
 
 @dataclass(frozen=True)
 class StoredPrefix:
-    """What a store file holds: token ids, ``[L, 2, H, T, D]`` KV, and named state tensors."""
+    """What a store file holds: token ids, ``[L, 2, H, T, D]`` KV (of the full layers
+    only, with ``window`` the sliding layers' tail, for a model with sliding windows),
+    and named state tensors."""
 
     tokens: list[int]
     kv: torch.Tensor
     state: dict[str, torch.Tensor]
+    window: torch.Tensor | None = None
 
 
 class UnusableFileError(ValueError):
@@ -136,18 +130,6 @@ class UnusableFileError(ValueError):
 def _raw(tensor: torch.Tensor) -> Any:
     """The bytes of a contiguous CPU tensor, as a buffer (no copy)."""
     return tensor.reshape(-1).view(torch.uint8).numpy()
-
-
-def _with_windows(
-    windows: Windows, pieces: list[torch.Tensor], tail: torch.Tensor, tokens: int
-) -> torch.Tensor:
-    """The full ``[L, 2, H, T, D]`` KV of a windowed file: its full layers, and for the
-    sliding layers the last ``kept`` tokens (the older ones zero, never read)."""
-    full = pieces[0] if len(pieces) == 1 else torch.cat(pieces, dim=3)
-    out = full.new_zeros((windows.layers, *full.shape[1:3], tokens, full.shape[4]))
-    out[windows.full] = full
-    out[list(windows.sliding), :, :, tokens - tail.shape[3] :] = tail
-    return out
 
 
 class PrefixStore:
@@ -201,6 +183,7 @@ class PrefixStore:
         tokens: Sequence[int],
         kv: torch.Tensor | Sequence[torch.Tensor],
         state: dict[str, torch.Tensor] | None = None,
+        window: torch.Tensor | None = None,
     ) -> bool:
         """Write the KV of ``tokens``; returns False (after one warning) when it cannot.
 
@@ -208,11 +191,29 @@ class PrefixStore:
         token order (a pin's cached segments). The pieces are streamed to the file one at
         a time: at most one piece is copied (to the CPU, contiguous) at any moment.
         ``state``: a hybrid model's state tensors at the end of ``tokens`` (``Snapshot``).
+        ``window``: with ``keep_windows``, the sliding layers' last tokens
+        ``[Ls, 2, H, w, D]``, and ``kv`` holds the other layers.
         """
         pieces = self._check_pieces(tokens, [kv] if isinstance(kv, torch.Tensor) else list(kv))
         state = dict(state or {})
         if bool(state) != bool(self.state_layers):
             raise ValueError("state tensors go with (and only with) a model's state layers")
+        windows = self.windows
+        if (window is None) != (windows is None):
+            raise ValueError("a sliding window goes with (and only with) sliding layers")
+        if (
+            windows is not None
+            and window is not None
+            and (
+                pieces[0].shape[0] != len(windows.full)
+                or window.shape[0] != len(windows.sliding)
+                or window.shape[3] != windows.kept(len(tokens))
+                or window.dtype != pieces[0].dtype
+                or window.shape[1:3] + window.shape[4:]
+                != pieces[0].shape[1:3] + pieces[0].shape[4:]
+            )
+        ):
+            raise ValueError("KV pieces and window do not have the model's layers")
         if any(t.dtype not in _DTYPES for t in state.values()):
             raise ValueError("cannot store a state of this dtype")
         if not self.writable:
@@ -228,7 +229,7 @@ class PrefixStore:
                 prefix=".tmp-", suffix=".safetensors", dir=target.parent
             )
             with os.fdopen(fd, "wb") as handle:
-                self._write(handle, namespace, tokens, pieces, state)
+                self._write(handle, namespace, tokens, pieces, state, window=window)
                 handle.flush()
                 os.fsync(handle.fileno())
             os.replace(tmp_name, target)
@@ -284,6 +285,8 @@ class PrefixStore:
         tokens: Sequence[int],
         pieces: list[torch.Tensor],
         state: dict[str, torch.Tensor],
+        *,
+        window: torch.Tensor | None = None,
     ) -> None:
         """Write a safetensors file piece by piece; the checksum is filled in at the end.
 
@@ -300,33 +303,20 @@ class PrefixStore:
             "n_tokens": str(len(tokens)),
             "pieces": str(len(pieces)),
         }
-        windows = self.windows
-        if windows is not None and pieces[0].shape[0] != windows.layers:
-            raise ValueError("KV pieces do not have the model's layers")
-        # (name, shape, tensor or how to make it): pieces are made one at a time.
+        # (name, shape, tensor): pieces are copied to the CPU one at a time.
         entries: list[tuple[str, list[int], Any]] = [
             ("tokens", list(token_tensor.shape), token_tensor)
         ]
-        if windows is None:
-            entries += [(f"kv.{i}", list(p.shape), p) for i, p in enumerate(pieces)]
-        else:
-            kept = min(windows.window, len(tokens))
-            meta |= {"sliding": ",".join(map(str, windows.sliding)), "window": str(kept)}
-            full = windows.full
-            for i, p in enumerate(pieces):
-                entries.append((f"kv.{i}", [len(full), *p.shape[1:]], lambda p=p: p[full]))
-            tail = windows.tail(pieces, kept)
-            entries.append(("window", list(tail.shape), tail))
+        entries += [(f"kv.{i}", list(p.shape), p) for i, p in enumerate(pieces)]
+        if self.windows is not None and window is not None:
+            sliding = ",".join(map(str, self.windows.sliding))
+            meta |= {"sliding": sliding, "window": str(window.shape[3])}
+            entries.append(("window", list(window.shape), window))
         entries += [(f"state.{name}", list(t.shape), t) for name, t in sorted(state.items())]
         header: dict[str, Any] = {"__metadata__": meta}
         offset = 0
-        for name, shape, make in entries:
-            if name == "tokens":
-                dtype = torch.int64
-            elif name.startswith("state."):
-                dtype = make.dtype
-            else:
-                dtype = pieces[0].dtype
+        for name, shape, tensor in entries:
+            dtype = tensor.dtype
             size = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
             header[name] = {
                 "dtype": _DTYPES[dtype],
@@ -339,12 +329,11 @@ class PrefixStore:
         handle.write(len(encoded).to_bytes(8, "little"))
         handle.write(encoded)
         crc = 0
-        for _, _, make in entries:
-            tensor = make() if callable(make) else make
+        for _, _, tensor in entries:
             data = _raw(tensor.detach().to("cpu").contiguous())
             crc = zlib.crc32(data, crc)
             handle.write(data)
-            del data, tensor
+            del data
         handle.seek(8 + encoded.index(_CHECKSUM_PLACEHOLDER.encode()))
         handle.write(f"crc32:{crc:08x}".encode())
 
@@ -416,7 +405,7 @@ class PrefixStore:
             full = len(windows.full)
             if shapes[0][0] != full or shapes[-1][0] != len(windows.sliding):
                 raise UnusableFileError("unexpected KV shapes")
-            if shapes[-1][3] != kept or kept != min(windows.window, n_tokens):
+            if shapes[-1][3] != kept or kept != windows.kept(n_tokens):
                 raise UnusableFileError("unexpected sliding-window length")
         token_tensor = reader.get_tensor("tokens")
         if token_tensor.dtype != torch.int64:
@@ -442,11 +431,10 @@ class PrefixStore:
             for n, t in zip(states, pieces[len(pieces) - len(states) :], strict=True)
         }
         pieces = pieces[: len(pieces) - len(states)]
-        if windows is not None:
-            kv = _with_windows(windows, pieces[:-1], pieces[-1], n_tokens)
-        else:  # one piece as it is (no copy); several are joined into one tensor
-            kv = pieces[0] if len(pieces) == 1 else torch.cat(pieces, dim=3)
-        return StoredPrefix(tokens, kv, state)
+        window = pieces.pop() if windows is not None else None
+        # One piece as it is (no copy); several are joined into one tensor.
+        kv = pieces[0] if len(pieces) == 1 else torch.cat(pieces, dim=3)
+        return StoredPrefix(tokens, kv, state, window)
 
     def _file_windows(self, meta: dict[str, str]) -> Windows | None:
         """The file's sliding layers, which must be this model's (None: a full file)."""

@@ -129,11 +129,11 @@ def record_prefills(engine: Engine, log: list[tuple[str, int]]) -> None:
     runner, scheduler = engine.runner, engine.scheduler
     prefill, enqueue = runner.prefill, scheduler.enqueue
 
-    def logged_prefill(cache: Any, ids: list[int], shared: Any = ()) -> Any:
+    def logged_prefill(cache: Any, ids: list[int], *cached: Any) -> Any:
         running = [s for s in scheduler.prefilling if s.kv is cache]
         kind = running[0].kind.value if running else "?"
         log.append((f"prefill:{kind}", len(ids)))
-        return prefill(cache, ids, shared)
+        return prefill(cache, ids, *cached)
 
     def logged_enqueue(seq: Any) -> None:
         log.append((f"enqueue:{seq.kind.value}", len(seq.prompt)))
@@ -279,9 +279,9 @@ async def test_a_pin_is_saved_from_the_cache_without_another_copy(
     saved: list[Any] = []
     original = store.save
 
-    def spy(namespace: str, tokens: list[int], kv: Any, state: Any = None) -> bool:
+    def spy(namespace: str, tokens: list[int], kv: Any, *rest: Any) -> bool:
         saved.append(kv)
-        return original(namespace, tokens, kv, state)
+        return original(namespace, tokens, kv, *rest)
 
     store.save = spy  # type: ignore[method-assign]
     house = tokens(16, 500)
