@@ -449,7 +449,10 @@ class Engine:
             if other.namespace != seq.namespace or other.cancelled:
                 continue
             shared = common_prefix(seq.prompt[:limit], other.prompt)
-            if shared - match.length >= self.config.chunk_tokens:
+            # A snapshot model resumes only where the leader's snapshot will be: at the
+            # end of its prompt (KVManager.store).
+            resumable = self.kv.snapshots is None or shared == len(other.prompt)
+            if resumable and shared - match.length >= self.config.chunk_tokens:
                 return other
         return None
 

@@ -109,6 +109,11 @@ class KVManager:
         """``match`` cut back to the longest prefix whose recurrent state is kept."""
         assert self.snapshots is not None
         length = self.snapshots.longest(seq.namespace, seq.prompt, match.length)
+        if (
+            length < match.length
+            and self._snapshot_at(seq.namespace, seq.prompt, match.length) is not None
+        ):
+            length = match.length  # a window one token further on serves here too
         if length == match.length:
             return match
         if length == 0:
@@ -153,7 +158,7 @@ class KVManager:
         buffer.set_length(column)
         window = None
         if self.snapshots is not None and match.length:
-            snapshot = self.snapshots.get(seq.namespace, seq.prompt[: match.length])
+            snapshot = self._snapshot_at(seq.namespace, seq.prompt, match.length)
             if snapshot is None:  # ``match`` found it on this thread just now
                 raise RuntimeError("the state or window of a cached prefix is gone")
             if snapshot.window is not None:
@@ -162,6 +167,19 @@ class KVManager:
                 buffer.restore([snapshot])
         seq.shared, seq.shared_len, seq.window = tuple(shared), shared_len, window
         seq.kv, seq.kv_row, seq.kv_offset, seq.kv_len = buffer, 0, 0, shared_len + column
+
+    def _snapshot_at(self, namespace: str, tokens: list[int], length: int) -> Snapshot | None:
+        """The snapshot to resume ``tokens`` after ``length`` from. For sliding windows
+        also one a token further on, without its last token: a prompt that equals a
+        cached one (a retry) resumes one token before its end, as a request must, and a
+        window that reaches one token further holds everything needed there."""
+        assert self.snapshots is not None
+        snapshot = self.snapshots.get(namespace, tokens[:length])
+        if snapshot is None and self.layout.trims_windows and length < len(tokens):
+            later = self.snapshots.get(namespace, tokens[: length + 1])
+            if later is not None and later.window is not None and later.window.shape[3] > 1:
+                snapshot = Snapshot(length, (), (), later.window[:, :, :, :-1])
+        return snapshot
 
     def _place_window(
         self, buffer: KVBuffer, tail: torch.Tensor, end: int, shared_len: int
@@ -267,6 +285,9 @@ class KVManager:
         if self.snapshots is not None and (snapshot is None or snapshot.tokens != len(tokens)):
             return False
         kv = kv.to(device=self.layout.device, dtype=self.layout.dtype)
+        if snapshot is not None and snapshot.window is not None:
+            window = snapshot.window.to(device=self.layout.device, dtype=self.layout.dtype)
+            snapshot = Snapshot(snapshot.tokens, (), (), window)
         bpt = self.segment_bytes_per_token
         total = len(tokens)
 

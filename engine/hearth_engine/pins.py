@@ -103,13 +103,14 @@ class PinManager:
         if self.mode is not CacheMode.RADIX:
             return
         cache, bpt = self.kv.cache, self.kv.segment_bytes_per_token
-        if len(tokens) * bpt > cache.capacity_bytes:
+        need = self.kv.layout.prefix_bytes(len(tokens))  # segments and a sliding window
+        if need > cache.capacity_bytes:
             raise PinTooLargeError(
-                f"the prefix is {len(tokens)} tokens ({len(tokens) * bpt} bytes of KV) but the "
+                f"the prefix is {len(tokens)} tokens ({need} bytes of KV) but the "
                 f"KV cache budget is {cache.capacity_bytes} bytes; raise --kv-cache-mb"
             )
         new_tokens = len(tokens) - cache.match(self.namespace, tokens).length
-        cache.check_fits(new_tokens * bpt)
+        cache.check_fits(need - (len(tokens) - new_tokens) * bpt)
 
     def begin(self, name: str, tokens: list[int]) -> PinStatus:
         """A new attempt (generation) for ``name``: warming until the worker is done."""
@@ -396,7 +397,7 @@ class PinManager:
             return
         tokens = loaded.tokens
         try:
-            self.kv.cache.check_fits(len(tokens) * self.kv.segment_bytes_per_token)
+            self.kv.cache.check_fits(self.kv.layout.prefix_bytes(len(tokens)))
         except CacheFullError as err:
             _LOGGER.warning("Not restoring pin %s: %s", entry.name, err)
             return

@@ -163,7 +163,7 @@ class SnapshotTable:
         self._items[key] = snapshot
         self.count = len(self._items)
         self._items.move_to_end(key)
-        self._trim()
+        self._trim(key)
 
     def get(self, namespace: str, tokens: Sequence[int]) -> Snapshot | None:
         key = (namespace, tuple(tokens))
@@ -187,19 +187,21 @@ class SnapshotTable:
         held = {(ns, tuple(tokens)) for ns, tokens in self._pinned()}
         return [k for k in self._items if k not in held]  # least recently used first
 
-    def _trim(self) -> None:
+    def _trim(self, newest: Key) -> None:
+        # ``newest`` stays whatever its size: its prefix was just cached (a pin's is
+        # pinned only after this), and without it that cache entry would be useless.
         unpinned = self._unpinned()  # least recently used first
         cap = self.max_unpinned_bytes
         if cap is not None:  # one larger than the cap alone never pushes the others out
-            self._drop([k for k in unpinned if self._items[k].nbytes > cap])
+            self._drop([k for k in unpinned if self._items[k].nbytes > cap and k != newest])
             unpinned = [k for k in unpinned if k in self._items]
         drop = max(0, len(unpinned) - self.max_unpinned)
         if cap is not None:
             kept = sum(self._items[k].nbytes for k in unpinned[drop:])
-            while drop < len(unpinned) and kept > cap:
+            while drop < len(unpinned) and kept > cap and unpinned[drop] != newest:
                 kept -= self._items[unpinned[drop]].nbytes
                 drop += 1
-        self._drop(unpinned[:drop])
+        self._drop([k for k in unpinned[:drop] if k != newest])
 
     def _drop(self, keys: list[Key]) -> int:
         freed = 0

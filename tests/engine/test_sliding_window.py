@@ -304,6 +304,55 @@ async def test_memory_holds_only_the_window_of_sliding_layers(
     assert sliding_held * len(house) == sliding_full * WINDOW
 
 
+@pytest.mark.parametrize("share_prefix", [True, False], ids=["read-in-place", "copied"])
+async def test_a_prompt_sent_again_resumes_one_token_before_its_end(
+    make_engine, sliding64: ModelRunner, share_prefix: bool
+) -> None:
+    """A retry: the snapshot is at the prompt's end, a request resumes one token before
+    it; the window one token further on serves there, exactly."""
+    engine = make_engine(runner=sliding64, chunk_tokens=16, share_prefix=share_prefix)
+    cold = make_engine(runner=sliding64, cache_mode=CacheMode.NONE)
+    rng = random.Random(8)
+    for n in (WINDOW - 1, WINDOW + 1, 5 * WINDOW):
+        prompt = tokens(rng, n)
+        short = SamplingParams(max_tokens=1)  # no decoded tokens: the snapshot is at the end
+        _, first = await generate_both(engine, cold, prompt, short)
+        assert first.stats.cached_tokens == 0
+        _, again = await generate_both(engine, cold, prompt, LONG)
+        assert again.stats.cached_tokens == n - 1
+
+
+async def test_a_window_larger_than_the_unpinned_snapshot_budget_is_kept(
+    make_engine, sliding64: ModelRunner
+) -> None:
+    """A pin's window is taken before the pin holds it: it must survive the unpinned
+    snapshots' byte limit (a quarter of the KV budget) until then."""
+    layout = sliding64.layout
+    window_bytes = len(layout.sliding) * WINDOW * layout.layer_bytes_per_token
+    house = tokens(random.Random(9), 6 * WINDOW)
+    budget = layout.prefix_bytes(len(house)) + 4 * layout.bytes_per_token
+    assert window_bytes > budget // 4
+    engine = make_engine(runner=sliding64, chunk_tokens=16, kv_cache_bytes=budget)
+    cold = make_engine(runner=sliding64, cache_mode=CacheMode.NONE)
+    await engine.pin("house", house)
+    _, fin = await generate_both(engine, cold, house + [5, 6], LONG)
+    assert fin.stats.cached_tokens == len(house)
+
+
+async def test_a_pin_that_fits_only_without_its_window_is_refused(
+    make_engine, sliding64: ModelRunner
+) -> None:
+    from hearth_engine.cache import PinTooLargeError
+
+    layout = sliding64.layout
+    house = tokens(random.Random(10), 6 * WINDOW)
+    budget = layout.prefix_bytes(len(house)) - 1
+    assert len(house) * layout.segment_bytes_per_token <= budget
+    engine = make_engine(runner=sliding64, chunk_tokens=16, kv_cache_bytes=budget)
+    with pytest.raises(PinTooLargeError):
+        await engine.pin("house", house)
+
+
 async def test_a_cached_prefix_copied_into_a_buffer_resumes_exactly(
     make_engine, sliding64: ModelRunner
 ) -> None:
