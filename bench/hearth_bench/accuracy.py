@@ -176,8 +176,15 @@ def main(argv: list[str]) -> int:
         action="store_true",
         help="the agent's tool_first option: each turn's first request must call a tool",
     )
+    parser.add_argument(
+        "--no-examples",
+        action="store_true",
+        help="turn off the agent's worked examples (on by default; see examples.py)",
+    )
     args = parser.parse_args(argv)
-    agent_options = {"tool_first": True} if args.tool_first else {}
+    agent_options: dict[str, Any] = {"tool_first": True} if args.tool_first else {}
+    if args.no_examples:
+        agent_options["examples"] = False
     engine_args = ["--dtype", args.dtype]
     # SIGTERM unwinds like Ctrl-C, so the engine and Home Assistant are stopped too.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))

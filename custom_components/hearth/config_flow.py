@@ -39,6 +39,7 @@ from yarl import URL
 
 from .api import HearthAuthError, HearthClient, HearthConnectionError, HearthError
 from .const import (
+    CONF_EXAMPLES,
     CONF_MAX_HISTORY,
     CONF_MAX_TOKENS,
     CONF_REPIN_DEBOUNCE,
@@ -369,6 +370,9 @@ def agent_options_schema(
                 _max_tokens_selector()
             ),
             probatio.Optional(CONF_TOOL_FIRST, description=suggested(CONF_TOOL_FIRST)): (
+                BooleanSelector()
+            ),
+            probatio.Optional(CONF_EXAMPLES, description=suggested(CONF_EXAMPLES)): (
                 BooleanSelector()
             ),
             probatio.Optional(CONF_REPIN_DEBOUNCE, description=suggested(CONF_REPIN_DEBOUNCE)): (

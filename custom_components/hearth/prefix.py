@@ -1,12 +1,13 @@
 """The stable house prefix of an agent: what every request starts with, byte for byte.
 
 The *house prefix* is one system message (the instructions plus the LLM API prompt,
-which carries the static context of the exposed entities) and the API's tools sorted by
-name. It is rendered with a canonical LLM context (no user, no time, and no device or a
-device of the prefix's class, without its area line: ``device_class.py``), so it does
-not depend on who speaks, from where or when. Anything per-request goes into the
-volatile suffix (see ``prompt.py`` and ``request_plan.py``). Pinning it in the engine
-and keeping it current is ``pins.py``'s job; this module only renders.
+which carries the static context of the exposed entities), the worked examples that
+follow it (``examples.py``, an agent option) and the API's tools sorted by name. It is
+rendered with a canonical LLM context (no user, no time, and no device or a device of
+the prefix's class, without its area line: ``device_class.py``), so it does not depend
+on who speaks, from where or when. Anything per-request goes into the volatile suffix
+(see ``prompt.py`` and ``request_plan.py``). Pinning it in the engine and keeping it
+current is ``pins.py``'s job; this module only renders.
 """
 
 from __future__ import annotations
@@ -27,8 +28,9 @@ from homeassistant.core import HomeAssistant
 from homeassistant.exceptions import HomeAssistantError, TemplateError
 from homeassistant.helpers import llm, template
 
-from .const import DOMAIN, LOGGER, SUBENTRY_AI_TASK
+from .const import CONF_EXAMPLES, DEFAULT_EXAMPLES, DOMAIN, LOGGER, SUBENTRY_AI_TASK
 from .device_class import DeviceClass, without_area_lines
+from .examples import house_examples
 from .house_diff import HouseSnapshot, capture
 from .house_values import house_values
 
@@ -42,6 +44,8 @@ class HousePrefix:
 
     system: str
     tools: tuple[dict[str, Any], ...]
+    # Worked examples (examples.py): chat turns pinned after the system message.
+    examples: tuple[dict[str, Any], ...] = ()
     # The ``hearth`` request extension: the house's names for the engine's grammar
     # (house_values.py); sent with the pin and every request, never in the prompt.
     hearth: dict[str, Any] | None = None
@@ -51,8 +55,8 @@ class HousePrefix:
 
     @property
     def messages(self) -> list[dict[str, Any]]:
-        """The prefix messages: a single system message."""
-        return [{"role": "system", "content": self.system}]
+        """The prefix messages: the system message, then any worked examples."""
+        return [{"role": "system", "content": self.system}, *self.examples]
 
     def pin_body(self) -> dict[str, Any]:
         """Body of ``PUT /v1/prefixes/{name}``."""
@@ -224,4 +228,9 @@ async def async_render_prefix(
             )
             house = capture(hass)
     hearth = house_values(hass, tools) if tools else None
-    return HousePrefix(system="\n".join(parts), tools=tools, hearth=hearth, house=house)
+    examples: tuple[dict[str, Any], ...] = ()
+    if tools and options.get(CONF_EXAMPLES, DEFAULT_EXAMPLES):
+        examples = house_examples(hass, tools, hass.config.language)
+    return HousePrefix(
+        system="\n".join(parts), tools=tools, examples=examples, hearth=hearth, house=house
+    )

@@ -33,6 +33,7 @@ from pytest_homeassistant_custom_component.common import MockConfigEntry
 
 from custom_components.hearth.api import HearthClient
 from custom_components.hearth.const import (
+    CONF_EXAMPLES,
     DOMAIN,
     RECOMMENDED_CONVERSATION_OPTIONS,
     SUBENTRY_CONVERSATION,
@@ -144,8 +145,10 @@ class EngineProcess:
 
 
 def agent_options(**overrides: Any) -> dict[str, Any]:
-    """Options of a conversation subentry (the recommended ones by default)."""
-    return {**RECOMMENDED_CONVERSATION_OPTIONS, **overrides}
+    """Options of a conversation subentry: the recommended ones, but without worked
+    examples unless asked (``CONF_EXAMPLES``): the tests read requests by message index
+    and script tiny-tools by its last message; test_examples.py covers examples."""
+    return {**RECOMMENDED_CONVERSATION_OPTIONS, CONF_EXAMPLES: False, **overrides}
 
 
 def make_entry(url: str, api_key: str | None = None, **options: Any) -> MockConfigEntry:

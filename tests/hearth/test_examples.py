@@ -1,0 +1,155 @@
+"""Worked examples in the pinned prefix (examples.py): valid calls of this house's tools.
+
+The pure part is checked on hand-made houses; the rendering through real Home Assistant
+(the Assist API's real tools, exposure, the house's language, the agent option) on the
+``house`` fixture.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from homeassistant.components.homeassistant.exposed_entities import async_expose_entity
+from homeassistant.core import HomeAssistant
+from homeassistant.setup import async_setup_component
+
+from custom_components.hearth.const import CONF_EXAMPLES
+from custom_components.hearth.examples import FULL_TURNS, Thing, example_messages
+from custom_components.hearth.prefix import async_render_prefix
+
+from .common import (
+    KITCHEN_LIGHT,
+    EngineProcess,
+    agent_options,
+    async_setup_entry,
+    converse,
+    hearth_traces,
+    make_entry,
+)
+
+
+def _tool(name: str, *arguments: str) -> dict[str, Any]:
+    properties = {arg: {"type": "string"} for arg in arguments}
+    return {
+        "type": "function",
+        "function": {"name": name, "parameters": {"properties": properties}},
+    }
+
+
+TOOLS = [
+    _tool("intent__HassTurnOn", "name", "area", "domain"),
+    _tool("intent__HassTurnOff", "name", "area", "domain"),
+    _tool("intent__HassSetPosition", "name", "position"),
+    _tool("homeassistant__GetLiveContext", "name", "domain", "area"),
+]
+THINGS = [
+    Thing("light.attic", "Attic Light"),
+    Thing("light.porch", "Porch Light"),
+    Thing("cover.garage", "Garage Door"),
+    Thing("switch.kettle", "Kettle"),
+    Thing("climate.hall", "Hall Thermostat"),  # no climate tool offered: no example
+]
+
+
+def _calls(messages: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+    return [
+        (call["function"]["name"], json.loads(call["function"]["arguments"]))
+        for message in messages
+        for call in message.get("tool_calls", ())
+    ]
+
+
+def test_every_call_is_an_offered_tool_with_arguments_it_takes() -> None:
+    messages = example_messages(THINGS, ["Kitchen", "Attic"], TOOLS)
+    offered = {t["function"]["name"]: t["function"]["parameters"]["properties"] for t in TOOLS}
+    calls = _calls(messages)
+    assert len(calls) >= 6
+    for name, arguments in calls:
+        assert name in offered
+        assert set(arguments) <= set(offered[name])
+        if "name" in arguments:
+            assert arguments["name"] in {t.name for t in THINGS}
+    assert ("intent__HassTurnOff", {"area": "Attic", "domain": ["light"]}) in calls
+    assert not any(arguments.get("name") == "Hall Thermostat" for _, arguments in calls)
+    # The on/off requests come last (a small model leans on what it saw last).
+    assert calls[-1] == ("intent__HassTurnOn", {"name": "Attic Light"})
+
+
+def test_the_first_turns_show_the_whole_loop_and_the_rest_only_the_call() -> None:
+    messages = example_messages(THINGS, ["Kitchen"], TOOLS)
+    roles = [m["role"] for m in messages]
+    assert roles[: 4 * FULL_TURNS] == ["user", "assistant", "tool", "assistant"] * FULL_TURNS
+    assert roles[4 * FULL_TURNS :] == ["user", "assistant"] * ((len(roles) - 4 * FULL_TURNS) // 2)
+    ids = [m["tool_calls"][0]["id"] for m in messages if m.get("tool_calls")]
+    assert len(ids) == len(set(ids))
+    for i, message in enumerate(messages):
+        if message["role"] == "tool":
+            assert message["tool_call_id"] == messages[i - 1]["tool_calls"][0]["id"]
+            json.loads(message["content"])
+    question = messages[:4]
+    assert question[0]["content"] == "is the Kettle on?"
+    assert "Kettle" in question[2]["content"] and question[3]["content"] == "The Kettle is off."
+
+
+def test_nothing_to_show_without_tools_or_things() -> None:
+    assert example_messages(THINGS, ["Kitchen"], []) == []
+    assert example_messages([], [], TOOLS) == []
+    # Arguments a tool does not take: that example is left out.
+    narrow = [_tool("intent__HassTurnOn", "area")]
+    assert example_messages(THINGS, [], narrow) == []
+
+
+@pytest.fixture
+async def assist(hass: HomeAssistant, house: None) -> None:
+    assert await async_setup_component(hass, "conversation", {})
+    hass.states.async_set("switch.kettle", "off", {"friendly_name": "Kettle"})
+    async_expose_entity(hass, "conversation", "switch.kettle", True)
+    hass.states.async_set("switch.secret_safe", "off", {"friendly_name": "Secret Safe"})
+    async_expose_entity(hass, "conversation", "switch.secret_safe", False)
+
+
+async def test_the_prefix_pins_examples_of_exposed_entities_only(
+    hass: HomeAssistant, assist: None
+) -> None:
+    on = agent_options(**{CONF_EXAMPLES: True})
+    prefix = await async_render_prefix(hass, on)
+    examples = prefix.messages[1:]
+    assert examples and examples == list(prefix.examples)
+    offered = {t["function"]["name"] for t in prefix.tools}
+    calls = _calls(examples)
+    assert calls and all(name in offered for name, _ in calls)
+    text = json.dumps(examples)
+    assert "Kitchen Light" in text and "Kettle" in text
+    assert "Secret Safe" not in text
+    # Names, never states: a state change leaves the pinned bytes as they were.
+    hass.states.async_set(KITCHEN_LIGHT, "on", {"friendly_name": "Kitchen Light"})
+    hass.states.async_set("switch.kettle", "on", {"friendly_name": "Kettle"})
+    assert (await async_render_prefix(hass, on)).data == prefix.data
+
+
+async def test_no_examples_when_off_or_not_english(hass: HomeAssistant, assist: None) -> None:
+    off = await async_render_prefix(hass, agent_options(**{CONF_EXAMPLES: False}))
+    assert off.examples == () and len(off.messages) == 1
+    hass.config.language = "de"
+    german = await async_render_prefix(hass, agent_options(**{CONF_EXAMPLES: True}))
+    assert german.examples == ()
+
+
+async def test_a_turn_with_examples_pinned_acts_on_the_house(
+    hass: HomeAssistant, assist: None, engine: EngineProcess
+) -> None:
+    """The default options pin the examples with the house; the engine takes them (its
+    chat template renders the example calls and results), and a turn works through them."""
+    entry = make_entry(engine.url, **{CONF_EXAMPLES: True})
+    await async_setup_entry(hass, entry)
+    agent = next(iter(entry.subentries))
+    prefix = await entry.runtime_data.prefixes.async_render(agent)
+    assert prefix.examples
+    with_examples = entry.runtime_data.prefixes.agent(agent).tokens
+    assert with_examples
+    await converse(hass, "turn on the kitchen light")
+    assert hass.states.get(KITCHEN_LIGHT).state == "on"
+    turn = hearth_traces()[-1]
+    assert turn["cached_tokens"] >= with_examples  # the examples are pinned, not re-sent
