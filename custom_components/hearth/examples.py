@@ -3,8 +3,8 @@
 A small model (the default SmolLM2-135M) told about tools in its system prompt mostly
 answers in prose, or calls a tool it copied from the top of the list. Shown a few
 earlier turns in which a user asks and the assistant calls the right tool, it does what
-they show: on the demo house, 1 of 65 commands called the right tool without examples;
-with them, most do (README, "Accuracy"). The examples are built from the house itself
+they show: on the project's accuracy dataset its correct answers went from 0 to 27 of
+71 (README, "Accuracy"). The examples are built from the house itself
 (its exposed entities, its areas and the tools its LLM API offers, so every call in
 them is valid here) and sit in the pinned prefix after the system message, so they cost
 nothing per request. They depend on names only, never on states: a state change does
@@ -38,10 +38,14 @@ class Thing:
         return self.entity_id.split(".", 1)[0]
 
 
+AREA = "area"  # a template's target: the house's first area (with lights)
+NOTHING = "nothing"  # a template without a target (a timer)
+
+
 @dataclass(frozen=True, slots=True)
 class Template:
     """One example: ``intent`` (a tool's short name) on the ``pick``-th entity of
-    ``domain`` (``""``: on an area), asked as ``ask`` (``{}`` is the name)."""
+    ``domain`` (or ``AREA``, or ``NOTHING``), asked as ``ask`` (``{}`` is the name)."""
 
     intent: str
     domain: str
@@ -58,6 +62,7 @@ def _name(extra: Mapping[str, Any] | None = None) -> Callable[[str], dict[str, A
 # on/off requests come last, and questions and settings first.
 TEMPLATES: tuple[Template, ...] = (
     Template("GetLiveContext", "switch", "is the {} on?", _name()),
+    Template("HassStartTimer", NOTHING, "set a timer for 10 minutes", lambda _: {"minutes": 10}),
     Template("HassMediaPause", "media_player", "pause the {}", _name()),
     Template("HassClimateSetTemperature", "climate", "set the {} to 21 degrees",
              _name({"temperature": 21})),
@@ -72,7 +77,7 @@ TEMPLATES: tuple[Template, ...] = (
     Template("HassListAddItem", "todo", "add milk to the {}", _name({"item": "milk"})),
     Template("HassTurnOff", "lock", "unlock the {}", _name()),
     Template("HassTurnOn", "cover", "open the {}", _name(), pick=1),
-    Template("HassTurnOff", "", "turn off the lights in the {}",
+    Template("HassTurnOff", AREA, "turn off the lights in the {}",
              lambda area: {"area": area, "domain": ["light"]}),
     Template("HassTurnOn", "lock", "lock the {}", _name(), pick=1),
     Template("HassTurnOff", "cover", "close the {}", _name()),
@@ -81,7 +86,12 @@ TEMPLATES: tuple[Template, ...] = (
 )  # fmt: skip
 
 ACTION_REPLY = "Done."
-FULL_TURNS = 2
+TIMER_REPLY = "Timer set for 10 minutes."
+# Examples that show the whole loop (the tool's result and the reply): the first (a
+# question, answered from the result) and the last LAST_FULL ones (what a small model
+# copies most: after a result, a short reply, no further call). The others show only
+# the call, which is what they teach, at a fifth of the tokens.
+LAST_FULL = 3
 
 
 def example_messages(
@@ -96,32 +106,33 @@ def example_messages(
         by_domain.setdefault(thing.domain, []).append(thing)
     area_names = sorted(areas)
     offered = _offered(tools)
-    messages: list[dict[str, Any]] = []
-    shown = 0
+    turns: list[list[dict[str, Any]]] = []
     for template in TEMPLATES:
         tool = offered.get(template.intent)
         if tool is None:
             continue
         name, properties = tool
         target: Thing | None = None
-        if template.domain:
+        if template.domain == NOTHING:
+            said = ""
+        elif template.domain == AREA:
+            if not area_names or "light" not in by_domain:
+                continue
+            said = area_names[0]
+        else:
             found = by_domain.get(template.domain)
             if not found:
                 continue
             target = found[template.pick % len(found)]
             said = target.name
-        elif area_names and "light" in by_domain:
-            said = area_names[0]
-        else:
-            continue
         arguments = template.arguments(said)
         if not set(arguments) <= properties:
             continue
-        shown += 1
-        turn = _turn(shown, template, name, arguments, said, target)
-        # The first FULL_TURNS show the whole loop (the tool's result and the reply);
-        # the rest only the call, which is what they teach (and a fifth of the tokens).
-        messages += turn if shown <= FULL_TURNS else turn[:2]
+        turns.append(_turn(len(turns) + 1, template, name, arguments, said, target))
+    messages: list[dict[str, Any]] = []
+    for i, turn in enumerate(turns):
+        full = i == 0 or i >= len(turns) - LAST_FULL
+        messages += turn if full else turn[:2]
     return messages
 
 
@@ -152,11 +163,14 @@ def _turn(  # noqa: PLR0917
         state = f"- names: {said}\n  domain: {target.domain if target else ''}\n  state: 'off'\n"
         result: dict[str, Any] = {"success": True, "result": state}
         reply = f"The {said} is off."
+    elif template.domain == NOTHING:
+        result = {"response_type": "action_done", "data": {"success": [], "failed": []}}
+        reply = TIMER_REPLY
     else:
         entry = (
             {"name": said, "type": "entity", "id": target.entity_id}
             if target is not None
-            else {"name": said, "type": "area", "id": said.lower().replace(" ", "_")}
+            else {"name": said, "type": AREA, "id": said.lower().replace(" ", "_")}
         )
         result = {"response_type": "action_done", "data": {"success": [entry], "failed": []}}
         reply = ACTION_REPLY

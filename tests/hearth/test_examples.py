@@ -16,7 +16,7 @@ from homeassistant.core import HomeAssistant
 from homeassistant.setup import async_setup_component
 
 from custom_components.hearth.const import CONF_EXAMPLES
-from custom_components.hearth.examples import FULL_TURNS, Thing, example_messages
+from custom_components.hearth.examples import LAST_FULL, Thing, example_messages
 from custom_components.hearth.prefix import async_render_prefix
 
 from .common import (
@@ -77,11 +77,13 @@ def test_every_call_is_an_offered_tool_with_arguments_it_takes() -> None:
     assert calls[-1] == ("intent__HassTurnOn", {"name": "Attic Light"})
 
 
-def test_the_first_turns_show_the_whole_loop_and_the_rest_only_the_call() -> None:
+def test_the_first_and_last_turns_show_the_whole_loop_the_rest_only_the_call() -> None:
     messages = example_messages(THINGS, ["Kitchen"], TOOLS)
     roles = [m["role"] for m in messages]
-    assert roles[: 4 * FULL_TURNS] == ["user", "assistant", "tool", "assistant"] * FULL_TURNS
-    assert roles[4 * FULL_TURNS :] == ["user", "assistant"] * ((len(roles) - 4 * FULL_TURNS) // 2)
+    full, call = ["user", "assistant", "tool", "assistant"], ["user", "assistant"]
+    turns = len([r for r in roles if r == "user"])
+    assert turns > 1 + LAST_FULL
+    assert roles == full + call * (turns - 1 - LAST_FULL) + full * LAST_FULL
     ids = [m["tool_calls"][0]["id"] for m in messages if m.get("tool_calls")]
     assert len(ids) == len(set(ids))
     for i, message in enumerate(messages):
@@ -91,6 +93,16 @@ def test_the_first_turns_show_the_whole_loop_and_the_rest_only_the_call() -> Non
     question = messages[:4]
     assert question[0]["content"] == "is the Kettle on?"
     assert "Kettle" in question[2]["content"] and question[3]["content"] == "The Kettle is off."
+    assert messages[-1] == {"role": "assistant", "content": "Done."}
+
+
+def test_a_timer_example_needs_no_entity() -> None:
+    timer = {"type": "function", "function": {"name": "intent__HassStartTimer",
+             "parameters": {"properties": {"minutes": {"type": "integer"}}}}}  # fmt: skip
+    messages = example_messages([], [], [timer])
+    assert [m["role"] for m in messages] == ["user", "assistant", "tool", "assistant"]
+    assert _calls(messages) == [("intent__HassStartTimer", {"minutes": 10})]
+    assert messages[-1]["content"].startswith("Timer set")
 
 
 def test_nothing_to_show_without_tools_or_things() -> None:
