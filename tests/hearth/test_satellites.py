@@ -25,6 +25,7 @@ from homeassistant.setup import async_setup_component
 from pytest_homeassistant_custom_component.common import MockConfigEntry
 
 from custom_components.hearth.api import HearthClient, RequestUsage
+from custom_components.hearth.const import CONF_EXAMPLES
 from custom_components.hearth.device_class import DeviceClass, is_area_line, without_area_lines
 from custom_components.hearth.pins import pin_name
 from custom_components.hearth.prefix import async_render_prefix, canonical_llm_context
@@ -231,3 +232,24 @@ async def test_new_class_is_pinned_at_its_first_request(
     await converse(hass, "hello", device_id=device.id)
     turn = hearth_traces()[-1]
     assert turn["pin"] == turn["requests"][0]["pin"] == name
+
+
+async def test_a_timer_satellite_pin_shows_a_timer_example(
+    hass: HomeAssistant, house: None
+) -> None:
+    """The timer class's prefix offers HassStartTimer, so its worked examples show one."""
+    assert await async_setup_component(hass, "conversation", {})
+    device_id = await _timer_satellite(hass, [])
+    options = agent_options(**{CONF_EXAMPLES: True})
+    none = await async_render_prefix(hass, options)
+    timers = await async_render_prefix(hass, options, DeviceClass.TIMERS, device_id)
+
+    def called(prefix: Any) -> list[str]:
+        return [
+            call["function"]["name"]
+            for message in prefix.examples
+            for call in message.get("tool_calls", ())
+        ]
+
+    assert "intent__HassStartTimer" in called(timers)
+    assert "intent__HassStartTimer" not in called(none)
