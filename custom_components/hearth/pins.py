@@ -51,6 +51,7 @@ from homeassistant.util import dt as dt_util
 from . import issues
 from .api import HearthClient, HearthError, HearthResponseError
 from .const import (
+    CONF_EXAMPLES,
     CONF_REPIN_DEBOUNCE,
     DEFAULT_REPIN_DEBOUNCE,
     DOMAIN,
@@ -104,6 +105,9 @@ class PrefixManager:
         self.repin_causes: dict[str, int] = {cause.value: 0 for cause in RebuildCause}
         self.history = PinHistory(hass, entry.entry_id)
         self._pins: dict[tuple[str, DeviceClass], AgentPin] = {}
+        # Agents (pin keys) whose house prompt does not fit the model's context with the
+        # worked examples (examples.py): they render without them from then on.
+        self._without_examples: set[str] = set()
         self._instance_id: str | None = None
         self._checked: EngineStatus | None = None
         self._started = False
@@ -230,9 +234,10 @@ class PrefixManager:
     ) -> HousePrefix:
         """Render an agent's prefix for a device class from its current options."""
         subentry = self.entry.subentries[subentry_id]
-        return await async_render_prefix(
-            self.hass, render_options(subentry.subentry_type, subentry.data), cls, device_id
-        )
+        options = render_options(subentry.subentry_type, subentry.data)
+        if pin_key(subentry_id, cls) in self._without_examples:
+            options = {**options, CONF_EXAMPLES: False}
+        return await async_render_prefix(self.hass, options, cls, device_id)
 
     async def async_prefix_for_request(
         self, subentry_id: str, device_id: str | None = None
@@ -425,7 +430,7 @@ class PrefixManager:
             agent.putting = True
             self.coordinator.async_update_listeners()
             try:
-                info = await self._async_put(agent, prefix)
+                info, prefix = await self._async_put_fitting(agent, prefix)
             except HearthError as err:
                 self._async_pin_failed(agent, prefix, instance_id, err)
                 if reason is PinReason.MANUAL:
@@ -458,6 +463,27 @@ class PrefixManager:
             await self.history.async_record(agent.key, prefix.digest)
         self.coordinator.async_update_listeners()
         return True
+
+    async def _async_put_fitting(
+        self, agent: AgentPin, prefix: HousePrefix
+    ) -> tuple[Mapping[str, Any], HousePrefix]:
+        """``_async_put``, and where the worked examples make the house prompt longer
+        than the model's context, once more without them (what was pinned is returned)."""
+        try:
+            return await self._async_put(agent, prefix), prefix
+        except HearthResponseError as err:
+            if err.code != "context_length_exceeded" or not prefix.examples:
+                raise
+        self._without_examples.add(agent.key)
+        LOGGER.warning(
+            "The house prompt of %s does not fit the model's context with its worked "
+            "examples: they are left out",
+            agent.name,
+        )
+        fitting = await self._async_render_pin(agent)
+        if fitting is None:
+            raise HearthError("no device of the pin's class is left")
+        return await self._async_put(agent, fitting), fitting
 
     async def _async_put(self, agent: AgentPin, prefix: HousePrefix) -> Mapping[str, Any]:
         """Pin ``prefix`` in the engine, or prime a server's cache with it."""

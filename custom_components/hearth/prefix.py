@@ -133,8 +133,9 @@ def render_options(subentry_type: str, data: Mapping[str, Any]) -> Mapping[str, 
 
 
 def ai_task_options(api_ids: list[str]) -> dict[str, Any]:
-    """Render options of an AI Task prefix with the LLM APIs ``api_ids``."""
-    return {CONF_PROMPT: AI_TASK_SYSTEM_PROMPT, CONF_LLM_HASS_API: api_ids}
+    """Render options of an AI Task prefix with the LLM APIs ``api_ids`` (no worked
+    examples: a task generates data, it is not a spoken turn)."""
+    return {CONF_PROMPT: AI_TASK_SYSTEM_PROMPT, CONF_LLM_HASS_API: api_ids, CONF_EXAMPLES: False}
 
 
 def llm_api_ids(hass: HomeAssistant, options: Mapping[str, Any]) -> list[str]:

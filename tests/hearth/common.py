@@ -64,6 +64,7 @@ class EngineProcess:
     log_path: Path
     api_key: str | None = None
     kv_cache_mb: int = 256
+    model: str = ENGINE_MODEL  # a name the engine knows, or a model folder
     proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -77,7 +78,7 @@ class EngineProcess:
             "hearth_engine",
             "serve",
             "--model",
-            ENGINE_MODEL,
+            self.model,
             # A fixed dtype: ``auto`` picks bfloat16 on CPUs with AVX512-BF16/AMX, and
             # the tests check tiny-tools' exact replies.
             "--dtype",

@@ -31,6 +31,7 @@ from custom_components.hearth.const import CONF_REPIN_DEBOUNCE
 
 from .common import (
     ENGINE_KEY,
+    ENGINE_MODEL,
     ENGINE_PYTHON,
     KITCHEN_LIGHT,
     KITCHEN_SWITCH,
@@ -54,7 +55,10 @@ def sockets_allowed() -> Iterator[None]:
 
 
 def _launch(
-    tmp_path_factory: pytest.TempPathFactory, api_key: str | None, kv_cache_mb: int = 256
+    tmp_path_factory: pytest.TempPathFactory,
+    api_key: str | None,
+    kv_cache_mb: int = 256,
+    model: str = ENGINE_MODEL,
 ) -> EngineProcess:
     if not ENGINE_PYTHON.exists():
         pytest.fail(f"engine venv not found at {ENGINE_PYTHON} (run scripts/setup)")
@@ -64,6 +68,7 @@ def _launch(
             tmp_path_factory.mktemp("engine") / "engine.log",
             api_key=api_key,
             kv_cache_mb=kv_cache_mb,
+            model=model,
         )
         engine.start()
     return engine
@@ -107,8 +112,10 @@ def private_engine_factory(
     """Engines of a single test (stopped at the end), for stop/restart tests."""
     started: list[EngineProcess] = []
 
-    def factory(api_key: str | None = None, kv_cache_mb: int = 256) -> EngineProcess:
-        engine = _launch(tmp_path_factory, api_key, kv_cache_mb)
+    def factory(
+        api_key: str | None = None, kv_cache_mb: int = 256, model: str = ENGINE_MODEL
+    ) -> EngineProcess:
+        engine = _launch(tmp_path_factory, api_key, kv_cache_mb, model)
         started.append(engine)
         return engine
 
