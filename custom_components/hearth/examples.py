@@ -4,11 +4,12 @@ A small model (the default SmolLM2-135M) told about tools in its system prompt m
 answers in prose, or calls a tool it copied from the top of the list. Shown a few
 earlier turns in which a user asks and the assistant calls the right tool, it does what
 they show: on the project's accuracy dataset its correct answers went from 0 to 27 of
-71 (README, "Accuracy"). The examples are built from the house itself
-(its exposed entities, its areas and the tools its LLM API offers, so every call in
-them is valid here) and sit in the pinned prefix after the system message, so they cost
-nothing per request. They depend on names only, never on states: a state change does
-not re-pin. English only (the words of the requests are English).
+71 (README, "Accuracy"). The examples are built from the house itself (its exposed
+entities, its areas and the tools its LLM API offers, so every call in them is valid
+here) and sit in the pinned prefix after the system message, so they cost nothing per
+request. They depend on names only, never on states: a state change does not re-pin.
+English only (the words of the requests are English). Where they would make the house
+prompt longer than the model's context, the agent pins without them (``pins.py``).
 
 ``house_examples`` picks the entities (HA glue); ``example_messages`` is pure.
 """
@@ -38,7 +39,7 @@ class Thing:
         return self.entity_id.split(".", 1)[0]
 
 
-AREA = "area"  # a template's target: the house's first area (with lights)
+AREA = "area"  # a template's target: the house's first area by name (if it has lights)
 NOTHING = "nothing"  # a template without a target (a timer)
 
 
