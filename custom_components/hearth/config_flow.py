@@ -42,6 +42,7 @@ from .const import (
     CONF_EXAMPLES,
     CONF_MAX_HISTORY,
     CONF_MAX_TOKENS,
+    CONF_READ_FIRST,
     CONF_REPIN_DEBOUNCE,
     CONF_TEMPERATURE,
     CONF_TOOL_FIRST,
@@ -373,6 +374,9 @@ def agent_options_schema(
                 BooleanSelector()
             ),
             probatio.Optional(CONF_EXAMPLES, description=suggested(CONF_EXAMPLES)): (
+                BooleanSelector()
+            ),
+            probatio.Optional(CONF_READ_FIRST, description=suggested(CONF_READ_FIRST)): (
                 BooleanSelector()
             ),
             probatio.Optional(CONF_REPIN_DEBOUNCE, description=suggested(CONF_REPIN_DEBOUNCE)): (

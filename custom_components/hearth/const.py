@@ -24,6 +24,7 @@ CONF_MAX_TOKENS: Final = "max_tokens"
 CONF_REPIN_DEBOUNCE: Final = "repin_debounce"
 CONF_TOOL_FIRST: Final = "tool_first"
 CONF_EXAMPLES: Final = "examples"
+CONF_READ_FIRST: Final = "read_first"
 
 DEFAULT_MAX_HISTORY: Final = 10  # earlier turns re-sent with each request
 DEFAULT_TEMPERATURE: Final = 0.0  # greedy, the engine's default
@@ -37,6 +38,9 @@ DEFAULT_TOOL_FIRST: Final = False
 # Worked examples of the house's tools in the pinned prefix (examples.py): they took the
 # default model from 0 to 27 of 71 right answers on the accuracy dataset (README).
 DEFAULT_EXAMPLES: Final = True
+# An English question's turn starts by reading the house (GetLiveContext; questions.py):
+# small models otherwise answer from nothing, or act ("Is the door locked?" unlocked it).
+DEFAULT_READ_FIRST: Final = True
 
 RECOMMENDED_CONVERSATION_OPTIONS: Final = {
     CONF_PROMPT: llm.DEFAULT_INSTRUCTIONS_PROMPT,
@@ -47,6 +51,7 @@ RECOMMENDED_CONVERSATION_OPTIONS: Final = {
     CONF_REPIN_DEBOUNCE: DEFAULT_REPIN_DEBOUNCE,
     CONF_TOOL_FIRST: DEFAULT_TOOL_FIRST,
     CONF_EXAMPLES: DEFAULT_EXAMPLES,
+    CONF_READ_FIRST: DEFAULT_READ_FIRST,
 }
 
 # AI Task (subentry) options: the instructions come from each task, not the subentry.

@@ -22,11 +22,13 @@ from .api import HearthError, RequestUsage
 from .const import (
     CONF_MAX_HISTORY,
     CONF_MAX_TOKENS,
+    CONF_READ_FIRST,
     CONF_TEMPERATURE,
     CONF_TOOL_FIRST,
     DEFAULT_MAX_HISTORY,
     DEFAULT_MAX_TOKENS,
     DEFAULT_NAME,
+    DEFAULT_READ_FIRST,
     DEFAULT_TEMPERATURE,
     DEFAULT_TOOL_FIRST,
     DOMAIN,
@@ -36,6 +38,7 @@ from .coordinator import HearthCoordinator
 from .data import AgentStats, HearthConfigEntry, TurnUsage
 from .errors import async_error_message
 from .prompt import HearthNative, build_messages
+from .questions import is_question, live_context_tool
 from .request_plan import PrefixChoice, RequestPlan, plan_request
 from .speech import MarkupFilter
 
@@ -296,8 +299,11 @@ class HearthLLMEntity(Entity):
         messages: list[dict[str, Any]],
         response_format: Mapping[str, Any] | None = None,
         first: bool = False,
+        *,
+        question: bool = False,
     ) -> dict[str, Any]:
-        """The chat request; ``first``: the turn's first request (see CONF_TOOL_FIRST)."""
+        """The chat request; ``first``: the turn's first request (see CONF_TOOL_FIRST);
+        ``question``: the turn asks about something (see questions.py)."""
         options = self.options
         body: dict[str, Any] = {
             "messages": messages,
@@ -308,7 +314,10 @@ class HearthLLMEntity(Entity):
         }
         if plan.tools:
             body["tools"] = list(plan.tools)
-            if first and options.get(CONF_TOOL_FIRST, DEFAULT_TOOL_FIRST):
+            live = live_context_tool(plan.tools)
+            if first and question and live and options.get(CONF_READ_FIRST, DEFAULT_READ_FIRST):
+                body["tool_choice"] = {"type": "function", "function": {"name": live}}
+            elif first and options.get(CONF_TOOL_FIRST, DEFAULT_TOOL_FIRST):
                 body["tool_choice"] = "required"
         prefixes = self.entry.runtime_data.prefixes
         if plan.hearth and prefixes.pins_supported:
@@ -338,6 +347,8 @@ class HearthLLMEntity(Entity):
         max_history = int(self.options.get(CONF_MAX_HISTORY, DEFAULT_MAX_HISTORY))
         tool_names = [tool.name for tool in chat_log.llm_api.tools] if chat_log.llm_api else []
         language = language or self.hass.config.language
+        asked = [c for c in chat_log.content if isinstance(c, conversation.UserContent)]
+        question = bool(asked) and is_question(asked[-1].content, language)
         markup_only = await async_error_message(self.hass, language, "markup_only")
         done = await async_error_message(self.hass, language, "action_done")
         requests: list[RequestUsage] = []
@@ -350,7 +361,9 @@ class HearthLLMEntity(Entity):
                 reply = _Reply()
                 stream = _transform_stream(
                     data.client.async_chat_stream(
-                        self._request_body(plan, messages, response_format, iteration == 0)
+                        self._request_body(
+                            plan, messages, response_format, iteration == 0, question=question
+                        )
                     ),
                     reply,
                     tool_names,

@@ -51,7 +51,8 @@ DOMAIN_INTENTS: dict[str, str] = {
 
 
 def entity_tools(tools: Iterable[Mapping[str, Any]]) -> list[str]:
-    """Names of the offered intent tools whose house arguments name entities."""
+    """Names of the offered intent tools whose house arguments name entities, and of
+    the live-context tool (its ``name``, ``area`` and ``domain`` filter the house)."""
     names = []
     for tool in tools:
         function = tool.get("function") or {}
@@ -59,7 +60,7 @@ def entity_tools(tools: Iterable[Mapping[str, Any]]) -> list[str]:
         short = name.rsplit("__", 1)[-1]
         properties = (function.get("parameters") or {}).get("properties") or {}
         if (
-            short.startswith("Hass")
+            (short.startswith("Hass") or short == "GetLiveContext")
             and "Timer" not in short
             and set(properties) & {*HOUSE_ARGUMENTS}
         ):

@@ -34,6 +34,7 @@ from pytest_homeassistant_custom_component.common import MockConfigEntry
 from custom_components.hearth.api import HearthClient
 from custom_components.hearth.const import (
     CONF_EXAMPLES,
+    CONF_READ_FIRST,
     DOMAIN,
     RECOMMENDED_CONVERSATION_OPTIONS,
     SUBENTRY_CONVERSATION,
@@ -147,9 +148,11 @@ class EngineProcess:
 
 def agent_options(**overrides: Any) -> dict[str, Any]:
     """Options of a conversation subentry: the recommended ones, but without worked
-    examples unless asked (``CONF_EXAMPLES``): the tests read requests by message index
-    and script tiny-tools by its last message; test_examples.py covers examples."""
-    return {**RECOMMENDED_CONVERSATION_OPTIONS, CONF_EXAMPLES: False, **overrides}
+    examples or reading the house first for questions unless asked (``CONF_EXAMPLES``,
+    ``CONF_READ_FIRST``): the tests read requests by message index and script tiny-tools
+    by its last message; test_examples.py and test_questions.py cover those."""
+    off = {CONF_EXAMPLES: False, CONF_READ_FIRST: False}
+    return {**RECOMMENDED_CONVERSATION_OPTIONS, **off, **overrides}
 
 
 def make_entry(url: str, api_key: str | None = None, **options: Any) -> MockConfigEntry:
