@@ -122,6 +122,7 @@ class HearthTaskEntity(ai_task.AITaskEntity, HearthLLMEntity):
 
     _attr_supported_features = ai_task.AITaskEntityFeature.GENERATE_DATA
     _device_model = "AI Task"
+    _read_first_default = False  # instructions, not a spoken question
 
     @override
     async def _async_prefix_choice(self, chat_log: conversation.ChatLog) -> PrefixChoice:

@@ -273,6 +273,10 @@ class HearthLLMEntity(Entity):
         self._attr_unique_id = subentry.subentry_id
         self._attr_device_info = agent_device_info(entry, subentry, self._device_model)
 
+    # Whether a question's turn reads the house first when the options do not say
+    # (questions.py); an AI Task's instructions are no spoken question (ai_task.py).
+    _read_first_default = DEFAULT_READ_FIRST
+
     @property
     def options(self) -> Mapping[str, Any]:
         """The agent's current options (read fresh: they change without a reload)."""
@@ -315,7 +319,8 @@ class HearthLLMEntity(Entity):
         if plan.tools:
             body["tools"] = list(plan.tools)
             live = live_context_tool(plan.tools)
-            if first and question and live and options.get(CONF_READ_FIRST, DEFAULT_READ_FIRST):
+            read_first = options.get(CONF_READ_FIRST, self._read_first_default)
+            if first and question and live and read_first:
                 body["tool_choice"] = {"type": "function", "function": {"name": live}}
             elif first and options.get(CONF_TOOL_FIRST, DEFAULT_TOOL_FIRST):
                 body["tool_choice"] = "required"
