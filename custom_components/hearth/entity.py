@@ -318,9 +318,8 @@ class HearthLLMEntity(Entity):
         }
         if plan.tools:
             body["tools"] = list(plan.tools)
-            live = live_context_tool(plan.tools)
-            read_first = options.get(CONF_READ_FIRST, self._read_first_default)
-            if first and question and live and read_first:
+            reads = options.get(CONF_READ_FIRST, self._read_first_default)
+            if first and question and reads and (live := live_context_tool(plan.tools)):
                 body["tool_choice"] = {"type": "function", "function": {"name": live}}
             elif first and options.get(CONF_TOOL_FIRST, DEFAULT_TOOL_FIRST):
                 body["tool_choice"] = "required"

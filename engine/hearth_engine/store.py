@@ -36,7 +36,6 @@ import errno
 import hashlib
 import json
 import logging
-import math
 import os
 import re
 import tempfile
@@ -198,21 +197,9 @@ class PrefixStore:
         state = dict(state or {})
         if bool(state) != bool(self.state_layers):
             raise ValueError("state tensors go with (and only with) a model's state layers")
-        windows = self.windows
-        if (window is None) != (windows is None):
+        if (window is None) != (self.windows is None):
             raise ValueError("a sliding window goes with (and only with) sliding layers")
-        if (
-            windows is not None
-            and window is not None
-            and (
-                pieces[0].shape[0] != len(windows.full)
-                or window.shape[0] != len(windows.sliding)
-                or window.shape[3] != windows.kept(len(tokens))
-                or window.dtype != pieces[0].dtype
-                or window.shape[1:3] + window.shape[4:]
-                != pieces[0].shape[1:3] + pieces[0].shape[4:]
-            )
-        ):
+        if window is not None and not self._fits_windows(pieces[0], window, len(tokens)):
             raise ValueError("KV pieces and window do not have the model's layers")
         if any(t.dtype not in _DTYPES for t in state.values()):
             raise ValueError("cannot store a state of this dtype")
@@ -252,6 +239,19 @@ class PrefixStore:
                     os.unlink(tmp_name)
         self._mark_saved(namespace, target)
         return True
+
+    def _fits_windows(self, piece: torch.Tensor, window: torch.Tensor, tokens: int) -> bool:
+        """Whether ``piece`` holds the full layers and ``window`` the sliding layers' last
+        tokens of a prefix of ``tokens`` (same dtype, heads and head size)."""
+        windows = self.windows
+        return (
+            windows is not None
+            and piece.shape[0] == len(windows.full)
+            and window.shape[0] == len(windows.sliding)
+            and window.shape[3] == windows.kept(tokens)
+            and window.dtype == piece.dtype
+            and window.shape[1:3] + window.shape[4:] == piece.shape[1:3] + piece.shape[4:]
+        )
 
     def _mark_saved(self, namespace: str, path: Path) -> None:
         """Remember that ``path`` is wanted by a pin newer than every snapshot so far."""
@@ -303,24 +303,21 @@ class PrefixStore:
             "n_tokens": str(len(tokens)),
             "pieces": str(len(pieces)),
         }
-        # (name, shape, tensor): pieces are copied to the CPU one at a time.
-        entries: list[tuple[str, list[int], Any]] = [
-            ("tokens", list(token_tensor.shape), token_tensor)
-        ]
-        entries += [(f"kv.{i}", list(p.shape), p) for i, p in enumerate(pieces)]
+        # (name, tensor): pieces are copied to the CPU one at a time, as they are written.
+        entries: list[tuple[str, torch.Tensor]] = [("tokens", token_tensor)]
+        entries += [(f"kv.{i}", p) for i, p in enumerate(pieces)]
         if self.windows is not None and window is not None:
             sliding = ",".join(map(str, self.windows.sliding))
             meta |= {"sliding": sliding, "window": str(window.shape[3])}
-            entries.append(("window", list(window.shape), window))
-        entries += [(f"state.{name}", list(t.shape), t) for name, t in sorted(state.items())]
+            entries.append(("window", window))
+        entries += [(f"state.{name}", t) for name, t in sorted(state.items())]
         header: dict[str, Any] = {"__metadata__": meta}
         offset = 0
-        for name, shape, tensor in entries:
-            dtype = tensor.dtype
-            size = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
+        for name, tensor in entries:
+            size = tensor.numel() * tensor.element_size()
             header[name] = {
-                "dtype": _DTYPES[dtype],
-                "shape": shape,
+                "dtype": _DTYPES[tensor.dtype],
+                "shape": list(tensor.shape),
                 "data_offsets": [offset, offset + size],
             }
             offset += size
@@ -329,7 +326,7 @@ class PrefixStore:
         handle.write(len(encoded).to_bytes(8, "little"))
         handle.write(encoded)
         crc = 0
-        for _, _, tensor in entries:
+        for _, tensor in entries:
             data = _raw(tensor.detach().to("cpu").contiguous())
             crc = zlib.crc32(data, crc)
             handle.write(data)
