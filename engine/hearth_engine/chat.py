@@ -294,9 +294,13 @@ class ChatFormatter:
         """Text appended after the generation prompt to force a tool call."""
         if self.tool_format is not ToolFormat.HERMES:
             return ""
-        if tool_choice == "required":
+        if tool_choice == "required" or (
+            isinstance(tool_choice, dict)
+            and tool_choice.get("type") == "allowed_tools"
+            and tool_choice["allowed_tools"].get("mode") == "required"
+        ):
             return "<tool_call>\n"
-        if isinstance(tool_choice, dict):
+        if isinstance(tool_choice, dict) and tool_choice.get("type") == "function":
             name = (tool_choice.get("function") or {}).get("name")
             if isinstance(name, str) and name:
                 # No space after the colon: BPE splits `": {"` as `":` + ` {"`, so a

@@ -95,6 +95,12 @@ def allows(tokenizer: Any, compiler: ConstraintCompiler, req: ConstraintRequest,
 
 
 ON = call("HassTurnOn", {"name": "Kitchen Light", "brightness": 40})
+# OpenAI's allowed_tools: only HassSetMode may be called, though both are shown.
+ALLOW_MODE_AUTO = {
+    "type": "allowed_tools",
+    "allowed_tools": {"mode": "auto", "tools": [{"type": "function",
+                                                  "function": {"name": "HassSetMode"}}]},
+}  # fmt: skip
 MODE = call("HassSetMode", {"mode": "eco"})
 
 
@@ -127,8 +133,16 @@ MODE = call("HassSetMode", {"mode": "eco"})
         ({"type": "function", "function": {"name": "HassSetMode"}}, MODE, True),
         ({"type": "function", "function": {"name": "HassSetMode"}}, ON, False),
         ({"type": "function", "function": {"name": "HassSetMode"}}, f"{MODE}\n{MODE}", False),
+        (ALLOW_MODE_AUTO, MODE, True),
+        (ALLOW_MODE_AUTO, f"{MODE}\n{MODE}", True),
+        (ALLOW_MODE_AUTO, "The mode is eco.", True),
+        (ALLOW_MODE_AUTO, ON, False),  # shown, but not allowed
+        ({**ALLOW_MODE_AUTO, "allowed_tools": {**ALLOW_MODE_AUTO["allowed_tools"],
+                                               "mode": "required"}}, MODE, True),
+        ({**ALLOW_MODE_AUTO, "allowed_tools": {**ALLOW_MODE_AUTO["allowed_tools"],
+                                               "mode": "required"}}, "The mode is eco.", False),
     ],
-)
+)  # fmt: skip
 def test_tool_grammar(
     tokenizer: Any, compiler: ConstraintCompiler, choice: Any, text: str, expected: bool
 ) -> None:

@@ -92,6 +92,34 @@ async def test_named_tool_choice_calls_exactly_that_tool(client: Client) -> None
         assert reply["choices"][0]["finish_reason"] == "tool_calls"
 
 
+def _allowed(mode: str, *names: str) -> dict[str, Any]:
+    """OpenAI's ``allowed_tools`` tool_choice."""
+    tools = [{"type": "function", "function": {"name": name}} for name in names]
+    return {"type": "allowed_tools", "allowed_tools": {"mode": mode, "tools": tools}}
+
+
+async def test_allowed_tools_call_only_those_tools(client: Client) -> None:
+    """``allowed_tools`` ``required``: every seed calls the one allowed tool (the prompt
+    still shows both); ``auto``: text, or calls of it alone."""
+    for seed in range(6):
+        reply = await client.chat(
+            messages=MESSAGES,
+            tools=TOOLS,
+            tool_choice=_allowed("required", "HassSetMode"),
+            **sampling(seed),
+        )
+        calls = calls_of(reply)
+        assert calls and {name for name, _ in calls} == {"HassSetMode"}, reply
+        assert all(call_errors(*c) == [] for c in calls)
+        auto = await client.chat(
+            messages=MESSAGES,
+            tools=TOOLS,
+            tool_choice=_allowed("auto", "HassSetMode"),
+            **sampling(seed),
+        )
+        assert {name for name, _ in calls_of(auto)} <= {"HassSetMode"}, auto
+
+
 async def test_tool_choice_none_never_calls_or_speaks_markup(client: Client) -> None:
     for seed in range(6):
         reply = await client.chat(
@@ -191,8 +219,15 @@ BROKEN_TOOL = {
         ({"hearth": {"argument_tools": "HassTurnOn"}}, "invalid_value", "hearth"),
         ({"hearth": {"argument_tools": [""]}}, "invalid_value", "hearth"),
         ({"hearth": ["name"]}, "invalid_value", "hearth"),
+        ({"tools": TOOLS, "tool_choice": _allowed("required", "Nope")}, "invalid_value",
+         "tool_choice"),
+        ({"tools": TOOLS, "tool_choice": _allowed("sometimes", "HassSetMode")}, "invalid_value",
+         "tool_choice.allowed_tools.mode"),
+        ({"tools": TOOLS, "tool_choice": _allowed("auto")}, "invalid_value",
+         "tool_choice.allowed_tools.tools"),
+        ({"tool_choice": _allowed("auto", "HassSetMode")}, "invalid_value", "tool_choice"),
     ],
-)
+)  # fmt: skip
 async def test_bad_constraints_are_400s(
     client: Client, extra: dict[str, Any], code: str, param: str
 ) -> None:

@@ -15,8 +15,11 @@ whole reply (the text after the generation prompt):
   values holds at most as many items as the enum has (``bound_enum_arrays``).
 
 ``tool_choice`` picks the start: ``none`` content only, ``auto`` content or calls,
-``required`` calls, a named tool exactly one call to it. Once the calls close, the grammar
-allows only the end of the reply (or another call): the model cannot ramble on.
+``required`` calls, a named tool exactly one call to it, and ``allowed_tools`` (OpenAI's
+``{"type": "allowed_tools", "allowed_tools": {"mode": "auto" | "required", "tools":
+[...]}}``) ``auto`` or ``required`` over only the listed tools, while the prompt still
+shows them all (so a pinned prefix stays byte-identical). Once the calls close, the
+grammar allows only the end of the reply (or another call): the model cannot ramble on.
 
 JSON is held to the spacing of the training data (``", "`` and ``": "``, no newlines):
 whitespace loops are the classic failure of a constrained small model.
@@ -85,6 +88,16 @@ class ConstraintRequest:
         if not self.tools:
             return False
         return self.tool_choice == "none" or tool_format_supported(fmt)
+
+
+def allowed_tools(choice: Any) -> tuple[frozenset[str], str] | None:
+    """The tool names and mode (``auto`` or ``required``) of an ``allowed_tools``
+    ``tool_choice`` (None for any other; the server has checked its shape)."""
+    if not isinstance(choice, dict) or choice.get("type") != "allowed_tools":
+        return None
+    allowed = choice["allowed_tools"]
+    names = frozenset(t["function"]["name"] for t in allowed["tools"])
+    return names, allowed["mode"]
 
 
 def tool_format_supported(fmt: ToolFormat) -> bool:
@@ -234,6 +247,9 @@ def build_grammar(
     if choice == "none" or not tools:
         return "\n".join(["%llguidance {}", "start: content", *content])
     rules = ["%llguidance {}"]
+    if (allowed := allowed_tools(choice)) is not None:
+        names, choice = allowed
+        tools = [t for t in tools if t["function"]["name"] in names]
     if isinstance(choice, dict):
         named = choice["function"]["name"]
         tools = [t for t in tools if t["function"]["name"] == named]

@@ -15,7 +15,7 @@ from typing import Any
 from aiohttp import web
 
 from ..chat import ChatTemplateError, StreamSplitter, ToolCall
-from ..constraints.grammar import ConstraintRequest, GrammarError, tool_aliases
+from ..constraints.grammar import ConstraintRequest, GrammarError, allowed_tools, tool_aliases
 from ..constraints.mask import Constraint
 from ..engine import ContextLengthError, EngineClosedError, QueueFullError
 from ..sampling import SamplingParams
@@ -80,9 +80,13 @@ def _prepare(state: ServerState, body: dict[str, Any]) -> PreparedChat:
     if tool_choice not in ("auto", "none") and not tools:
         raise bad_request("tool_choice needs tools", param="tool_choice")
     if isinstance(tool_choice, dict):
-        wanted = tool_choice["function"]["name"]
-        if wanted not in {t["function"]["name"] for t in tools or []}:
-            raise bad_request(f"tool_choice names an unknown tool {wanted!r}", param="tool_choice")
+        offered = {t["function"]["name"] for t in tools or []}
+        allowed = allowed_tools(tool_choice)
+        for wanted in sorted(allowed[0]) if allowed else [tool_choice["function"]["name"]]:
+            if wanted not in offered:
+                raise bad_request(
+                    f"tool_choice names an unknown tool {wanted!r}", param="tool_choice"
+                )
     formatter = state.formatter
     forced = formatter.forced_prefix(tool_choice) if tools else ""
     try:

@@ -201,10 +201,21 @@ def _argument_tools(value: Any) -> tuple[str, ...]:
     return tuple(sorted(set(value)))
 
 
+_NAMED_TOOL = vol.Schema(
+    {vol.Required("type"): "function", vol.Required("function"): {vol.Required("name"): str}}
+)
 TOOL_CHOICE = vol.Any(
     vol.In(["auto", "none", "required"]),
+    _NAMED_TOOL,
+    # OpenAI's allowed tools: call only these (the prompt still shows every tool).
     vol.Schema(
-        {vol.Required("type"): "function", vol.Required("function"): {vol.Required("name"): str}}
+        {
+            vol.Required("type"): "allowed_tools",
+            vol.Required("allowed_tools"): {
+                vol.Required("mode"): vol.In(["auto", "required"]),
+                vol.Required("tools"): vol.All([_NAMED_TOOL], vol.Length(min=1)),
+            },
+        }
     ),
 )
 
