@@ -37,6 +37,8 @@ from .const import (
 from .coordinator import HearthCoordinator
 from .data import AgentStats, HearthConfigEntry, TurnUsage
 from .errors import async_error_message
+from .hints import Hint, house_hint
+from .house_values import allowed_for, tool_domains
 from .prompt import HearthNative, build_messages
 from .questions import is_question, live_context_tool
 from .request_plan import PrefixChoice, RequestPlan, plan_request
@@ -178,7 +180,7 @@ def repeat_reply(chat_log: conversation.ChatLog, done: str) -> str | None:
     last = chat_log.content[-1] if chat_log.content else None
     if not isinstance(last, conversation.ToolResultContent):
         return None
-    result = last.tool_result
+    result = last.result.data
     plain = (result.get("speech") or {}).get("plain") or {}
     if isinstance(plain, Mapping) and plain.get("speech"):
         return str(plain["speech"])
@@ -305,9 +307,14 @@ class HearthLLMEntity(Entity):
         first: bool = False,
         *,
         question: bool = False,
+        command: bool = False,
+        allowed: list[str] | None = None,
     ) -> dict[str, Any]:
         """The chat request; ``first``: the turn's first request (see CONF_TOOL_FIRST);
-        ``question``: the turn asks about something (see questions.py)."""
+        ``question``: the turn asks about something (see questions.py); ``command``: it
+        reads like a command one of the tools does (it has a hint, see hints.py), which
+        the first request must then call: one of ``allowed`` (the tools that act on
+        what it names; Hearth's engine only) where given."""
         options = self.options
         body: dict[str, Any] = {
             "messages": messages,
@@ -321,7 +328,13 @@ class HearthLLMEntity(Entity):
             reads = options.get(CONF_READ_FIRST, self._read_first_default)
             if first and question and reads and (live := live_context_tool(plan.tools)):
                 body["tool_choice"] = {"type": "function", "function": {"name": live}}
-            elif first and options.get(CONF_TOOL_FIRST, DEFAULT_TOOL_FIRST):
+            elif first and command and allowed is not None:
+                tools = [{"type": "function", "function": {"name": name}} for name in allowed]
+                body["tool_choice"] = {
+                    "type": "allowed_tools",
+                    "allowed_tools": {"mode": "required", "tools": tools},
+                }
+            elif first and (command or options.get(CONF_TOOL_FIRST, DEFAULT_TOOL_FIRST)):
                 body["tool_choice"] = "required"
         prefixes = self.entry.runtime_data.prefixes
         if plan.hearth and prefixes.pins_supported:
@@ -353,6 +366,18 @@ class HearthLLMEntity(Entity):
         language = language or self.hass.config.language
         asked = [c for c in chat_log.content if isinstance(c, conversation.UserContent)]
         question = bool(asked) and is_question(asked[-1].content, language)
+        # The example nearest to this request (hints.py), where the pin shows examples.
+        hint = (
+            house_hint(self.hass, plan.tools, language, asked[-1].content)
+            if asked and plan.prefix.examples
+            else Hint()
+        )
+        # A command may call only the tools that act on what it names (Hearth's engine
+        # takes OpenAI's allowed_tools; the prompt still shows every tool).
+        allowed = None
+        if hint and not question and chat_log.llm_api and data.prefixes.pins_supported:
+            domains = tool_domains(self.hass, chat_log.llm_api)
+            allowed = allowed_for(plan.tools, domains, hint.domains)
         markup_only = await async_error_message(self.hass, language, "markup_only")
         done = await async_error_message(self.hass, language, "action_done")
         requests: list[RequestUsage] = []
@@ -361,12 +386,20 @@ class HearthLLMEntity(Entity):
         error: HearthError | None = None
         try:
             for iteration in range(MAX_TOOL_ITERATIONS):
-                messages = build_messages(plan.prefix, chat_log.content, context, max_history)
+                messages = build_messages(
+                    plan.prefix, chat_log.content, context, max_history, hint.messages
+                )
                 reply = _Reply()
                 stream = _transform_stream(
                     data.client.async_chat_stream(
                         self._request_body(
-                            plan, messages, response_format, iteration == 0, question=question
+                            plan,
+                            messages,
+                            response_format,
+                            iteration == 0,
+                            question=question,
+                            command=bool(hint) and not question,
+                            allowed=allowed,
                         )
                     ),
                     reply,
@@ -398,6 +431,8 @@ class HearthLLMEntity(Entity):
                         "prefix_digest": plan.prefix.digest,
                         "prefix_bytes": len(plan.prefix.data),
                         "context_lines": len(context.splitlines()),
+                        "hint": hint.messages[0]["content"] if hint else None,
+                        "allowed_tools": allowed,
                         "client_ttft_ms": client_ttfts,
                         **turn.as_dict(),
                     }

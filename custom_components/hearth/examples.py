@@ -11,7 +11,8 @@ request. They depend on names only, never on states: a state change does not re-
 English only (the words of the requests are English). Where they would make the house
 prompt longer than the model's context, the agent pins without them (``pins.py``).
 
-``house_examples`` picks the entities (HA glue); ``example_messages`` is pure.
+``house_examples`` picks the entities (HA glue); ``example_messages`` is pure. ``House``
+renders one template's turn; hints.py uses it for each request's nearest example.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from homeassistant.components import conversation
 from homeassistant.components.homeassistant.exposed_entities import async_should_expose
 from homeassistant.core import HomeAssistant
 from homeassistant.helpers import area_registry as ar
+from homeassistant.helpers import entity_registry as er
+from homeassistant.util import yaml as yaml_util
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +36,7 @@ class Thing:
 
     entity_id: str
     name: str
+    aliases: tuple[str, ...] = ()  # what else the user may call it (not shown)
 
     @property
     def domain(self) -> str:
@@ -53,37 +57,39 @@ class Template:
     ask: str
     arguments: Callable[[str], dict[str, Any]]
     pick: int = 0
+    answer: str = "off"  # a question's: the state its result shows and its reply says
 
 
-def _name(extra: Mapping[str, Any] | None = None) -> Callable[[str], dict[str, Any]]:
+def name_args(extra: Mapping[str, Any] | None = None) -> Callable[[str], dict[str, Any]]:
+    """A template's arguments: the target's ``name``, and ``extra``."""
     return lambda name: {"name": name, **(extra or {})}
 
 
 # In the order shown. A small model leans on the last examples it saw, so the common
 # on/off requests come last, and questions and settings first.
 TEMPLATES: tuple[Template, ...] = (
-    Template("GetLiveContext", "switch", "is the {} on?", _name()),
+    Template("GetLiveContext", "switch", "is the {} on?", name_args()),
     Template("HassStartTimer", NOTHING, "set a timer for 10 minutes", lambda _: {"minutes": 10}),
-    Template("HassMediaPause", "media_player", "pause the {}", _name()),
+    Template("HassMediaPause", "media_player", "pause the {}", name_args()),
     Template("HassClimateSetTemperature", "climate", "set the {} to 21 degrees",
-             _name({"temperature": 21})),
+             name_args({"temperature": 21})),
     Template("HassSetVolume", "media_player", "set the {} volume to 30 percent",
-             _name({"volume_level": 30}), pick=1),
-    Template("HassSetPosition", "cover", "set the {} to 40 percent", _name({"position": 40})),
+             name_args({"volume_level": 30}), pick=1),
+    Template("HassSetPosition", "cover", "set the {} to 40 percent", name_args({"position": 40})),
     Template("HassLightSet", "light", "set the {} brightness to 30%",
-             _name({"brightness": 30}), pick=1),
+             name_args({"brightness": 30}), pick=1),
     Template("HassFanSetSpeed", "fan", "set the {} speed to 50 percent",
-             _name({"percentage": 50})),
-    Template("HassVacuumStart", "vacuum", "start the {}", _name()),
-    Template("HassListAddItem", "todo", "add milk to the {}", _name({"item": "milk"})),
-    Template("HassTurnOff", "lock", "unlock the {}", _name()),
-    Template("HassTurnOn", "cover", "open the {}", _name(), pick=1),
+             name_args({"percentage": 50})),
+    Template("HassVacuumStart", "vacuum", "start the {}", name_args()),
+    Template("HassListAddItem", "todo", "add milk to the {}", name_args({"item": "milk"})),
+    Template("HassTurnOff", "lock", "unlock the {}", name_args()),
+    Template("HassTurnOn", "cover", "open the {}", name_args(), pick=1),
     Template("HassTurnOff", AREA, "turn off the lights in the {}",
              lambda area: {"area": area, "domain": ["light"]}),
-    Template("HassTurnOn", "lock", "lock the {}", _name(), pick=1),
-    Template("HassTurnOff", "cover", "close the {}", _name()),
-    Template("HassTurnOff", "switch", "switch off the {}", _name(), pick=1),
-    Template("HassTurnOn", "light", "turn on the {}", _name()),
+    Template("HassTurnOn", "lock", "lock the {}", name_args(), pick=1),
+    Template("HassTurnOff", "cover", "close the {}", name_args()),
+    Template("HassTurnOff", "switch", "switch off the {}", name_args(), pick=1),
+    Template("HassTurnOn", "light", "turn on the {}", name_args()),
 )  # fmt: skip
 
 ACTION_REPLY = "Done."
@@ -102,34 +108,13 @@ def example_messages(
     entities), ``areas`` and ``tools`` (OpenAI function tools): one per template whose
     tool is offered, whose arguments that tool takes, and whose domain (or area) the
     house has."""
-    by_domain: dict[str, list[Thing]] = {}
-    for thing in sorted(things, key=lambda t: t.entity_id):
-        by_domain.setdefault(thing.domain, []).append(thing)
-    area_names = sorted(areas)
-    offered = _offered(tools)
+    house = House.of(things, areas)
+    offered = offered_tools(tools)
     turns: list[list[dict[str, Any]]] = []
     for template in TEMPLATES:
-        tool = offered.get(template.intent)
-        if tool is None:
-            continue
-        name, properties = tool
-        target: Thing | None = None
-        if template.domain == NOTHING:
-            said = ""
-        elif template.domain == AREA:
-            if not area_names or "light" not in by_domain:
-                continue
-            said = area_names[0]
-        else:
-            found = by_domain.get(template.domain)
-            if not found:
-                continue
-            target = found[template.pick % len(found)]
-            said = target.name
-        arguments = template.arguments(said)
-        if not set(arguments) <= properties:
-            continue
-        turns.append(_turn(len(turns) + 1, template, name, arguments, said, target))
+        turn = house.turn(template, offered, f"example_{len(turns) + 1}")
+        if turn is not None:
+            turns.append(turn)
     messages: list[dict[str, Any]] = []
     for i, turn in enumerate(turns):
         full = i == 0 or i >= len(turns) - LAST_FULL
@@ -137,7 +122,81 @@ def example_messages(
     return messages
 
 
-def _offered(tools: Iterable[Mapping[str, Any]]) -> dict[str, tuple[str, set[str]]]:
+@dataclass(frozen=True, slots=True)
+class House:
+    """What the examples may name: exposed things by domain (in entity-id order), and
+    area names (sorted)."""
+
+    by_domain: Mapping[str, list[Thing]]
+    areas: list[str]
+
+    @classmethod
+    def of(cls, things: Iterable[Thing], areas: Iterable[str]) -> House:
+        by_domain: dict[str, list[Thing]] = {}
+        for thing in sorted(things, key=lambda t: t.entity_id):
+            by_domain.setdefault(thing.domain, []).append(thing)
+        return cls(by_domain, sorted(areas))
+
+    def turn(
+        self,
+        template: Template,
+        offered: Mapping[str, tuple[str, set[str]]],
+        call_id: str,
+        *,
+        avoid: frozenset[str] = frozenset(),
+        live: Mapping[str, Mapping[str, Any]] | None = None,
+        rank: Callable[[Thing], Any] | None = None,
+    ) -> list[dict[str, Any]] | None:
+        """``template``'s whole turn on this house (None where its tool is not offered,
+        takes other arguments, or the house has nothing to name). The target is the
+        ``pick``-th thing of its domain (or the first of highest ``rank``), skipping
+        ``avoid`` (entity ids) where others are left. A question reads its target's
+        entry in ``live`` (entity id -> HA's live-context entry) where given."""
+        tool = offered.get(template.intent)
+        if tool is None:
+            return None
+        name, properties = tool
+        target: Thing | None = None
+        if template.domain == NOTHING:
+            said = ""
+        elif template.domain == AREA:
+            if not self.areas or "light" not in self.by_domain:
+                return None
+            said = self.areas[0]
+        else:
+            found = self.by_domain.get(template.domain)
+            if not found:
+                return None
+            found = [t for t in found if t.entity_id not in avoid] or found
+            target = max(found, key=rank) if rank else found[template.pick % len(found)]
+            said = target.name
+        arguments = template.arguments(said)
+        if not set(arguments) <= properties:
+            return None
+        info = live.get(target.entity_id) if live is not None and target is not None else None
+        return _turn(call_id, template, name, arguments, said, target, info)
+
+
+# What HA's live-context tool says before the entities it lists.
+LIVE_HEADER = "Live Context: An overview of the areas and the devices in this smart home:"
+
+
+def spoken_state(name: str, info: Mapping[str, Any]) -> str:
+    """A short answer that says what ``info`` (a live-context entry) reads: a
+    thermostat's target, what a player plays, a sensor's value with its unit, or else
+    the state."""
+    attributes = info.get("attributes") or {}
+    if info.get("domain") == "climate" and attributes.get("temperature") is not None:
+        return f"The {name} is set to {attributes['temperature']}."
+    if title := attributes.get("media_title"):
+        artist = attributes.get("media_artist")
+        return f"The {name} is playing {title}{f' by {artist}' if artist else ''}."
+    state = info.get("state", "")
+    unit = attributes.get("unit_of_measurement")
+    return f"The {name} is {state} {unit}." if unit else f"The {name} is {state}."
+
+
+def offered_tools(tools: Iterable[Mapping[str, Any]]) -> dict[str, tuple[str, set[str]]]:
     """Short tool name (``HassTurnOn`` for ``intent__HassTurnOn``) -> (full name, its
     argument names)."""
     offered: dict[str, tuple[str, set[str]]] = {}
@@ -150,20 +209,25 @@ def _offered(tools: Iterable[Mapping[str, Any]]) -> dict[str, tuple[str, set[str
 
 
 def _turn(  # noqa: PLR0917
-    index: int,
+    call_id: str,
     template: Template,
     tool: str,
     arguments: dict[str, Any],
     said: str,
     target: Thing | None,
+    info: Mapping[str, Any] | None,
 ) -> list[dict[str, Any]]:
     """User asks, assistant calls, the tool answers as Home Assistant would, the assistant
-    confirms (or, for a question, answers from the tool's result)."""
-    call_id = f"example_{index}"
-    if template.intent == "GetLiveContext":
-        state = f"- names: {said}\n  domain: {target.domain if target else ''}\n  state: 'off'\n"
-        result: dict[str, Any] = {"success": True, "result": state}
-        reply = f"The {said} is off."
+    confirms (or, for a question, answers from the tool's result: ``info``, the target's
+    live-context entry, where given; else a made-up state)."""
+    if template.intent == "GetLiveContext" and info is not None:
+        result: dict[str, Any] = {"result": f"{LIVE_HEADER}\n{yaml_util.dump([dict(info)])}"}
+        reply = spoken_state(said, info)
+    elif template.intent == "GetLiveContext":
+        domain = target.domain if target else ""
+        state = f"- names: {said}\n  domain: {domain}\n  state: '{template.answer}'\n"
+        result = {"success": True, "result": state}
+        reply = f"The {said} is {template.answer}."
     elif template.domain == NOTHING:
         result = {"response_type": "action_done", "data": {"success": [], "failed": []}}
         reply = TIMER_REPLY
@@ -192,17 +256,26 @@ def _turn(  # noqa: PLR0917
     ]
 
 
+def exposed_things(hass: HomeAssistant) -> list[Thing]:
+    """The entities exposed to Assist, with their aliases."""
+    entities = er.async_get(hass)
+    things = []
+    for state in hass.states.async_all():
+        if not state.name or not async_should_expose(hass, conversation.DOMAIN, state.entity_id):
+            continue
+        entry = entities.async_get(state.entity_id)
+        aliases = entry.aliases if entry is not None else ()
+        things.append(
+            Thing(state.entity_id, state.name, tuple(a for a in aliases if isinstance(a, str)))
+        )
+    return things
+
+
 def house_examples(
     hass: HomeAssistant, tools: Iterable[Mapping[str, Any]], language: str
 ) -> tuple[dict[str, Any], ...]:
     """The example turns for this house (none outside English, or without tools)."""
     if not language.lower().startswith("en"):
         return ()
-    things = []
-    for state in hass.states.async_all():
-        if not async_should_expose(hass, conversation.DOMAIN, state.entity_id):
-            continue
-        if state.name:
-            things.append(Thing(state.entity_id, state.name))
     areas = [area.name for area in ar.async_get(hass).async_list_areas()]
-    return tuple(example_messages(things, areas, tools))
+    return tuple(example_messages(exposed_things(hass), areas, tools))

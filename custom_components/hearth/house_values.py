@@ -23,6 +23,9 @@ from homeassistant.core import HomeAssistant
 from homeassistant.helpers import area_registry as ar
 from homeassistant.helpers import entity_registry as er
 from homeassistant.helpers import floor_registry as fr
+from homeassistant.helpers import intent, llm
+
+from .tool_names import model_tool_names
 
 # Arguments of the intent tools that name a part of the house.
 HOUSE_ARGUMENTS = ("name", "area", "floor", "domain")
@@ -48,6 +51,41 @@ DOMAIN_INTENTS: dict[str, str] = {
     "HassLawnMowerStartMowing": "lawn_mower",
     "HassLawnMowerDock": "lawn_mower",
 }
+
+
+def tool_domains(hass: HomeAssistant, api: llm.APIInstance) -> dict[str, frozenset[str]]:
+    """Tool name as the model sees it -> the entity domains it acts on, for the intent
+    tools whose handler says so (HA's ``IntentHandler.platforms``: ``HassSetPosition``
+    covers and valves, ``HassClimateSetTemperature`` thermostats). Tools not listed act
+    on anything (``HassTurnOn``) or on no entity (a timer)."""
+    platforms = {h.intent_type: h.platforms for h in intent.async_get(hass)}
+    shown = model_tool_names(tool.name for tool in api.tools)
+    domains = {}
+    for tool in api.tools:
+        if found := platforms.get(getattr(tool, "intent_type", None)):
+            domains[shown[tool.name]] = frozenset(found)
+    return domains
+
+
+def allowed_for(
+    tools: Iterable[Mapping[str, Any]],
+    domains: Mapping[str, frozenset[str]],
+    about: frozenset[str] | None,
+) -> list[str] | None:
+    """Of ``tools`` (OpenAI function tools), the names of those that may act on the
+    domains a command is ``about``, by ``domains`` (see ``tool_domains``); a command
+    about no domain (a timer) may call only the tools that name no entity. None where
+    that leaves them all, or nothing is known."""
+    tools = list(tools)
+    names = [str((tool.get("function") or {}).get("name", "")) for tool in tools]
+    if about is None:
+        return None
+    if about:
+        allowed = [n for n in names if (d := domains.get(n)) is None or d & about]
+    else:
+        targeting = set(entity_tools(tools))
+        allowed = [n for n in names if n not in targeting]
+    return allowed if allowed and len(allowed) < len(names) else None
 
 
 def entity_tools(tools: Iterable[Mapping[str, Any]]) -> list[str]:

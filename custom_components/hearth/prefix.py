@@ -33,6 +33,7 @@ from .device_class import DeviceClass, without_area_lines
 from .examples import house_examples
 from .house_diff import HouseSnapshot, capture
 from .house_values import house_values
+from .tool_names import model_tool_names
 
 # Template variables that differ per request (see ChatLog.async_provide_llm_data).
 _PER_REQUEST_VARIABLES = re.compile(r"\b(user_name|llm_context)\b")
@@ -108,10 +109,13 @@ def canonical_schema(value: Any) -> Any:
     return value
 
 
-def format_tool(tool: llm.Tool, custom_serializer: Callable[[Any], Any] | None) -> dict[str, Any]:
-    """An HA LLM tool as an OpenAI function tool, in a canonical form (see above)."""
+def format_tool(
+    tool: llm.Tool, custom_serializer: Callable[[Any], Any] | None, name: str | None = None
+) -> dict[str, Any]:
+    """An HA LLM tool as an OpenAI function tool named ``name`` (default: its own), in
+    a canonical form (see above)."""
     spec: dict[str, Any] = {
-        "name": tool.name,
+        "name": name or tool.name,
         "parameters": canonical_schema(
             probatio.to_openapi(
                 tool.parameters, custom_serializer=custom_serializer, openapi_version="3.1.0"
@@ -221,9 +225,13 @@ async def async_render_prefix(
         else:
             api_prompt = api.api_prompt
             parts.append(api_prompt if cls is DeviceClass.NONE else without_area_lines(api_prompt))
+            shown = model_tool_names(tool.name for tool in api.tools)
             tools = tuple(
                 sorted(
-                    (format_tool(tool, api.custom_serializer) for tool in api.tools),
+                    (
+                        format_tool(tool, api.custom_serializer, shown[tool.name])
+                        for tool in api.tools
+                    ),
                     key=lambda spec: str(spec["function"]["name"]),
                 )
             )

@@ -71,13 +71,15 @@ def build_messages(
     content: Sequence[conversation.Content],
     context: str,
     max_history: int,
+    hint: Sequence[dict[str, Any]] = (),
 ) -> list[dict[str, Any]]:
     """All messages of the next request of a turn.
 
     ``content`` is the chat log; its last user message is this turn's, and
     ``context`` its context message. Earlier turns keep the context they were sent
     with; at most ``max_history`` earlier turns are kept (whole turns, oldest
-    dropped first).
+    dropped first). ``hint`` (this turn's nearest example, hints.py) goes right
+    before this turn's context and user message; earlier turns are sent without theirs.
     """
     items = list(content[1:])  # content[0] is HA's system prompt: replaced by the prefix
     user_indices = [i for i, item in enumerate(items) if isinstance(item, conversation.UserContent)]
@@ -91,8 +93,10 @@ def build_messages(
     for i, item in enumerate(items):
         if isinstance(item, conversation.UserContent):
             turn_context = _stored_context(items, i)
-            if turn_context is None and i == current:
-                turn_context = context
+            if i == current:
+                messages.extend(hint)
+                if turn_context is None:
+                    turn_context = context
             if turn_context:
                 messages.append({"role": "system", "content": turn_context})
             messages.append({"role": "user", "content": item.content})

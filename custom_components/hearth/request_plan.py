@@ -24,6 +24,7 @@ from .house_diff import describe_changes
 from .house_values import house_values
 from .prefix import HousePrefix, format_tool
 from .prompt import volatile_lines
+from .tool_names import model_tool_names
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,12 +78,13 @@ def plan_request(
     tools = list(sent.tools)
     if llm_api is not None:
         offered = {tool_name(tool) for tool in sent.tools}
-        now = {tool.name for tool in llm_api.tools}
+        shown = model_tool_names(tool.name for tool in llm_api.tools)
+        now = set(shown.values())
         tools += sorted(
             (
-                format_tool(tool, llm_api.custom_serializer)
+                format_tool(tool, llm_api.custom_serializer, shown[tool.name])
                 for tool in llm_api.tools
-                if tool.name not in offered
+                if shown[tool.name] not in offered
             ),
             key=tool_name,
         )

@@ -66,8 +66,10 @@ def test_the_committed_fixture_is_consistent() -> None:
         assert len({p.messages[0]["content"] for p in agent.prefixes}) == 3
     roles = {s.role for s in fixture.samples}
     assert roles == set(ROLES)
-    contexts = {
-        s.role: s.suffix[0]["content"] for s in fixture.samples if s.role.startswith("satellite")
+    contexts = {  # the turn's context message (after the request's nearest example)
+        s.role: next(m["content"] for m in s.suffix if m["role"] == "system")
+        for s in fixture.samples
+        if s.role.startswith("satellite")
     }
     assert "Kitchen" in contexts["satellite_a"]
     assert "Bedroom" in contexts["satellite_b"]

@@ -117,8 +117,8 @@ async def test_tool_loop_turns_on_the_light(hass: HomeAssistant, entry: MockConf
     assert len(spy.bodies) == 2
     call_message, tool_message = spy.bodies[1]["messages"][-2:]
     assert call_message["tool_calls"][0]["function"] == {
-        # The model wrote the bare name; the engine reports the offered one.
-        "name": "intent__HassTurnOn",
+        # The model is shown, and calls, the bare name; HA's own name runs (below).
+        "name": "HassTurnOn",
         "arguments": '{"name": "Kitchen Light"}',
     }
     assert tool_message["role"] == "tool"
@@ -256,7 +256,8 @@ async def test_prefix_render_ignores_time(
     assert static_1.system.startswith(llm.DEFAULT_INSTRUCTIONS_PROMPT)
     names = [tool["function"]["name"] for tool in static_1.tools]
     assert names == sorted(names)
-    assert "intent__HassTurnOn" in names
+    # Bare names (prefix.model_tool_names): "intent__HassTurnOn" is shown as HassTurnOn.
+    assert "HassTurnOn" in names and "intent__HassTurnOn" not in names
 
 
 async def test_engine_error_is_a_spoken_error(
@@ -293,7 +294,7 @@ async def test_requests_carry_the_house_names_for_the_grammar(
     assert values["HassLightSet.name"] == ["Cooker Light", "Kitchen Light"]
     assert not [key for key in values if key.startswith(("HassListAddItem", "HassVacuum"))]
     tools = extension["argument_tools"]
-    assert "intent__HassTurnOn" in tools
+    assert "HassTurnOn" in tools
     assert not [name for name in tools if "Timer" in name]
     offered = {tool["function"]["name"] for tool in spy.bodies[0]["tools"]}
     assert set(tools) <= offered

@@ -19,6 +19,7 @@ from custom_components.hearth.entity import parse_tool_args, resolve_tool_name
 from custom_components.hearth.errors import error_key
 from custom_components.hearth.prefix import HousePrefix, canonical_schema, format_tool
 from custom_components.hearth.prompt import HearthNative, build_messages, volatile_context
+from custom_components.hearth.tool_names import model_tool_names
 
 PREFIX = HousePrefix(system="Be brief.\nStatic Context:\n- names: Lamp", tools=())
 
@@ -126,6 +127,19 @@ def test_resolve_tool_name() -> None:
     assert resolve_tool_name("HassTurnOn", tools) == "intent__HassTurnOn"
     assert resolve_tool_name("Get", tools) == "Get"  # ambiguous: HA reports it
     assert resolve_tool_name("Nope", tools) == "Nope"
+
+
+def test_the_model_sees_bare_tool_names_where_they_are_unique() -> None:
+    names = ["intent__HassTurnOn", "climate__HassClimateSetTemperature", "a__Get", "b__Get"]
+    shown = model_tool_names(names)
+    assert shown == {
+        "intent__HassTurnOn": "HassTurnOn",
+        "climate__HassClimateSetTemperature": "HassClimateSetTemperature",
+        "a__Get": "a__Get",  # two "Get": both keep HA's names
+        "b__Get": "b__Get",
+    }
+    # Every shown name maps back to the tool HA runs.
+    assert all(resolve_tool_name(shown[name], names) == name for name in names)
 
 
 def test_parse_tool_args() -> None:

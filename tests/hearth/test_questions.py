@@ -68,7 +68,7 @@ async def test_a_question_turn_starts_with_the_live_context_tool(
     if read_first:
         assert question["tool_choice"] == {
             "type": "function",
-            "function": {"name": "homeassistant__GetLiveContext"},
+            "function": {"name": "GetLiveContext"},
         }
         later = [body for body in spy.bodies[1:] if "tool_choice" in body]
         assert later == []  # only a question's first request; commands go as before

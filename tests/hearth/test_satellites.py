@@ -40,7 +40,7 @@ from .common import (
 )
 
 NO_TIMERS_LINE = "This device is not able to start timers."
-START_TIMER = "intent__HassStartTimer"
+START_TIMER = "HassStartTimer"  # shown bare (prefix.model_tool_names)
 
 
 class ScriptedToolCall:
@@ -251,5 +251,5 @@ async def test_a_timer_satellite_pin_shows_a_timer_example(
             for call in message.get("tool_calls", ())
         ]
 
-    assert "intent__HassStartTimer" in called(timers)
-    assert "intent__HassStartTimer" not in called(none)
+    assert START_TIMER in called(timers)
+    assert START_TIMER not in called(none)

@@ -82,7 +82,7 @@ async def test_new_script_is_offered_last(hass: HomeAssistant, slow_entry: MockC
     body = await _turn_during_repin(hass, slow_entry)
     assert body["tools"][: len(pinned_tools)] == pinned_tools  # the pin's tokens first
     assert [tool["function"]["name"] for tool in body["tools"][len(pinned_tools) :]] == [
-        "script__wake_up"
+        "wake_up"  # the bare name: it is unique (prefix.model_tool_names)
     ]
     assert _context(body) == []  # nothing to tell: the tool says it all
 

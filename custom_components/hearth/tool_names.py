@@ -1,0 +1,23 @@
+"""The names the model sees for Home Assistant's tools."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+
+def model_tool_names(names: Iterable[str]) -> dict[str, str]:
+    """HA tool name -> the name the model sees.
+
+    HA namespaces its tools (``climate__HassClimateSetTemperature``,
+    ``intent__HassSetPosition``). A small model picks a tool token by token, and with
+    most names starting ``intent`` it picks by that prefix. So each tool is shown by its
+    bare name where that is unique among ``names`` (the same name twice keeps both full
+    names); a call by the bare name runs HA's tool (``entity.resolve_tool_name``). On
+    the accuracy bench this took the default model from 35 to 45 of 71 (README,
+    "Accuracy")."""
+    names = list(names)
+    bare = [name.rsplit("__", 1)[-1] for name in names]
+    return {
+        name: short if bare.count(short) == 1 else name
+        for name, short in zip(names, bare, strict=True)
+    }

@@ -1,0 +1,258 @@
+"""The example nearest to a request (hints.py), sent right before it.
+
+The choice is pure and checked on a hand-made house; where it goes in a request
+(prompt.py) and that a real turn sends it (real Home Assistant, the tiny-tools engine)
+are checked below.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from homeassistant.components import conversation
+from homeassistant.components.homeassistant.exposed_entities import async_expose_entity
+from homeassistant.core import HomeAssistant
+from homeassistant.setup import async_setup_component
+
+from custom_components.hearth.const import CONF_EXAMPLES
+from custom_components.hearth.examples import Thing
+from custom_components.hearth.hints import HINT_CALL_ID, hint_messages
+from custom_components.hearth.house_values import allowed_for
+from custom_components.hearth.prefix import HousePrefix
+from custom_components.hearth.prompt import build_messages
+
+from .common import (
+    KITCHEN_LIGHT,
+    ChatSpy,
+    EngineProcess,
+    async_setup_entry,
+    converse,
+    hearth_traces,
+    make_entry,
+)
+
+
+def _tool(name: str, *arguments: str) -> dict[str, Any]:
+    properties = {arg: {"type": "string"} for arg in arguments}
+    return {
+        "type": "function",
+        "function": {"name": name, "parameters": {"properties": properties}},
+    }
+
+
+ENTITY = ("name", "area", "domain")
+TOOLS = [
+    _tool("intent__HassTurnOn", *ENTITY),
+    _tool("intent__HassTurnOff", *ENTITY),
+    _tool("intent__HassSetPosition", "name", "position"),
+    _tool("climate__HassClimateSetTemperature", "name", "temperature"),
+    _tool("media_player__HassMediaPause", "name"),
+    _tool("media_player__HassMediaUnpause", "name"),
+    _tool("homeassistant__GetLiveContext", *ENTITY),
+]
+THINGS = [
+    Thing("light.attic", "Attic Light"),
+    Thing("light.porch", "Porch Light", ("front light",)),
+    Thing("lock.front", "Front Door"),
+    Thing("lock.shed", "Shed Lock"),
+    Thing("climate.hall", "Hall Thermostat"),
+    Thing("climate.loft", "Loft Thermostat"),
+    Thing("media_player.den", "Den Speaker"),
+    Thing("media_player.loft", "Loft Speaker"),
+    Thing("sensor.loft_temperature", "Loft Temperature"),
+    Thing("sensor.den_temperature", "Den Temperature"),
+    Thing("sensor.power", "House Power"),
+    Thing("switch.kettle", "Kettle"),
+    Thing("vacuum.robbie", "Robbie"),  # no vacuum tool offered
+]
+AREAS = ["Attic", "Den", "Loft"]
+
+
+def _live(name: str, domain: str, state: str, **attributes: str) -> dict[str, Any]:
+    """An entry as Home Assistant's live-context tool lists it."""
+    info: dict[str, Any] = {"names": name, "domain": domain, "state": state}
+    return {**info, "attributes": attributes} if attributes else info
+
+
+LIVE = {
+    "sensor.loft_temperature": _live("Loft Temperature", "sensor", "19.5",
+                                     unit_of_measurement="°C"),
+    "sensor.power": _live("House Power", "sensor", "612", unit_of_measurement="W"),
+    "climate.hall": _live("Hall Thermostat", "climate", "heat", temperature="20"),
+    "media_player.den": _live("Den Speaker", "media_player", "playing",
+                              media_title="Clair de Lune", media_artist="Debussy"),
+    "lock.shed": _live("Shed Lock", "lock", "locked"),
+}  # fmt: skip
+
+
+def _hint(text: str, *, question: bool = False) -> list[dict[str, Any]]:
+    return hint_messages(text, THINGS, AREAS, TOOLS, LIVE, question=question).messages
+
+
+def _call(hint: list[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
+    call = hint[1]["tool_calls"][0]
+    assert call["id"] == HINT_CALL_ID
+    return call["function"]["name"], json.loads(call["function"]["arguments"])
+
+
+def test_the_hint_shows_the_tool_the_request_needs_on_another_thing() -> None:
+    # "lock" and "unlock" pick opposite intents; the example names the other lock.
+    assert _call(_hint("Lock the front door")) == ("intent__HassTurnOn", {"name": "Shed Lock"})
+    assert _call(_hint("please unlock the front door")) == (
+        "intent__HassTurnOff",
+        {"name": "Shed Lock"},
+    )
+    # A thermostat is set by temperature, not position; named by an alias, or not at all.
+    tool, arguments = _call(_hint("Set the hall thermostat to 22 degrees"))
+    assert tool == "climate__HassClimateSetTemperature"
+    assert arguments["name"] == "Loft Thermostat"
+    assert _call(_hint("make it 23 degrees in here"))[0] == "climate__HassClimateSetTemperature"
+    assert _call(_hint("resume the den speaker")) == (
+        "media_player__HassMediaUnpause",
+        {"name": "Loft Speaker"},
+    )
+    assert _call(_hint("switch the front light off")) == (
+        "intent__HassTurnOff",
+        {"name": "Attic Light"},
+    )
+
+
+def test_the_hint_is_a_whole_turn_with_its_own_call_id() -> None:
+    hint = _hint("turn on the kettle")
+    assert [m["role"] for m in hint] == ["user", "assistant", "tool", "assistant"]
+    assert hint[2]["tool_call_id"] == HINT_CALL_ID
+    json.loads(hint[2]["content"])
+
+
+def test_a_question_reads_the_house_and_says_the_state_it_read() -> None:
+    hint = _hint("What is the temperature in the den?", question=True)
+    tool, arguments = _call(hint)
+    assert tool == "homeassistant__GetLiveContext"
+    # Not the sensor asked about (its name's words are all in the question), nor one
+    # like it (a small model copies names); its live entry, and a reply that says it.
+    assert arguments == {"name": "House Power"}
+    result = json.loads(hint[2]["content"])["result"]
+    assert result.startswith("Live Context:") and "unit_of_measurement: W" in result
+    assert hint[3]["content"] == "The House Power is 612 W."
+    lock = _hint("is the front door locked?", question=True)
+    assert _call(lock)[1] == {"name": "Shed Lock"}
+    assert lock[3]["content"] == "The Shed Lock is locked."
+    # A thermostat says its target; a player what it plays.
+    thermostat = _hint("what is the loft thermostat set to?", question=True)
+    assert thermostat[3]["content"] == "The Hall Thermostat is set to 20."
+    player = _hint("what is playing on the loft speaker?", question=True)
+    assert player[3]["content"] == "The Den Speaker is playing Clair de Lune by Debussy."
+    # A question that names nothing still reads the house.
+    assert _call(_hint("how are things?", question=True))[0] == "homeassistant__GetLiveContext"
+
+
+def test_no_hint_when_nothing_is_near() -> None:
+    assert _hint("tell me a joke") == []
+    # A vacuum request has no vacuum tool: no example of another domain instead.
+    assert _hint("start robbie") == []
+    assert _hint("send the vacuum back to its dock") == []
+    # Without tools there is nothing to show.
+    assert not hint_messages("turn on the kettle", THINGS, AREAS, [], LIVE)
+
+
+def test_every_hint_calls_an_offered_tool_with_arguments_it_takes() -> None:
+    offered = {t["function"]["name"]: t["function"]["parameters"]["properties"] for t in TOOLS}
+    names = {t.name for t in THINGS}
+    requests = [
+        "turn off the lights in the attic",
+        "open the porch light",
+        "pause the music",
+        "set the den speaker volume to 20",
+        "is the kettle on?",
+        "what is the house power?",
+        "set the porch light to 40 percent",
+    ]
+    for text in requests:
+        hint = _hint(text, question=text.endswith("?"))
+        if not hint:
+            continue
+        tool, arguments = _call(hint)
+        assert tool in offered
+        assert set(arguments) <= set(offered[tool])
+        if "name" in arguments:
+            assert arguments["name"] in names
+
+
+def test_the_hint_goes_right_before_this_turns_context_and_request() -> None:
+    prefix = HousePrefix(system="house", tools=())
+    hint = _hint("turn on the kettle")
+    earlier = [
+        conversation.SystemContent(content="HA's prompt"),
+        conversation.UserContent(content="hello"),
+        conversation.AssistantContent(agent_id="a", content="hi"),
+        conversation.UserContent(content="turn on the kettle"),
+    ]
+    messages = build_messages(prefix, earlier, "it is noon", 5, hint)
+    assert messages[0] == {"role": "system", "content": "house"}
+    assert messages[1:3] == [
+        {"role": "user", "content": "hello"},
+        {"role": "assistant", "content": "hi"},
+    ]
+    assert messages[3:7] == hint
+    assert messages[7:] == [
+        {"role": "system", "content": "it is noon"},
+        {"role": "user", "content": "turn on the kettle"},
+    ]
+
+
+def test_a_command_may_call_only_the_tools_for_what_it_is_about() -> None:
+    tools = [*TOOLS, _tool("intent__HassStartTimer", "minutes")]
+    domains = {
+        "intent__HassSetPosition": frozenset({"cover", "valve"}),
+        "climate__HassClimateSetTemperature": frozenset({"climate"}),
+        "media_player__HassMediaPause": frozenset({"media_player"}),
+        "media_player__HassMediaUnpause": frozenset({"media_player"}),
+    }
+    names = [t["function"]["name"] for t in tools]
+    # A thermostat: not the cover or media tools; the tools bound to no domain stay.
+    about = hint_messages("set the hall thermostat to 22 degrees", THINGS, AREAS, tools, LIVE)
+    assert about.domains == {"climate"}
+    allowed = allowed_for(tools, domains, about.domains)
+    assert allowed == [n for n in names if n not in domains or n.startswith("climate")]
+    # Named nothing: the example's domain ("degrees": a thermostat's).
+    assert hint_messages("make it 23 degrees", THINGS, AREAS, tools, LIVE).domains == {"climate"}
+    # A timer is about no entity: only the tools that name none.
+    timer = hint_messages("set a timer for 5 minutes", THINGS, AREAS, tools, LIVE)
+    assert timer.domains == frozenset()
+    assert allowed_for(tools, domains, timer.domains) == ["intent__HassStartTimer"]
+    # Nothing known, or nothing left out: no restriction.
+    assert allowed_for(tools, domains, None) is None
+    assert allowed_for(tools, {}, frozenset({"light"})) is None
+
+
+async def test_a_turn_sends_the_hint_where_examples_are_pinned(
+    hass: HomeAssistant, house: None, engine: EngineProcess
+) -> None:
+    """With examples on, a real turn shows its nearest example, may call only the tools
+    that act on lights (Home Assistant's real intent handlers say which), and acts."""
+    assert await async_setup_component(hass, "conversation", {})
+    assert await async_setup_component(hass, "climate", {})  # its intents, bound to climate
+    hass.states.async_set("light.porch", "off", {"friendly_name": "Porch Light"})
+    hass.states.async_set("climate.hall", "heat", {"friendly_name": "Hall", "temperature": 20})
+    for entity_id in ("light.porch", "climate.hall"):
+        async_expose_entity(hass, "conversation", entity_id, True)
+    entry = make_entry(engine.url, **{CONF_EXAMPLES: True})
+    await async_setup_entry(hass, entry)
+    with ChatSpy() as spy:
+        await converse(hass, "turn on the kitchen light")
+    assert hass.states.get(KITCHEN_LIGHT).state == "on"
+    turn = hearth_traces()[-1]
+    assert turn["hint"] == "turn on the Porch Light"
+    first = spy.bodies[0]
+    shown = [tool["function"]["name"] for tool in first["tools"]]
+    assert "HassClimateSetTemperature" in shown  # the prompt shows every tool
+    choice = first["tool_choice"]
+    assert choice["type"] == "allowed_tools" and choice["allowed_tools"]["mode"] == "required"
+    allowed = [tool["function"]["name"] for tool in choice["allowed_tools"]["tools"]]
+    assert allowed == turn["allowed_tools"]
+    assert "HassTurnOn" in allowed and "HassLightSet" in allowed
+    assert "HassClimateSetTemperature" not in allowed
+    hints = [m for m in first["messages"] if m.get("content") == "turn on the Porch Light"]
+    assert len(hints) == 1 and first["messages"][-1]["content"] == "turn on the kitchen light"
+    assert all("tool_choice" not in body for body in spy.bodies[1:])
