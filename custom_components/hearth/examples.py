@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from homeassistant.components import conversation
 from homeassistant.components.homeassistant.exposed_entities import async_should_expose
 from homeassistant.core import HomeAssistant
 from homeassistant.helpers import area_registry as ar
+from homeassistant.helpers import device_registry as dr
 from homeassistant.helpers import entity_registry as er
 from homeassistant.util import yaml as yaml_util
 
@@ -37,12 +38,15 @@ class Thing:
     entity_id: str
     name: str
     aliases: tuple[str, ...] = ()  # what else the user may call it (not shown)
+    area: str = ""  # the name of its area (or its device's), if any
 
     @property
     def domain(self) -> str:
         return self.entity_id.split(".", 1)[0]
 
 
+# What a request calls a thing of a domain, when it names the thing by its area.
+NOUNS = {"light": "light", "climate": "thermostat", "cover": "blinds", "media_player": "speaker"}
 AREA = "area"  # a template's target: the house's first area by name (if it has lights)
 NOTHING = "nothing"  # a template without a target (a timer)
 
@@ -140,18 +144,21 @@ class House:
     def turn(
         self,
         template: Template,
-        offered: Mapping[str, tuple[str, set[str]]],
+        offered: Mapping[str, tuple[str, tuple[str, ...]]],
         call_id: str,
         *,
         avoid: frozenset[str] = frozenset(),
         live: Mapping[str, Mapping[str, Any]] | None = None,
         rank: Callable[[Thing], Any] | None = None,
+        by_area: bool = False,
     ) -> list[dict[str, Any]] | None:
         """``template``'s whole turn on this house (None where its tool is not offered,
         takes other arguments, or the house has nothing to name). The target is the
         ``pick``-th thing of its domain (or the first of highest ``rank``), skipping
         ``avoid`` (entity ids) where others are left. A question reads its target's
-        entry in ``live`` (entity id -> HA's live-context entry) where given."""
+        entry in ``live`` (entity id -> HA's live-context entry) where given.
+        ``by_area``: a template that names one thing names its target's area instead
+        ("set the thermostat in the Bedroom to 21 degrees": ``area``, not ``name``)."""
         tool = offered.get(template.intent)
         if tool is None:
             return None
@@ -164,15 +171,26 @@ class House:
                 return None
             said = self.areas[0]
         else:
-            found = self.by_domain.get(template.domain)
+            found = self.by_domain.get(template.domain) or []
+            if by_area:
+                found = [t for t in found if t.area]
             if not found:
                 return None
             found = [t for t in found if t.entity_id not in avoid] or found
             target = max(found, key=rank) if rank else found[template.pick % len(found)]
             said = target.name
         arguments = template.arguments(said)
-        if not set(arguments) <= properties:
+        if by_area:
+            if target is None or arguments.pop("name", None) is None:
+                return None
+            noun = NOUNS.get(target.domain, target.domain.replace("_", " "))
+            template = replace(template, ask=template.ask.replace("{}", f"{noun} in the {{}}"))
+            said, arguments, target = target.area, {"area": target.area, **arguments}, None
+        if not set(arguments) <= set(properties):
             return None
+        # In the schema's order: the grammar writes keys in that order, so the model can
+        # copy the call (shown "area" first, it wrote only "temperature" and closed).
+        arguments = {key: arguments[key] for key in properties if key in arguments}
         info = live.get(target.entity_id) if live is not None and target is not None else None
         return _turn(call_id, template, name, arguments, said, target, info)
 
@@ -196,15 +214,15 @@ def spoken_state(name: str, info: Mapping[str, Any]) -> str:
     return f"The {name} is {state} {unit}." if unit else f"The {name} is {state}."
 
 
-def offered_tools(tools: Iterable[Mapping[str, Any]]) -> dict[str, tuple[str, set[str]]]:
+def offered_tools(tools: Iterable[Mapping[str, Any]]) -> dict[str, tuple[str, tuple[str, ...]]]:
     """Short tool name (``HassTurnOn`` for ``intent__HassTurnOn``) -> (full name, its
     argument names)."""
-    offered: dict[str, tuple[str, set[str]]] = {}
+    offered: dict[str, tuple[str, tuple[str, ...]]] = {}
     for tool in tools:
         function = tool.get("function") or {}
         name = str(function.get("name", ""))
         properties = (function.get("parameters") or {}).get("properties") or {}
-        offered.setdefault(name.rsplit("__", 1)[-1], (name, set(properties)))
+        offered.setdefault(name.rsplit("__", 1)[-1], (name, tuple(properties)))
     return offered
 
 
@@ -257,17 +275,20 @@ def _turn(  # noqa: PLR0917
 
 
 def exposed_things(hass: HomeAssistant) -> list[Thing]:
-    """The entities exposed to Assist, with their aliases."""
-    entities = er.async_get(hass)
+    """The entities exposed to Assist, with their aliases and areas."""
+    entities, devices, areas = er.async_get(hass), dr.async_get(hass), ar.async_get(hass)
     things = []
     for state in hass.states.async_all():
         if not state.name or not async_should_expose(hass, conversation.DOMAIN, state.entity_id):
             continue
         entry = entities.async_get(state.entity_id)
-        aliases = entry.aliases if entry is not None else ()
-        things.append(
-            Thing(state.entity_id, state.name, tuple(a for a in aliases if isinstance(a, str)))
-        )
+        aliases = tuple(a for a in entry.aliases if isinstance(a, str)) if entry else ()
+        area_id = entry.area_id if entry else None
+        if entry and area_id is None and entry.device_id:
+            device = devices.async_get(entry.device_id)
+            area_id = device.area_id if device else None
+        area = areas.async_get_area(area_id) if area_id else None
+        things.append(Thing(state.entity_id, state.name, aliases, area.name if area else ""))
     return things
 
 

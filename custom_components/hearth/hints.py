@@ -173,7 +173,9 @@ def hint_messages(
     found = [t for t in things if named(t)]
     mentioned = {t.domain for t in found}
     mentioned |= {domain for word, domain in DOMAIN_WORDS.items() if word in request}
-    area_named = any(_says(words, area) for area in areas)
+    areas = list(areas)
+    in_areas = {area for area in areas if _says(words, area)}
+    area_named = bool(in_areas)
     if question:
         asked = {t.domain for t in QUESTIONS}
         others = [*sorted(mentioned - asked), *YES_OR_NO]
@@ -212,8 +214,17 @@ def hint_messages(
             best = (value, turn, template)
     if best is None:
         return Hint()
-    about = mentioned or ({_domain(best[2])} - {NOTHING})
-    return Hint(best[1], frozenset(about))
+    turn, template = best[1], best[2]
+    if in_areas and not found and not question:
+        # "make it 23 degrees in the living room": an area, not a thing, so the example
+        # names another area's thing by its area.
+        elsewhere = frozenset(t.entity_id for t in things if t.area in in_areas)
+        by_area = house.turn(
+            template, offered, HINT_CALL_ID, avoid=elsewhere, rank=rank, by_area=True
+        )
+        turn = by_area or turn
+    about = mentioned or ({_domain(template)} - {NOTHING})
+    return Hint(turn, frozenset(about))
 
 
 def _yes_or_no(domain: str) -> Template:

@@ -102,6 +102,16 @@ def test_the_first_and_last_turns_show_the_whole_loop_the_rest_only_the_call() -
     assert messages[-1] == {"role": "assistant", "content": "Done."}
 
 
+def test_example_arguments_follow_the_tool_schema_order() -> None:
+    """The grammar writes a call's keys in its schema's order; an example in another
+    order is one the model cannot copy (shown "area" first, it wrote only the
+    temperature)."""
+    climate = _tool("climate__HassClimateSetTemperature", "temperature", "area", "name")
+    messages = example_messages(THINGS, [], [climate])
+    (_, arguments), *_ = _calls(messages)
+    assert list(arguments) == ["temperature", "name"]
+
+
 def test_a_timer_example_needs_no_entity() -> None:
     timer = {"type": "function", "function": {"name": "intent__HassStartTimer",
              "parameters": {"properties": {"minutes": {"type": "integer"}}}}}  # fmt: skip

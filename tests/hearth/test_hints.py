@@ -46,7 +46,7 @@ TOOLS = [
     _tool("intent__HassTurnOn", *ENTITY),
     _tool("intent__HassTurnOff", *ENTITY),
     _tool("intent__HassSetPosition", "name", "position"),
-    _tool("climate__HassClimateSetTemperature", "name", "temperature"),
+    _tool("climate__HassClimateSetTemperature", "name", "area", "temperature"),
     _tool("media_player__HassMediaPause", "name"),
     _tool("media_player__HassMediaUnpause", "name"),
     _tool("homeassistant__GetLiveContext", *ENTITY),
@@ -56,8 +56,8 @@ THINGS = [
     Thing("light.porch", "Porch Light", ("front light",)),
     Thing("lock.front", "Front Door"),
     Thing("lock.shed", "Shed Lock"),
-    Thing("climate.hall", "Hall Thermostat"),
-    Thing("climate.loft", "Loft Thermostat"),
+    Thing("climate.hall", "Hall Thermostat", area="Den"),
+    Thing("climate.loft", "Loft Thermostat", area="Loft"),
     Thing("media_player.den", "Den Speaker"),
     Thing("media_player.loft", "Loft Speaker"),
     Thing("sensor.loft_temperature", "Loft Temperature"),
@@ -116,6 +116,20 @@ def test_the_hint_shows_the_tool_the_request_needs_on_another_thing() -> None:
         "intent__HassTurnOff",
         {"name": "Attic Light"},
     )
+
+
+def test_a_request_that_names_an_area_is_shown_a_call_by_area() -> None:
+    """No thermostat named, but an area: the example names another area's thermostat
+    by its area, as the request will have to."""
+    hint = _hint("make it 23 degrees in the den")
+    assert hint[0]["content"] == "set the thermostat in the Loft to 21 degrees"
+    assert _call(hint) == (
+        "climate__HassClimateSetTemperature",
+        {"area": "Loft", "temperature": 21},
+    )
+    assert json.loads(hint[2]["content"])["data"]["success"][0]["type"] == "area"
+    # A thing named in an area: the call names a thing, as before.
+    assert "name" in _call(_hint("set the hall thermostat in the den to 20 degrees"))[1]
 
 
 def test_the_hint_is_a_whole_turn_with_its_own_call_id() -> None:
