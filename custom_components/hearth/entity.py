@@ -353,9 +353,10 @@ class HearthLLMEntity(Entity):
         """Run the tool loop for the chat log's last user message.
 
         Every request starts with the agent's house prefix (pinned in the engine),
-        then the history exactly as sent before, then this turn's context message
-        and user text. Tool calls run through HA's LLM API (chat log) and their
-        results go back to the engine, up to ``MAX_TOOL_ITERATIONS`` requests.
+        then the history as sent before (without earlier turns' hints), then this
+        turn's nearest example (hints.py), context message and user text. Tool calls
+        run through HA's LLM API (chat log) and their results go back to the engine, up
+        to ``MAX_TOOL_ITERATIONS`` requests.
         ``response_format`` (an AI Task's structure) constrains every reply.
         """
         data = self.entry.runtime_data
@@ -398,7 +399,7 @@ class HearthLLMEntity(Entity):
                             response_format,
                             iteration == 0,
                             question=question,
-                            command=bool(hint) and not question,
+                            command=bool(hint) and not question and data.prefixes.pins_supported,
                             allowed=allowed,
                         )
                     ),

@@ -185,7 +185,11 @@ class House:
                 return None
             noun = NOUNS.get(target.domain, target.domain.replace("_", " "))
             template = replace(template, ask=template.ask.replace("{}", f"{noun} in the {{}}"))
-            said, arguments, target = target.area, {"area": target.area, **arguments}, None
+            # An area alone is every entity in it ("turn off the Bedroom"): with the
+            # domain where the tool takes one (HassTurnOff), else the tool's own.
+            in_domain = {"domain": [target.domain]} if "domain" in properties else {}
+            said, target = target.area, None
+            arguments = {"area": said, **in_domain, **arguments}
         if not set(arguments) <= set(properties):
             return None
         # In the schema's order: the grammar writes keys in that order, so the model can
@@ -286,7 +290,7 @@ def exposed_things(hass: HomeAssistant) -> list[Thing]:
         area_id = entry.area_id if entry else None
         if entry and area_id is None and entry.device_id:
             device = devices.async_get(entry.device_id)
-            area_id = device.area_id if device else None
+            area_id = dr.async_get_effective_area_id(hass, device) if device else None
         area = areas.async_get_area(area_id) if area_id else None
         things.append(Thing(state.entity_id, state.name, aliases, area.name if area else ""))
     return things

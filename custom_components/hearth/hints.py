@@ -95,7 +95,9 @@ OPPOSITES = {
 DOMAIN_WORDS = {
     "light": "light", "lights": "light", "lamp": "light", "lamps": "light",
     "fan": "fan", "fans": "fan", "lock": "lock", "locks": "lock",
-    "vacuum": "vacuum", "valve": "valve", "thermostat": "climate", "speaker": "media_player",
+    "vacuum": "vacuum", "valve": "valve", "thermostat": "climate", "heating": "climate",
+    "degrees": "climate", "blinds": "cover", "curtains": "cover", "shades": "cover",
+    "speaker": "media_player", "music": "media_player", "tv": "media_player",
 }  # fmt: skip
 YES_OR_NO = ("switch", "light")  # a question naming nothing: asked of these
 HINT_CALL_ID = "example_hint"
@@ -127,7 +129,8 @@ def _rarity(templates: Iterable[Template]) -> dict[str, float]:
 
 
 def _said(template: Template) -> set[str]:
-    return {w for w in _words(template.ask.format("")) if w not in STOPWORDS}
+    """A template's words that count (not its example numbers: "21 degrees")."""
+    return {w for w in _words(template.ask.format("")) if w not in STOPWORDS and not w.isdigit()}
 
 
 def _domain(template: Template) -> str:
@@ -138,7 +141,8 @@ def _domain(template: Template) -> str:
 class Hint:
     """A request's nearest example (``messages``, OpenAI chat messages; empty: none)
     and the domains it is about: those the request names (its things', or words such
-    as "lights"), else its example's (none for a timer's; None: not known)."""
+    as "lights"); none where it names none and its example names nothing (a timer);
+    None where not known (the example's domain is only a guess)."""
 
     messages: list[dict[str, Any]] = field(default_factory=list)
     domains: frozenset[str] | None = None
@@ -223,8 +227,9 @@ def hint_messages(
             template, offered, HINT_CALL_ID, avoid=elsewhere, rank=rank, by_area=True
         )
         turn = by_area or turn
-    about = mentioned or ({_domain(template)} - {NOTHING})
-    return Hint(turn, frozenset(about))
+    if mentioned:
+        return Hint(turn, frozenset(mentioned))
+    return Hint(turn, frozenset() if template.domain == NOTHING else None)
 
 
 def _yes_or_no(domain: str) -> Template:

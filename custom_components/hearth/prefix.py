@@ -33,7 +33,7 @@ from .device_class import DeviceClass, without_area_lines
 from .examples import house_examples
 from .house_diff import HouseSnapshot, capture
 from .house_values import house_values
-from .tool_names import model_tool_names
+from .tool_names import model_tool_names, with_shown_names
 
 # Template variables that differ per request (see ChatLog.async_provide_llm_data).
 _PER_REQUEST_VARIABLES = re.compile(r"\b(user_name|llm_context)\b")
@@ -223,9 +223,9 @@ async def async_render_prefix(
         except HomeAssistantError as err:
             LOGGER.warning("Cannot prepare the LLM API %s: %s", api_ids, err)
         else:
-            api_prompt = api.api_prompt
-            parts.append(api_prompt if cls is DeviceClass.NONE else without_area_lines(api_prompt))
             shown = model_tool_names(tool.name for tool in api.tools)
+            api_prompt = with_shown_names(api.api_prompt, shown)
+            parts.append(api_prompt if cls is DeviceClass.NONE else without_area_lines(api_prompt))
             tools = tuple(
                 sorted(
                     (

@@ -25,12 +25,19 @@ QUESTION_WORDS = frozenset({
 _FIRST_WORD = re.compile(r"[a-z]+")
 
 
+# ... or asks, politely, to be told: "could you check if the light is on?"
+ASKS_TO_BE_TOLD = re.compile(r"\b(check (if|whether)|tell me|let me know|do you know)\b")
+
+
 def is_question(text: str, language: str) -> bool:
     """Whether ``text`` asks a question (English only; other languages: never)."""
     if not language.lower().startswith("en"):
         return False
-    first = _FIRST_WORD.match(text.strip().lower().replace("'", ""))
-    return first is not None and first.group() in QUESTION_WORDS
+    said = text.strip().lower().replace("'", "")
+    first = _FIRST_WORD.match(said)
+    return (first is not None and first.group() in QUESTION_WORDS) or bool(
+        ASKS_TO_BE_TOLD.search(said)
+    )
 
 
 def live_context_tool(tools: Iterable[Mapping[str, Any]]) -> str | None:

@@ -24,7 +24,7 @@ from .house_diff import describe_changes
 from .house_values import house_values
 from .prefix import HousePrefix, format_tool
 from .prompt import volatile_lines
-from .tool_names import model_tool_names
+from .tool_names import model_tool_names, with_shown_names
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +72,10 @@ def plan_request(
     told: frozenset[str] = frozenset()
     if choice.stale and choice.fresh.house is not None:
         told = choice.fresh.house.yaml_lines  # told as sentences below
+    if llm_api is not None:  # the pin names tools as the model sees them (tool_names.py)
+        system_prompt = with_shown_names(
+            system_prompt, model_tool_names(tool.name for tool in llm_api.tools)
+        )
     lines = volatile_lines(system_prompt, sent.system, told)
     if choice.stale and sent.house is not None and choice.fresh.house is not None:
         lines += describe_changes(sent.house, choice.fresh.house)

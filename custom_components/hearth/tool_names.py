@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import re
+from collections.abc import Iterable, Mapping
 
 
 def model_tool_names(names: Iterable[str]) -> dict[str, str]:
@@ -18,6 +19,15 @@ def model_tool_names(names: Iterable[str]) -> dict[str, str]:
     names = list(names)
     bare = [name.rsplit("__", 1)[-1] for name in names]
     return {
-        name: short if bare.count(short) == 1 else name
+        name: short if short and bare.count(short) == 1 else name
         for name, short in zip(names, bare, strict=True)
     }
+
+
+def with_shown_names(text: str, shown: Mapping[str, str]) -> str:
+    """``text`` (HA's API prompt) naming each tool as the model sees it: HA's prompt says
+    "Use intent__HassTurnOn to lock", and the model is shown ``HassTurnOn``."""
+    for name, seen in sorted(shown.items(), key=lambda item: -len(item[0])):
+        if name != seen:
+            text = re.sub(rf"\b{re.escape(name)}\b", seen, text)
+    return text

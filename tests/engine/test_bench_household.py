@@ -71,6 +71,12 @@ def test_the_committed_fixture_is_consistent() -> None:
         for s in fixture.samples
         if s.role.startswith("satellite")
     }
+    # HA's prompt names tools as the model sees them (HassTurnOn, not intent__HassTurnOn),
+    # in the pin and in what each request says: no line of it comes back as context.
+    for agent in fixture.agents.values():
+        assert not [p for p in agent.prefixes if "intent__" in p.messages[0]["content"]]
+    said = [m["content"] for s in fixture.samples for m in s.suffix if m["role"] == "system"]
+    assert not [c for c in said if "intent__" in c or "to lock" in c]
     assert "Kitchen" in contexts["satellite_a"]
     assert "Bedroom" in contexts["satellite_b"]
     assert len(chat_turns(fixture)) >= 3

@@ -130,6 +130,11 @@ def test_a_request_that_names_an_area_is_shown_a_call_by_area() -> None:
     assert json.loads(hint[2]["content"])["data"]["success"][0]["type"] == "area"
     # A thing named in an area: the call names a thing, as before.
     assert "name" in _call(_hint("set the hall thermostat in the den to 20 degrees"))[1]
+    # An on/off call by area keeps to its domain: an area alone is everything in it.
+    house = [*THINGS, Thing("fan.attic", "Desk Fan", area="Attic"),
+             Thing("fan.den", "Ceiling Fan", area="Den")]  # fmt: skip
+    fan = hint_messages("turn off the fan in the den", house, AREAS, TOOLS, LIVE).messages
+    assert _call(fan) == ("intent__HassTurnOff", {"area": "Attic", "domain": ["fan"]})
 
 
 def test_the_hint_is_a_whole_turn_with_its_own_call_id() -> None:
@@ -217,6 +222,7 @@ def test_the_hint_goes_right_before_this_turns_context_and_request() -> None:
 
 def test_a_command_may_call_only_the_tools_for_what_it_is_about() -> None:
     tools = [*TOOLS, _tool("intent__HassStartTimer", "minutes")]
+    light_set = [*tools, _tool("light__HassLightSet", "name", "brightness")]
     domains = {
         "intent__HassSetPosition": frozenset({"cover", "valve"}),
         "climate__HassClimateSetTemperature": frozenset({"climate"}),
@@ -229,8 +235,11 @@ def test_a_command_may_call_only_the_tools_for_what_it_is_about() -> None:
     assert about.domains == {"climate"}
     allowed = allowed_for(tools, domains, about.domains)
     assert allowed == [n for n in names if n not in domains or n.startswith("climate")]
-    # Named nothing: the example's domain ("degrees": a thermostat's).
+    # Named by a word: "degrees" asks a thermostat.
     assert hint_messages("make it 23 degrees", THINGS, AREAS, tools, LIVE).domains == {"climate"}
+    # Named nothing: the example's domain is only a guess, so nothing is restricted.
+    guess = hint_messages("make it 30 percent brightness", THINGS, AREAS, light_set, LIVE)
+    assert guess and guess.domains is None
     # A timer is about no entity: only the tools that name none.
     timer = hint_messages("set a timer for 5 minutes", THINGS, AREAS, tools, LIVE)
     assert timer.domains == frozenset()

@@ -19,7 +19,7 @@ from custom_components.hearth.entity import parse_tool_args, resolve_tool_name
 from custom_components.hearth.errors import error_key
 from custom_components.hearth.prefix import HousePrefix, canonical_schema, format_tool
 from custom_components.hearth.prompt import HearthNative, build_messages, volatile_context
-from custom_components.hearth.tool_names import model_tool_names
+from custom_components.hearth.tool_names import model_tool_names, with_shown_names
 
 PREFIX = HousePrefix(system="Be brief.\nStatic Context:\n- names: Lamp", tools=())
 
@@ -140,6 +140,12 @@ def test_the_model_sees_bare_tool_names_where_they_are_unique() -> None:
     }
     # Every shown name maps back to the tool HA runs.
     assert all(resolve_tool_name(shown[name], names) == name for name in names)
+    assert model_tool_names(["odd__"]) == {"odd__": "odd__"}  # no empty name
+    # HA's prompt names the tools as the model sees them.
+    said = "Use intent__HassTurnOn to lock; a__Get stays; xintent__HassTurnOn too."
+    assert with_shown_names(said, shown) == (
+        "Use HassTurnOn to lock; a__Get stays; xintent__HassTurnOn too."
+    )
 
 
 def test_parse_tool_args() -> None:

@@ -33,6 +33,9 @@ from .common import (
         ("Can you turn on the kitchen light?", False),  # a polite command
         ("Please lock the front door", False),
         ("Island lights on", False),  # "is" only as a whole word
+        ("Could you check if the kitchen light is on?", True),  # asks to be told
+        ("please tell me whether the door is locked", True),
+        ("Check the mail and turn on the light", False),
         ("", False),
     ],
 )

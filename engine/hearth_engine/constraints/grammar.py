@@ -263,7 +263,10 @@ def build_grammar(
     open_, close = (_markup(m, special) for m in MARKUP)
     rules.append(f'call: {open_} "\\n" body "\\n" {close}')
     rules.append("body: " + " | ".join(f"fn_{i}" for i in range(len(tools))))
-    aliases = tool_aliases(tools)
+    # Short names over every offered tool (as the server maps them back), kept for the
+    # tools this grammar allows.
+    allowed_names = {t["function"]["name"] for t in tools}
+    aliases = {a: full for a, full in tool_aliases(req.tools).items() if full in allowed_names}
     for i, tool in enumerate(tools):
         fn = tool["function"]
         schema = fn.get("parameters") or {"type": "object", "properties": {}}
