@@ -337,6 +337,14 @@ def test_prefixed_tools_may_be_called_by_their_short_name(
         ("HassTurnOff", False),
     ):
         assert allows(tokenizer, compiler, req, call(name, {"name": "x"})) is expected, name
+    # Allowed tools keep the short names of every offered tool: "Get" names two tools,
+    # so it stays out even where only one of them is allowed.
+    only_a = {"type": "function", "function": {"name": "a__Get"}}
+    allowed = {"type": "allowed_tools", "allowed_tools": {"mode": "required", "tools": [only_a]}}
+    req = ConstraintRequest(tools=tools, tool_choice=allowed)
+    assert allows(tokenizer, compiler, req, call("a__Get", {"name": "x"}))
+    assert not allows(tokenizer, compiler, req, call("Get", {"name": "x"}))
+    assert not allows(tokenizer, compiler, req, call("HassTurnOn", {"name": "x"}))
 
 
 def test_arrays_of_enum_values_do_not_repeat_forever(
