@@ -6,7 +6,7 @@ import json
 import time
 from collections.abc import AsyncGenerator, Mapping
 from contextlib import aclosing
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from homeassistant.components import conversation
@@ -38,7 +38,7 @@ from .coordinator import HearthCoordinator
 from .data import AgentStats, HearthConfigEntry, TurnUsage
 from .errors import async_error_message
 from .hints import Hint, house_hint
-from .house_values import allowed_for, tool_domains
+from .house_values import allowed_for, command_values, scoped_arguments, tool_domains
 from .prompt import HearthNative, build_messages
 from .questions import is_question, live_context_tool
 from .request_plan import PrefixChoice, RequestPlan, plan_request
@@ -204,6 +204,7 @@ async def _transform_stream(
     *,
     seen_calls: set[str] | None = None,
     repeat_speech: str | None = None,
+    about: frozenset[str] | None = None,
 ) -> AsyncGenerator[conversation.AssistantContentDeltaDict]:
     """Engine chunks as chat log deltas; the raw message ends up in ``native``.
 
@@ -211,6 +212,8 @@ async def _transform_stream(
     markup says ``markup_only`` instead. A call the turn already made (same tool, same
     arguments: small models repeat themselves, adding the same item ten times) is not
     run again; when nothing new is left, the reply is what the last tool result said.
+    An on/off call by area alone keeps to the domains the request named (``about``,
+    house_values.scoped_arguments).
     """
     speech = MarkupFilter()
     yield {"role": "assistant"}
@@ -249,7 +252,11 @@ async def _transform_stream(
             "tool_calls": [
                 llm.ToolInput(
                     tool_name=resolve_tool_name(call["function"]["name"], tool_names),
-                    tool_args=parse_tool_args(call["function"]["arguments"]),
+                    tool_args=scoped_arguments(
+                        call["function"]["name"],
+                        parse_tool_args(call["function"]["arguments"]),
+                        about,
+                    ),
                     id=call["id"],
                 )
                 for call in raw_calls
@@ -379,6 +386,8 @@ class HearthLLMEntity(Entity):
         if hint and not question and chat_log.llm_api and data.prefixes.pins_supported:
             domains = tool_domains(self.hass, chat_log.llm_api)
             allowed = allowed_for(plan.tools, domains, hint.domains)
+            # ... and its on/off calls may name only things of the domains it names.
+            plan = replace(plan, hearth=command_values(self.hass, plan.hearth, hint.domains))
         markup_only = await async_error_message(self.hass, language, "markup_only")
         done = await async_error_message(self.hass, language, "action_done")
         requests: list[RequestUsage] = []
@@ -409,6 +418,7 @@ class HearthLLMEntity(Entity):
                     markup_only,
                     seen_calls=seen_calls,
                     repeat_speech=repeat_reply(chat_log, done),
+                    about=hint.domains,
                 )
                 async for _content in chat_log.async_add_delta_content_stream(
                     self.entity_id, stream

@@ -88,6 +88,28 @@ def allowed_for(
     return allowed if allowed and len(allowed) < len(names) else None
 
 
+# Intents that act on every entity an area (or floor) holds when the call names no thing
+# and no domain: "turn off" the office would switch off its heating and unlock its door.
+AREA_WIDE = frozenset({"HassTurnOn", "HassTurnOff"})
+
+
+def scoped_arguments(
+    tool: str, arguments: dict[str, Any], about: frozenset[str] | None
+) -> dict[str, Any]:
+    """The ``arguments`` of a call of ``tool``, kept to the domains the request named
+    (``about``, see hints.Hint) where the call names an area or floor but neither a thing
+    nor a domain: asked to turn off the lights in the office, the default model called
+    ``HassTurnOff {"area": "Office"}``, which also turned off the office's thermostat."""
+    if (
+        tool.rsplit("__", 1)[-1] not in AREA_WIDE
+        or not about
+        or not {"area", "floor"} & set(arguments)
+        or {"name", "domain"} & set(arguments)
+    ):
+        return arguments
+    return {**arguments, "domain": sorted(about)}
+
+
 def entity_tools(tools: Iterable[Mapping[str, Any]]) -> list[str]:
     """Names of the offered intent tools whose house arguments name entities, and of
     the live-context tool (its ``name``, ``area`` and ``domain`` filter the house)."""
@@ -113,13 +135,9 @@ def _clean(values: Iterable[object]) -> list[str]:
     return sorted(v for v in texts if v and len(v) <= MAX_VALUE_LEN)[:MAX_VALUES]
 
 
-def house_values(hass: HomeAssistant, tools: Iterable[Mapping[str, Any]]) -> dict[str, Any] | None:
-    """The ``hearth`` extension for requests with ``tools``, or None if nothing applies."""
-    scoped = entity_tools(tools)
-    if not scoped:
-        return None
+def _names_by_domain(hass: HomeAssistant) -> dict[str, list[object]]:
+    """Exposed entities' names and aliases, by domain."""
     entities = er.async_get(hass)
-    names: list[object] = []
     by_domain: dict[str, list[object]] = {}
     for state in hass.states.async_all():
         if not async_should_expose(hass, conversation.DOMAIN, state.entity_id):
@@ -127,8 +145,35 @@ def house_values(hass: HomeAssistant, tools: Iterable[Mapping[str, Any]]) -> dic
         own: list[object] = [state.name]
         if (entry := entities.async_get(state.entity_id)) is not None:
             own.extend(entry.aliases)
-        names.extend(own)
         by_domain.setdefault(state.domain, []).extend(own)
+    return by_domain
+
+
+def command_values(
+    hass: HomeAssistant, hearth: dict[str, Any] | None, about: frozenset[str] | None
+) -> dict[str, Any] | None:
+    """``hearth`` (see ``house_values``) for a command about the domains ``about``: the
+    on/off intents, which act on any domain, may name only things of those (asked to turn
+    off all the lights in the office, the default model turned off its thermostat)."""
+    if not hearth or not about:
+        return hearth
+    by_domain = _names_by_domain(hass)
+    names = _clean(name for domain in about for name in by_domain.get(domain, ()))
+    tools = hearth.get("argument_tools") or ()
+    keys = {f"{t.rsplit('__', 1)[-1]}.name" for t in tools if t.rsplit("__", 1)[-1] in AREA_WIDE}
+    if not names or not keys:
+        return hearth
+    values = {**hearth["argument_values"], **dict.fromkeys(sorted(keys), names)}
+    return {**hearth, "argument_values": values}
+
+
+def house_values(hass: HomeAssistant, tools: Iterable[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """The ``hearth`` extension for requests with ``tools``, or None if nothing applies."""
+    scoped = entity_tools(tools)
+    if not scoped:
+        return None
+    by_domain = _names_by_domain(hass)
+    names = [name for own in by_domain.values() for name in own]
     domains = set(by_domain)
     areas = [
         name

@@ -18,7 +18,7 @@ from homeassistant.setup import async_setup_component
 from custom_components.hearth.const import CONF_EXAMPLES
 from custom_components.hearth.examples import Thing
 from custom_components.hearth.hints import HINT_CALL_ID, hint_messages
-from custom_components.hearth.house_values import allowed_for
+from custom_components.hearth.house_values import allowed_for, scoped_arguments
 from custom_components.hearth.prefix import HousePrefix
 from custom_components.hearth.prompt import build_messages
 
@@ -249,6 +249,23 @@ def test_a_command_may_call_only_the_tools_for_what_it_is_about() -> None:
     assert allowed_for(tools, {}, frozenset({"light"})) is None
 
 
+def test_an_on_off_call_by_area_alone_keeps_to_the_domains_asked_about() -> None:
+    lights = frozenset({"light"})
+    office = {"area": "Office"}
+    assert scoped_arguments("HassTurnOff", office, lights) == {**office, "domain": ["light"]}
+    assert scoped_arguments("intent__HassTurnOn", {"floor": "Up"}, lights)["domain"] == ["light"]
+    # A thing or a domain named in the call, nothing asked about, or another intent: as is.
+    for tool, arguments, about in (
+        ("HassTurnOff", {**office, "name": "Desk Lamp"}, lights),
+        ("HassTurnOff", {**office, "domain": ["fan"]}, lights),
+        ("HassTurnOff", office, None),
+        ("HassTurnOff", office, frozenset()),
+        ("HassClimateSetTemperature", {**office, "temperature": 20}, lights),
+        ("HassTurnOff", {"name": "Desk Lamp"}, lights),
+    ):
+        assert scoped_arguments(tool, arguments, about) == arguments
+
+
 async def test_a_turn_sends_the_hint_where_examples_are_pinned(
     hass: HomeAssistant, house: None, engine: EngineProcess
 ) -> None:
@@ -279,3 +296,8 @@ async def test_a_turn_sends_the_hint_where_examples_are_pinned(
     hints = [m for m in first["messages"] if m.get("content") == "turn on the Porch Light"]
     assert len(hints) == 1 and first["messages"][-1]["content"] == "turn on the kitchen light"
     assert all("tool_choice" not in body for body in spy.bodies[1:])
+    # Its on/off calls may name only lights; the house's names stay for the other tools.
+    values = first["hearth"]["argument_values"]
+    assert values["HassTurnOn.name"] == values["HassTurnOff.name"]
+    assert "Porch Light" in values["HassTurnOn.name"] and "Hall" not in values["HassTurnOn.name"]
+    assert "Hall" in values["name"]
