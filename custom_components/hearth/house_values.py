@@ -98,8 +98,8 @@ def scoped_arguments(
 ) -> dict[str, Any]:
     """The ``arguments`` of a call of ``tool``, kept to the domains the request named
     (``about``, see hints.Hint) where the call names an area or floor but neither a thing
-    nor a domain: asked to turn off the lights in the office, the default model called
-    ``HassTurnOff {"area": "Office"}``, which also turned off the office's thermostat."""
+    nor a domain: ``HassTurnOff {"area": "Office"}`` acts on everything in the office,
+    its thermostat and its locks too, when "the lights in the office" were meant."""
     if (
         tool.rsplit("__", 1)[-1] not in AREA_WIDE
         or not about
