@@ -30,6 +30,8 @@ from homeassistant.helpers import device_registry as dr
 from homeassistant.helpers import entity_registry as er
 from homeassistant.util import yaml as yaml_util
 
+from .tool_names import bare_name
+
 
 @dataclass(frozen=True, slots=True)
 class Thing:
@@ -226,7 +228,7 @@ def offered_tools(tools: Iterable[Mapping[str, Any]]) -> dict[str, tuple[str, tu
         function = tool.get("function") or {}
         name = str(function.get("name", ""))
         properties = (function.get("parameters") or {}).get("properties") or {}
-        offered.setdefault(name.rsplit("__", 1)[-1], (name, tuple(properties)))
+        offered.setdefault(bare_name(name), (name, tuple(properties)))
     return offered
 
 

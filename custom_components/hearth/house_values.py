@@ -25,7 +25,7 @@ from homeassistant.helpers import entity_registry as er
 from homeassistant.helpers import floor_registry as fr
 from homeassistant.helpers import intent, llm
 
-from .tool_names import model_tool_names
+from .tool_names import bare_name, model_tool_names
 
 # Arguments of the intent tools that name a part of the house.
 HOUSE_ARGUMENTS = ("name", "area", "floor", "domain")
@@ -101,7 +101,7 @@ def scoped_arguments(
     nor a domain: ``HassTurnOff {"area": "Office"}`` acts on everything in the office,
     its thermostat and its locks too, when "the lights in the office" were meant."""
     if (
-        tool.rsplit("__", 1)[-1] not in AREA_WIDE
+        bare_name(tool) not in AREA_WIDE
         or not about
         or not {"area", "floor"} & set(arguments)
         or {"name", "domain"} & set(arguments)
@@ -117,7 +117,7 @@ def entity_tools(tools: Iterable[Mapping[str, Any]]) -> list[str]:
     for tool in tools:
         function = tool.get("function") or {}
         name = str(function.get("name", ""))
-        short = name.rsplit("__", 1)[-1]
+        short = bare_name(name)
         properties = (function.get("parameters") or {}).get("properties") or {}
         if (
             (short.startswith("Hass") or short == "GetLiveContext")
@@ -160,7 +160,7 @@ def command_values(
     by_domain = _names_by_domain(hass)
     names = _clean(name for domain in about for name in by_domain.get(domain, ()))
     tools = hearth.get("argument_tools") or ()
-    keys = {f"{t.rsplit('__', 1)[-1]}.name" for t in tools if t.rsplit("__", 1)[-1] in AREA_WIDE}
+    keys = {f"{bare_name(t)}.name" for t in tools if bare_name(t) in AREA_WIDE}
     if not names or not keys:
         return hearth
     values = {**hearth["argument_values"], **dict.fromkeys(sorted(keys), names)}
@@ -192,7 +192,7 @@ def house_values(hass: HomeAssistant, tools: Iterable[Mapping[str, Any]]) -> dic
         "domain": _clean(domains),
     }
     for tool in scoped:
-        short = tool.rsplit("__", 1)[-1]
+        short = bare_name(tool)
         if (domain := DOMAIN_INTENTS.get(short)) is not None:
             values[f"{short}.name"] = _clean(by_domain.get(domain, ()))
     # The engine refuses empty lists: an argument with nothing to name stays free.

@@ -16,6 +16,8 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from .tool_names import bare_name
+
 LIVE_CONTEXT = "GetLiveContext"
 # A sentence that starts with one of these asks about something.
 QUESTION_WORDS = frozenset({
@@ -44,6 +46,6 @@ def live_context_tool(tools: Iterable[Mapping[str, Any]]) -> str | None:
     """The offered live-context tool's full name (``homeassistant__GetLiveContext``)."""
     for tool in tools:
         name = str((tool.get("function") or {}).get("name", ""))
-        if name.rsplit("__", 1)[-1] == LIVE_CONTEXT:
+        if bare_name(name) == LIVE_CONTEXT:
             return name
     return None

@@ -6,6 +6,11 @@ import re
 from collections.abc import Iterable, Mapping
 
 
+def bare_name(name: str) -> str:
+    """A tool's name without HA's namespace (``HassTurnOn`` for ``intent__HassTurnOn``)."""
+    return name.rsplit("__", 1)[-1]
+
+
 def model_tool_names(names: Iterable[str]) -> dict[str, str]:
     """HA tool name -> the name the model sees.
 
@@ -17,7 +22,7 @@ def model_tool_names(names: Iterable[str]) -> dict[str, str]:
     the accuracy bench this took the default model from 35 to 45 of 71 (README,
     "Accuracy")."""
     names = list(names)
-    bare = [name.rsplit("__", 1)[-1] for name in names]
+    bare = [bare_name(name) for name in names]
     return {
         name: short if short and bare.count(short) == 1 else name
         for name, short in zip(names, bare, strict=True)

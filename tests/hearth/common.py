@@ -183,6 +183,15 @@ async def async_setup_entry(hass: HomeAssistant, entry: MockConfigEntry) -> None
     await hass.async_block_till_done(wait_background_tasks=True)
 
 
+def function_tool(name: str, *arguments: str) -> dict[str, Any]:
+    """An OpenAI function tool ``name`` that takes string ``arguments`` (in that order)."""
+    properties = {arg: {"type": "string"} for arg in arguments}
+    return {
+        "type": "function",
+        "function": {"name": name, "parameters": {"properties": properties}},
+    }
+
+
 def hearth_traces() -> list[dict[str, Any]]:
     """The ``hearth`` details of the recent conversation traces, oldest first."""
     return [

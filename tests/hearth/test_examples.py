@@ -31,24 +31,16 @@ from .common import (
     agent_options,
     async_setup_entry,
     converse,
+    function_tool,
     hearth_traces,
     make_entry,
 )
 
-
-def _tool(name: str, *arguments: str) -> dict[str, Any]:
-    properties = {arg: {"type": "string"} for arg in arguments}
-    return {
-        "type": "function",
-        "function": {"name": name, "parameters": {"properties": properties}},
-    }
-
-
 TOOLS = [
-    _tool("intent__HassTurnOn", "name", "area", "domain"),
-    _tool("intent__HassTurnOff", "name", "area", "domain"),
-    _tool("intent__HassSetPosition", "name", "position"),
-    _tool("homeassistant__GetLiveContext", "name", "domain", "area"),
+    function_tool("intent__HassTurnOn", "name", "area", "domain"),
+    function_tool("intent__HassTurnOff", "name", "area", "domain"),
+    function_tool("intent__HassSetPosition", "name", "position"),
+    function_tool("homeassistant__GetLiveContext", "name", "domain", "area"),
 ]
 THINGS = [
     Thing("light.attic", "Attic Light"),
@@ -106,7 +98,7 @@ def test_example_arguments_follow_the_tool_schema_order() -> None:
     """The grammar writes a call's keys in its schema's order; an example in another
     order is one the model cannot copy (shown "area" first, it wrote only the
     temperature)."""
-    climate = _tool("climate__HassClimateSetTemperature", "temperature", "area", "name")
+    climate = function_tool("climate__HassClimateSetTemperature", "temperature", "area", "name")
     messages = example_messages(THINGS, [], [climate])
     (_, arguments), *_ = _calls(messages)
     assert list(arguments) == ["temperature", "name"]
@@ -125,7 +117,7 @@ def test_nothing_to_show_without_tools_or_things() -> None:
     assert example_messages(THINGS, ["Kitchen"], []) == []
     assert example_messages([], [], TOOLS) == []
     # Arguments a tool does not take: that example is left out.
-    narrow = [_tool("intent__HassTurnOn", "area")]
+    narrow = [function_tool("intent__HassTurnOn", "area")]
     assert example_messages(THINGS, [], narrow) == []
 
 

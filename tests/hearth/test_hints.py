@@ -28,28 +28,20 @@ from .common import (
     EngineProcess,
     async_setup_entry,
     converse,
+    function_tool,
     hearth_traces,
     make_entry,
 )
 
-
-def _tool(name: str, *arguments: str) -> dict[str, Any]:
-    properties = {arg: {"type": "string"} for arg in arguments}
-    return {
-        "type": "function",
-        "function": {"name": name, "parameters": {"properties": properties}},
-    }
-
-
 ENTITY = ("name", "area", "domain")
 TOOLS = [
-    _tool("intent__HassTurnOn", *ENTITY),
-    _tool("intent__HassTurnOff", *ENTITY),
-    _tool("intent__HassSetPosition", "name", "position"),
-    _tool("climate__HassClimateSetTemperature", "name", "area", "temperature"),
-    _tool("media_player__HassMediaPause", "name"),
-    _tool("media_player__HassMediaUnpause", "name"),
-    _tool("homeassistant__GetLiveContext", *ENTITY),
+    function_tool("intent__HassTurnOn", *ENTITY),
+    function_tool("intent__HassTurnOff", *ENTITY),
+    function_tool("intent__HassSetPosition", "name", "position"),
+    function_tool("climate__HassClimateSetTemperature", "name", "area", "temperature"),
+    function_tool("media_player__HassMediaPause", "name"),
+    function_tool("media_player__HassMediaUnpause", "name"),
+    function_tool("homeassistant__GetLiveContext", *ENTITY),
 ]
 THINGS = [
     Thing("light.attic", "Attic Light"),
@@ -221,8 +213,8 @@ def test_the_hint_goes_right_before_this_turns_context_and_request() -> None:
 
 
 def test_a_command_may_call_only_the_tools_for_what_it_is_about() -> None:
-    tools = [*TOOLS, _tool("intent__HassStartTimer", "minutes")]
-    light_set = [*tools, _tool("light__HassLightSet", "name", "brightness")]
+    tools = [*TOOLS, function_tool("intent__HassStartTimer", "minutes")]
+    light_set = [*tools, function_tool("light__HassLightSet", "name", "brightness")]
     domains = {
         "intent__HassSetPosition": frozenset({"cover", "valve"}),
         "climate__HassClimateSetTemperature": frozenset({"climate"}),
