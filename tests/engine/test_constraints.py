@@ -4,6 +4,8 @@ a request's grammar lets through, token by token, through the engine's ``Masker`
 from __future__ import annotations
 
 import json
+import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,6 +22,7 @@ from hearth_engine.constraints.grammar import (
     narrow_schema,
     tool_aliases,
 )
+from hearth_engine.constraints.limits import GrammarLimits
 from hearth_engine.constraints.mask import Constraint, Masker, apply_numpy
 from hearth_engine.models.tiny import prepare_tiny_model
 
@@ -366,3 +369,105 @@ def test_arrays_of_enum_values_do_not_repeat_forever(
     assert not allows(tokenizer, compiler, req, call("Pause", {"device_class": ["tv"] * 3}))
     assert bound_enum_arrays(args)["properties"]["device_class"]["maxItems"] == 2
     assert "maxItems" not in args["properties"]["device_class"]  # the tool's own is untouched
+
+
+# Grammar limits (issue 26): every bound is observed through its error, never a clock.
+HOUSEHOLD = Path(__file__).parents[2] / "bench" / "fixtures" / "household.json"
+
+
+def _broken(tag: str) -> dict[str, Any]:
+    """A tool whose schema llguidance refuses (a unique description: a new grammar)."""
+    params = {"type": "object", "properties": {"a": {"type": "strin"}}}
+    return {"type": "function", "function": {"name": "Broken", "description": tag,
+                                             "parameters": params}}  # fmt: skip
+
+
+def _limited(tokenizer: Any, **limits: Any) -> ConstraintCompiler:
+    return ConstraintCompiler(
+        tokenizer,
+        len(tokenizer),
+        [tokenizer.eos_token_id],
+        ToolFormat.HERMES,
+        limits=GrammarLimits(**limits),
+    )
+
+
+def _json_reply(schema: dict[str, Any]) -> ConstraintRequest:
+    return ConstraintRequest(
+        response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}
+    )
+
+
+def test_a_failed_grammar_is_refused_from_the_cache(compiler: ConstraintCompiler) -> None:
+    req = ConstraintRequest(tools=(TOOLS[0], _broken(uuid.uuid4().hex)))
+    with pytest.raises(GrammarError) as first:
+        compiler.start(req)
+    failures, refusals, checks = compiler.failures, compiler.refusals, compiler.part_checks
+    with pytest.raises(GrammarError) as again:
+        compiler.start(req)
+    assert (str(again.value), again.value.param) == (str(first.value), first.value.param)
+    assert again.value.param == "tools.1.function.parameters"
+    assert compiler.refusals == refusals + 1
+    assert (compiler.failures, compiler.part_checks) == (failures, checks)  # nothing rebuilt
+
+
+def test_blame_checks_each_tool_once(compiler: ConstraintCompiler) -> None:
+    """Another grammar over the same broken tools (another tool_choice) blames the same
+    tool without compiling each tool again."""
+    tools = (TOOLS[0], TOOLS[1], _broken(uuid.uuid4().hex))
+    with pytest.raises(GrammarError):
+        compiler.start(ConstraintRequest(tools=tools, tool_choice="auto"))
+    checks = compiler.part_checks
+    with pytest.raises(GrammarError) as err:
+        compiler.start(ConstraintRequest(tools=tools, tool_choice="required"))
+    assert err.value.param == "tools.2.function.parameters"
+    assert compiler.part_checks == checks
+
+
+def test_a_slow_compile_is_refused_by_its_time_bound(tokenizer: Any) -> None:
+    """2,000 optional properties take ~1 s to compile (quadratic in llguidance), far past
+    a 10 ms bound: refused, naming the bound, and refused at once the next time."""
+    slow = _limited(tokenizer, compile_seconds=0.01)
+    schema = {"type": "object", "properties": {f"p{i}": {"type": "integer"} for i in range(2000)}}
+    with pytest.raises(GrammarError) as err:
+        slow.start(_json_reply(schema))
+    assert "compile_seconds" in str(err.value), err.value
+    assert err.value.param == "response_format"
+    assert (slow.timeouts, slow.compiles) == (1, 0)
+    with pytest.raises(GrammarError, match="compile_seconds"):
+        slow.start(_json_reply(schema))
+    assert (slow.timeouts, slow.refusals) == (1, 1)
+
+
+@pytest.mark.parametrize(
+    ("limit", "value"),
+    [("max_grammar_size", 50), ("initial_lexer_fuel", 100), ("max_lexer_states", 10),
+     ("max_grammar_chars", 100)],
+)  # fmt: skip
+def test_llguidance_limits_apply_and_are_named(tokenizer: Any, limit: str, value: int) -> None:
+    limited = _limited(tokenizer, **{limit: value})
+    with pytest.raises(GrammarError) as err:
+        limited.start(ConstraintRequest(tools=TOOLS, tool_choice="auto"))
+    assert f"limit {limit} = {value}" in str(err.value), err.value
+
+
+def test_a_ref_to_itself_is_blamed_on_its_schema(compiler: ConstraintCompiler) -> None:
+    schema = {"$defs": {"a": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"}
+    with pytest.raises(GrammarError) as err:
+        compiler.start(_json_reply(schema))
+    assert err.value.param == "response_format.json_schema.schema"
+    assert "no finite value" in str(err.value), err.value
+
+
+def test_the_household_grammar_fits_the_limits(
+    tokenizer: Any, compiler: ConstraintCompiler
+) -> None:
+    """HA's 18 tools and 500 entity names compile under the default limits, and a call
+    walks through the masks."""
+    agent = json.loads(HOUSEHOLD.read_text())["agents"]["hearth"]
+    tools = tuple(agent["prefixes"][0]["tools"])
+    names = [f"Living room lamp {i}" for i in range(500)]
+    req = ConstraintRequest(tools=tools, tool_choice="required", argument_values={"name": names})
+    text = call("HassTurnOn", {"name": "Living room lamp 417"})
+    assert allows(tokenizer, compiler, req, text)
+    assert not allows(tokenizer, compiler, req, call("HassTurnOn", {"name": "Garage"}))

@@ -10,6 +10,7 @@ from typing import Any
 import voluptuous as vol
 from aiohttp import web
 
+from ..constraints.limits import DEFAULT_LIMITS, schema_bytes
 from .errors import APIError, bad_request
 
 # \Z, not $: "$" also matches before a final newline, which would let "name\n" through.
@@ -112,6 +113,27 @@ TOOL = vol.Schema(
     }
 )
 
+
+def _tools(value: Any) -> Any:
+    """The tools list within the grammar limits (docs/api.md): their count and the bytes
+    of their parameter schemas together."""
+    if value is None:
+        return None
+    limits = DEFAULT_LIMITS
+    if isinstance(value, list) and len(value) > limits.max_tools:
+        raise vol.Invalid(
+            f"{len(value)} tools; at most {limits.max_tools} ({limits.named('max_tools')})"
+        )
+    tools = vol.Schema([TOOL])(value)
+    size = sum(schema_bytes(t["function"].get("parameters", {})) for t in tools)
+    if size > limits.max_schema_bytes:
+        raise vol.Invalid(
+            f"the tools' parameter schemas are {size} bytes of JSON; at most "
+            f"{limits.max_schema_bytes} ({limits.named('max_schema_bytes')})"
+        )
+    return tools
+
+
 SCHEMA_NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}\Z")
 ARGUMENT_NAME_RE = re.compile(r"^[A-Za-z0-9_.\-]{1,64}\Z")
 MAX_ARGUMENTS = 32  # narrowed argument names per request
@@ -146,6 +168,12 @@ def _response_format(value: Any) -> dict[str, Any] | None:
     if not isinstance(schema, dict):
         raise vol.Invalid("json_schema.schema must be a JSON schema object")
     _json_depth(schema)
+    limits = DEFAULT_LIMITS
+    if (size := schema_bytes(schema)) > limits.max_schema_bytes:
+        raise vol.Invalid(
+            f"json_schema.schema is {size} bytes of JSON; at most {limits.max_schema_bytes}"
+            f" ({limits.named('max_schema_bytes')})"
+        )
     if spec.get("strict") is not None and not isinstance(spec["strict"], bool):
         raise vol.Invalid("json_schema.strict must be a boolean")
     return {"type": "json_schema", "json_schema": {**spec, "schema": schema}}
@@ -225,7 +253,7 @@ CHAT_REQUEST = vol.Schema(
             [MESSAGE], vol.Length(min=1, msg="messages must not be empty")
         ),
         vol.Optional("model"): str,
-        vol.Optional("tools"): vol.Any(None, [TOOL]),
+        vol.Optional("tools"): _tools,
         vol.Optional("tool_choice"): TOOL_CHOICE,
         vol.Optional("parallel_tool_calls"): bool,
         vol.Optional("stream", default=False): bool,
@@ -258,7 +286,7 @@ PIN_REQUEST = vol.Schema(
         vol.Required("messages"): vol.All(
             [MESSAGE], vol.Length(min=1, msg="messages must not be empty")
         ),
-        vol.Optional("tools"): vol.Any(None, [TOOL]),
+        vol.Optional("tools"): _tools,
         vol.Optional("hearth"): _hearth,
     },
     extra=vol.ALLOW_EXTRA,
