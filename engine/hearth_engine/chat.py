@@ -20,10 +20,13 @@ import enum
 import json
 import re
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from jinja2 import TemplateError
+
+from .control_tokens import ControlTokens
 
 
 class ChatTemplateError(ValueError):
@@ -230,20 +233,30 @@ def _template_tool_call(call: dict[str, Any]) -> dict[str, Any]:
     return {"id": call.get("id"), "type": "function", "function": fn}
 
 
-def normalize_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """OpenAI messages → what HF chat templates expect (string content, dict arguments)."""
+def _same(value: Any) -> Any:
+    return value
+
+
+def normalize_messages(
+    messages: list[dict[str, Any]], escape: Callable[[Any], Any] = _same
+) -> list[dict[str, Any]]:
+    """OpenAI messages → what HF chat templates expect (string content, dict arguments).
+
+    ``escape`` is applied to every value that comes from the client (a
+    ``ControlTokens.escape_value``): contents, names, ids, tool calls.
+    """
     out = []
     for message in messages:
         item: dict[str, Any] = {
             "role": message["role"],
-            "content": _text_content(message.get("content")),
+            "content": escape(_text_content(message.get("content"))),
         }
         if message.get("tool_calls"):
-            item["tool_calls"] = [_template_tool_call(c) for c in message["tool_calls"]]
+            item["tool_calls"] = [escape(_template_tool_call(c)) for c in message["tool_calls"]]
         if message.get("tool_call_id"):
-            item["tool_call_id"] = message["tool_call_id"]
+            item["tool_call_id"] = escape(message["tool_call_id"])
         if message.get("name"):
-            item["name"] = message["name"]
+            item["name"] = escape(message["name"])
         out.append(item)
     return out
 
@@ -262,6 +275,7 @@ class ChatFormatter:
         self.tokenizer = copy.deepcopy(tokenizer)
         self.template = str(tokenizer.chat_template or "")
         self.tool_format = detect_tool_format(self.template)
+        self.control = ControlTokens(self.tokenizer, self.template)
 
     def render(
         self,
@@ -271,9 +285,11 @@ class ChatFormatter:
         add_generation_prompt: bool = True,
     ) -> str:
         try:
+            # Text is text: nothing a client sends becomes a control token.
+            escape = self.control.escape_value
             text = self.tokenizer.apply_chat_template(
-                normalize_messages(messages),
-                tools=tools or None,
+                normalize_messages(messages, escape),
+                tools=escape(tools) or None,
                 add_generation_prompt=add_generation_prompt,
                 tokenize=False,
             )
