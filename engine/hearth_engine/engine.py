@@ -11,8 +11,10 @@
   ``PinManager`` pins and the disk store, ``OutputProcessor`` tokens, stops and finish.
 * A request whose uncached prompt another running prefill is already computing waits
   for it (``_leader_for``) and then reads that KV from the cache.
-* A failing inbox command fails its own request or pin; a failing step fails the
-  running requests; the engine goes on serving either way.
+* A failing inbox command fails its own request or pin; a row whose token cannot be
+  sampled or processed fails its own request (``_next_token``), and the batch's other
+  rows go on; a failing forward fails the running requests; the engine goes on serving
+  either way.
 """
 
 from __future__ import annotations
@@ -40,8 +42,8 @@ from .kv_manager import KVManager
 from .output import Counters, OutputProcessor
 from .pins import PinManager, PinStatus
 from .runner import ModelRunner
-from .sampling import Sampler, SamplingParams
-from .scheduler import QueueFullError, Scheduler
+from .sampling import Sampler, SamplingError, SamplingParams
+from .scheduler import NeverFitsError, QueueFullError, Scheduler
 from .sequence import ErrorEvent, Event, FinishEvent, Kind, Sequence, State, TokenEvent
 
 _LOGGER = logging.getLogger(__name__)
@@ -60,6 +62,7 @@ __all__ = [
     "Engine",
     "EngineClosedError",
     "EngineFailedError",
+    "NeverFitsError",
     "PinStatus",
     "PinTooLargeError",
     "QueueFullError",
@@ -273,14 +276,32 @@ class Engine:
         if not tokens:
             raise ValueError("a pin needs at least one token")
         self.check_context(len(tokens), 1)
-        self.pins.check_fits(tokens)
-        status = self.pins.begin(name, tokens)
+        with self._pending_lock:  # a pin waits in the same line as requests
+            waiting = self._pending + len(self.scheduler.waiting)
+            if waiting >= self.config.max_queue:
+                raise QueueFullError(f"{waiting} requests and pins are already waiting")
+            self.pins.check_fits(tokens, name)
+            status = self.pins.begin(name, tokens)
+            self._pending += 1
         done = self.pins.wait(status)
         generation, tokens = status.generation, list(tokens)
-        self._post(
-            lambda: self._start_pin(name, generation, tokens),
-            fail=lambda message: self.pins.fail(name, generation, message),
-        )
+        counted = [True]
+
+        def queued() -> None:  # it left ``_pending`` (once, whatever happens next)
+            if counted:
+                counted.clear()
+                with self._pending_lock:
+                    self._pending -= 1
+
+        def start() -> None:
+            queued()
+            self._start_pin(name, generation, tokens)
+
+        def fail(message: str) -> None:
+            queued()
+            self.pins.fail(name, generation, message)
+
+        self._post(start, fail=fail)
         if not wait:
             return status
         while True:
@@ -348,6 +369,8 @@ class Engine:
         if self._closing:
             raise EngineClosedError("the engine is shutting down")
         self._check_alive()
+        if (reason := self.kv.never_fits(seq)) is not None:
+            raise NeverFitsError(reason)
         with self._pending_lock:
             waiting = self._pending + len(self.scheduler.waiting)
             if waiting >= self.config.max_queue:
@@ -369,6 +392,7 @@ class Engine:
         try:
             while not self._stopped.is_set():
                 self._drain_inbox()
+                self.kv.publish_usage()  # after each step and command: what stats read
                 if self._stopped.is_set():
                     break
                 if not self.step():
@@ -433,6 +457,8 @@ class Engine:
                 _LOGGER.exception("Admitting a request failed")
                 self._fail(seq, f"internal engine error: {type(err).__name__}")
                 continue
+            if started is None:  # its KV does not fit yet: nothing overtakes it
+                return
             free -= started
 
     def _leader_for(self, seq: Sequence, match: Match[torch.Tensor]) -> Sequence | None:
@@ -456,8 +482,9 @@ class Engine:
                 return other
         return None
 
-    def _admit(self, seq: Sequence) -> bool:
-        """Start ``seq``; False when it stays in line (it waits for a leader's prefill)."""
+    def _admit(self, seq: Sequence) -> bool | None:
+        """Start ``seq``; False when it stays in line (it waits for a leader's prefill),
+        None when its KV does not fit the budget beside the running ones yet."""
         if seq.cancelled:
             self._drop(seq, "cancelled")
             return False
@@ -466,12 +493,19 @@ class Engine:
         if leader is not None:
             leader.has_followers = True
             return False
+        fits = self.kv.fits(seq, match)
+        if not fits and not self.kv.idle:
+            return None  # running requests will end and free their KV
+        if not fits and seq.kind is Kind.GENERATE:  # not even alone: never
+            reason = self.kv.never_fits(seq) or "the KV budget is held by pins"
+            self._fail(seq, reason)
+            return False
         seq.cached = match.length
         seq.prefill_started = time.monotonic()
         seq.stats.queue_ms = (seq.prefill_started - seq.arrival) * 1000
         seq.stats.prompt_tokens = len(seq.prompt)
         seq.stats.cached_tokens = match.length
-        self.kv.place(seq, match)
+        self.kv.place(seq, match, strict=fits)  # a pin that fits only alone: see budget.py
         self.scheduler.start(seq)
         if seq.kind is Kind.GENERATE:
             self.counters.query_tokens += len(seq.prompt)
@@ -509,7 +543,7 @@ class Engine:
         self.scheduler.prefilled(seq)
         self.output.hold_stops(logits[None], [seq])
         self.masker.apply(logits, [seq.constraint])
-        self._accept(seq, seq.sampler(logits))
+        self._next_token(seq, logits)
         if seq.has_followers and seq.state is State.DECODING:
             self.kv.store(seq)  # now, not at the end: requests wait for this prompt
 
@@ -554,11 +588,36 @@ class Engine:
         self.masker.apply(logits, [seq.constraint for seq in rows])
         for i, seq in enumerate(rows):
             if not seq.cancelled:
-                self._accept(seq, seq.sampler(logits[i]))
+                self._next_token(seq, logits[i])
         if not self.scheduler.decoding:
             batch.set_rows([])
 
     # -- postprocess -----------------------------------------------------------------
+
+    def _next_token(self, seq: Sequence, logits: torch.Tensor) -> None:
+        """Sample ``seq``'s next token from its row ``logits`` ([V]) and accept it.
+
+        A row that cannot be sampled or processed fails its own request only: a bad
+        parameter of one automation must not end what a voice satellite is saying.
+        """
+        failure = seq.constraint.failure if seq.constraint is not None else ""
+        if failure:
+            self._fail_quietly(seq, failure)
+            return
+        try:
+            token = seq.sampler(logits)
+        except SamplingError as err:
+            self._fail_quietly(seq, str(err), status=400)
+            return
+        except Exception as err:
+            _LOGGER.exception("Sampling a request's token failed; failing that request")
+            self._fail_quietly(seq, f"internal engine error: {type(err).__name__}")
+            return
+        try:
+            self._accept(seq, token)
+        except Exception as err:
+            _LOGGER.exception("Processing a request's token failed; failing that request")
+            self._fail_quietly(seq, f"internal engine error: {type(err).__name__}")
 
     def _accept(self, seq: Sequence, token: int) -> None:
         reason = self.output.accept(seq, token)
@@ -608,8 +667,9 @@ class Engine:
             self.pins.fail(seq.pin_name, seq.pin_generation, reason)
         seq.emit(FinishEvent("cancelled", "", seq.stats))
 
-    def _fail(self, seq: Sequence, message: str) -> None:
-        """End one sequence with an error, wherever it is (its KV is not kept)."""
+    def _fail(self, seq: Sequence, message: str, status: int = 500) -> None:
+        """End one sequence with an error, wherever it is (its KV is not kept); ``status``
+        400 when the request's own parameters made it fail."""
         if seq.state is State.FINISHED:
             return
         self.counters.requests_failed += 1
@@ -619,7 +679,7 @@ class Engine:
             seq.state = State.FINISHED
             if seq.kind is Kind.PIN and seq.pin_name is not None:
                 self.pins.fail(seq.pin_name, seq.pin_generation, message)
-            seq.emit(ErrorEvent(message))
+            seq.emit(ErrorEvent(message, status))
 
     def _fail_running(self, message: str) -> None:
         for seq in [*self.scheduler.prefilling, *self.scheduler.decoding]:
@@ -627,9 +687,9 @@ class Engine:
         self.kv.batch.set_rows([])
         self.kv.pool.clear()
 
-    def _fail_quietly(self, seq: Sequence, message: str) -> None:
+    def _fail_quietly(self, seq: Sequence, message: str, status: int = 500) -> None:
         try:
-            self._fail(seq, message)
+            self._fail(seq, message, status)
         except Exception:
             _LOGGER.exception("Failing a request failed")
 

@@ -54,9 +54,12 @@ class OutputProcessor:
 
     def hold_stops(self, logits: torch.Tensor, rows: list[Sequence]) -> None:
         """Forbid ending tokens to rows still short of ``min_tokens`` (``logits``: [B, V])."""
+        vocab = logits.shape[-1]
         for i, seq in enumerate(rows):
             if len(seq.generated) < seq.params.min_tokens:
-                ids = [*self.stop_token_ids, *seq.params.stop_token_ids]
+                # Ids past the logits (a tokenizer's added tokens beyond the model's
+                # vocabulary) cannot be sampled anyway: indexing them would fail the batch.
+                ids = [t for t in (*self.stop_token_ids, *seq.params.stop_token_ids) if t < vocab]
                 with torch.inference_mode():  # the logits are inference tensors
                     logits[i, ids] = float("-inf")
 

@@ -78,6 +78,9 @@ class FinishEvent:
 @dataclass(frozen=True)
 class ErrorEvent:
     message: str
+    # 400: this request's own parameters made its step impossible (see ``SamplingError``);
+    # 500: the engine failed it.
+    status: int = 500
 
 
 Event = TokenEvent | FinishEvent | ErrorEvent

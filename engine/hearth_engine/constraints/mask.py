@@ -25,6 +25,9 @@ class Constraint:
     def __init__(self, matcher: Any, eos_ids: Sequence[int]) -> None:
         self.matcher = matcher
         self.eos_ids = tuple(eos_ids)
+        # Why this grammar cannot go on (its mask could not be computed); the engine
+        # then fails this request alone.
+        self.failure = ""
 
     def fill(self, row: torch.Tensor) -> None:
         """Write the allowed tokens into ``row`` (a contiguous int32 CPU tensor)."""
@@ -83,7 +86,13 @@ class Masker:
             if constraint is None:
                 bitmask[k].fill_(-1)
                 continue
-            constraint.fill(bitmask[k])
+            try:
+                constraint.fill(bitmask[k])
+            except Exception as err:  # noqa: BLE001 -- this row's grammar only: the batch goes on
+                _LOGGER.warning("A grammar mask failed: %s", type(err).__name__)
+                constraint.failure = f"grammar error: {type(err).__name__}"
+                bitmask[k].fill_(-1)
+                continue
             if not bool(bitmask[k].any()):  # a broken matcher: only let the reply end
                 _allow_only(bitmask[k], constraint.eos_ids)
         if batch.device.type == "cpu" and batch.dtype in _NUMPY_DTYPES:

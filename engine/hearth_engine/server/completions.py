@@ -163,6 +163,8 @@ def _event_error(event: Event) -> APIError | None:
     (a client that went away hears nothing more): that is not a complete answer.
     """
     if isinstance(event, ErrorEvent):
+        if event.status == 400:
+            return APIError(400, event.message, code="invalid_request")
         return APIError(500, event.message, type_="server_error", code="engine_error")
     if isinstance(event, FinishEvent) and event.reason == "cancelled":
         return overloaded("the engine is shutting down; the request was cancelled", retry_after=5)
@@ -209,14 +211,17 @@ class ChatCompletion:
         )
 
     async def _first_event(self, events: AsyncIterator[Event]) -> Event:
-        """Wait for the request's first event.
+        """Wait for the request's first event, or ``ConnectionResetError`` once the
+        client has gone.
 
         ``Engine.stream`` is an async generator: it submits the request (and may refuse
         it) only when first iterated, so the refusals are mapped here, before any
-        response has started.
+        response has started. A request waits here while it is queued or prefilling,
+        when nothing is written yet: the connection is watched (``run`` then cancels the
+        request), or a client that left would keep its slot to the end.
         """
         try:
-            return await _next_event(events)
+            return await self._next_while_connected(events)
         except QueueFullError as err:
             raise overloaded(f"the engine is busy ({err}); retry shortly") from None
         except EngineClosedError:
