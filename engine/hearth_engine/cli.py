@@ -94,6 +94,22 @@ def add_serve_args(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="allow a non-loopback bind without an API key (not recommended)",
     )
+    group.add_argument(
+        "--allowed-hosts",
+        action="append",
+        default=[],
+        metavar="HOSTS",
+        help="Host names (comma-separated, repeatable; .suffix for a domain, * for any) served"
+        " besides loopback ones when there is no API key: what a reverse proxy or the LAN uses",
+    )
+    group.add_argument(
+        "--allowed-origins",
+        action="append",
+        default=[],
+        metavar="ORIGINS",
+        help="web page origins (comma-separated, repeatable), such as http://localhost:3000,"
+        " that may call the engine from a browser (CORS); none by default",
+    )
     group.add_argument("--max-body-kb", type=_positive, default=1024, help="request body limit")
     group.add_argument(
         "--shutdown-grace-s",

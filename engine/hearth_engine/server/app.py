@@ -5,7 +5,7 @@ from __future__ import annotations
 import hmac
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 
 from aiohttp import web
 
@@ -14,6 +14,8 @@ from ..engine import Engine, EngineFailedError
 from . import prefixes
 from .completions import chat_completions
 from .errors import APIError, from_http_exception
+from .guard import Guard
+from .guard_middleware import cors_headers, guard_middleware
 from .metrics import CONTENT_TYPE, Metrics, engine_stats
 from .state import ServerState
 
@@ -142,11 +144,19 @@ def create_app(
     api_key: str | None = None,
     max_body_bytes: int = 1 << 20,
     log_prompts: bool = False,
+    allowed_hosts: Iterable[str] = (),
+    allowed_origins: Iterable[str] = (),
 ) -> web.Application:
+    """``allowed_hosts``/``allowed_origins``: ``--allowed-hosts``/``--allowed-origins``
+    (see ``guard``); a bad entry raises ``ValueError``."""
+    guard = Guard.build(
+        api_key=api_key, allowed_hosts=allowed_hosts, allowed_origins=allowed_origins
+    )
     app = web.Application(
-        middlewares=[error_middleware, auth_middleware(api_key)],
+        middlewares=[error_middleware, guard_middleware(guard), auth_middleware(api_key)],
         client_max_size=max_body_bytes,
     )
+    app.on_response_prepare.append(cors_headers(guard))
     state = ServerState(
         engine=engine,
         # Its own copy of the tokenizer, used only on the prepare thread (see ChatFormatter).

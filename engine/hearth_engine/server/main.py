@@ -16,6 +16,7 @@ from ..cli import engine_config_from_args
 from ..config import MIB
 from ..engine import Engine
 from .app import create_app
+from .guard import Guard
 
 _LOGGER = logging.getLogger("hearth_engine.server")
 
@@ -29,6 +30,16 @@ def is_loopback(host: str) -> bool:
         return True
     try:
         return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def is_unspecified(host: str) -> bool:
+    """0.0.0.0, :: or an empty host: every interface."""
+    if not host:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_unspecified
     except ValueError:
         return False
 
@@ -61,6 +72,31 @@ def check_bind(host: str, api_key: str | None, insecure: bool) -> None:
         )
 
 
+def allowed_hosts(args: argparse.Namespace) -> list[str]:
+    """``--allowed-hosts``, and the address the engine listens on when it is a specific
+    one: a client that reaches it there names it as the Host."""
+    bound = [] if is_loopback(args.host) or is_unspecified(args.host) else [args.host]
+    return [*args.allowed_hosts, *bound]
+
+
+def check_guard(args: argparse.Namespace, api_key: str | None) -> None:
+    """Refuse a bad ``--allowed-hosts``/``--allowed-origins`` before the model loads."""
+    try:
+        Guard.build(
+            api_key=api_key,
+            allowed_hosts=allowed_hosts(args),
+            allowed_origins=args.allowed_origins,
+        )
+    except ValueError as err:
+        raise StartupError(str(err)) from None
+    if api_key is None and is_unspecified(args.host) and not args.allowed_hosts:
+        _LOGGER.warning(
+            "Listening on %s without an API key: only requests to a loopback name are served;"
+            " add --allowed-hosts with the name or address other clients use",
+            args.host,
+        )
+
+
 async def _serve(args: argparse.Namespace, api_key: str | None) -> int:
     # Signals are handled from the start: SIGTERM or Ctrl-C while the model loads is a
     # clean stop (exit 0) too, not a death by signal.
@@ -85,6 +121,8 @@ async def _serve(args: argparse.Namespace, api_key: str | None) -> int:
         api_key=api_key,
         max_body_bytes=args.max_body_kb * 1024,
         log_prompts=args.log_prompts,
+        allowed_hosts=allowed_hosts(args),
+        allowed_origins=args.allowed_origins,
     )
     runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
     await runner.setup()
@@ -121,6 +159,7 @@ def serve(args: argparse.Namespace) -> int:
     try:
         api_key = read_api_key(args)
         check_bind(args.host, api_key, args.insecure)
+        check_guard(args, api_key)
         return asyncio.run(_serve(args, api_key))
     except StartupError as err:
         print(f"error: {err}", file=sys.stderr)
