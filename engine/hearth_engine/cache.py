@@ -20,6 +20,11 @@ Rules (after SGLang's radix cache):
   leaves); ``pin`` raises ``CacheFullError`` when that room cannot be made, and ``insert``
   then inserts nothing new.
 
+* ``stats`` never waits for the lock: every change publishes a new, immutable
+  ``CacheStats`` before it returns (one walk over the nodes), and ``stats`` returns the
+  last one. A scrape on the event loop thus never stalls behind an insert that holds the
+  lock while it copies KV, and what it reads is never older than the last change.
+
 Public API: ``match``, ``lock``/``unlock``, ``insert``, ``pin``/``unpin``/``pins``,
 ``evict``, ``clear``, ``stats``. Everything else is internal.
 """
@@ -30,7 +35,7 @@ import heapq
 import itertools
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Generic, Protocol, TypeVar
 
 P = TypeVar("P")
@@ -113,8 +118,10 @@ class PinRecord:
     tokens_reused: int = 0
 
 
-@dataclass
+@dataclass(frozen=True)
 class CacheStats:
+    """The cache's figures after one change (published whole; see ``RadixCache.stats``)."""
+
     capacity_bytes: int
     used_bytes: int
     pinned_bytes: int
@@ -126,6 +133,7 @@ class CacheStats:
     evictions: int
     evicted_bytes: int
     evicted_tokens: int
+    evictable_bytes: int  # neither pinned nor locked
 
 
 @dataclass
@@ -171,6 +179,7 @@ class RadixCache(Generic[P]):
         self._pins: dict[str, PinRecord] = {}
         self._counters = _Counters()
         self._lock = threading.RLock()
+        self._stats = self._measure()
 
     # ------------------------------------------------------------------ public API
 
@@ -212,15 +221,19 @@ class RadixCache(Generic[P]):
     def lock(self, node: Node[P] | None) -> None:
         """Protect ``node`` and its ancestors from eviction (one reference)."""
         with self._lock:
-            for n in self._path(node):
-                n.lock_ref += 1
+            turned = [n for n in self._path(node) if n.lock_ref == 0]
+            self._lock_path(node)
+            self._publish_locks(turned, 1)
 
     def unlock(self, node: Node[P] | None) -> None:
         with self._lock:
-            for n in self._path(node):
-                if n.lock_ref <= 0:
-                    raise RuntimeError(f"unlock of an unlocked node {n!r}")
-                n.lock_ref -= 1
+            turned = [n for n in self._path(node) if n.lock_ref == 1]
+            try:
+                self._unlock_path(node)
+            except RuntimeError:
+                self._publish()
+                raise
+            self._publish_locks(turned, -1)
 
     def insert(
         self,
@@ -236,33 +249,46 @@ class RadixCache(Generic[P]):
         ``tokens`` that are cached afterwards.
         """
         with self._lock:
-            root = self._roots.setdefault(namespace, Node((), None, 0))
             try:
-                node, length = self._walk_split(root, tokens)
-            except CacheFullError:
-                # No room to cut a node in two: nothing new is inserted, and what is
-                # cached is what a match finds.
-                return self.match(namespace, tokens).length
-            if length == len(tokens):
-                return length
-            guard = node if not node.is_root else None
-            self.lock(guard)
-            try:
-                want = len(tokens) - length
-                fit = self._make_room(want, lambda n: bytes_for(length, length + n))
-                if fit == 0:
-                    return length
-                child = Node[P](tuple(tokens[length : length + fit]), node, self._new_id())
-                child.payload = payload_for(length, length + fit)
-                child.nbytes = self.ops.nbytes(child.payload)
-                if self.used_bytes + child.nbytes > self.capacity_bytes:
-                    raise RuntimeError("bytes_for disagrees with the payload size")
-                child.last_access = next(self._counters.tick)
-                node.children[child.key[0]] = child
-                self.used_bytes += child.nbytes
-                return length + fit
+                return self._insert(namespace, tokens, payload_for, bytes_for)
             finally:
-                self.unlock(guard)
+                self._publish()
+
+    def _insert(
+        self,
+        namespace: str,
+        tokens: Sequence[int],
+        payload_for: Callable[[int, int], P],
+        bytes_for: Callable[[int, int], int],
+    ) -> int:
+        """``insert`` under the lock (it publishes the figures afterwards)."""
+        root = self._roots.setdefault(namespace, Node((), None, 0))
+        try:
+            node, length = self._walk_split(root, tokens)
+        except CacheFullError:
+            # No room to cut a node in two: nothing new is inserted, and what is
+            # cached is what a match finds.
+            return self.match(namespace, tokens).length
+        if length == len(tokens):
+            return length
+        guard = node if not node.is_root else None
+        self._lock_path(guard)
+        try:
+            want = len(tokens) - length
+            fit = self._make_room(want, lambda n: bytes_for(length, length + n))
+            if fit == 0:
+                return length
+            child = Node[P](tuple(tokens[length : length + fit]), node, self._new_id())
+            child.payload = payload_for(length, length + fit)
+            child.nbytes = self.ops.nbytes(child.payload)
+            if self.used_bytes + child.nbytes > self.capacity_bytes:
+                raise RuntimeError("bytes_for disagrees with the payload size")
+            child.last_access = next(self._counters.tick)
+            node.children[child.key[0]] = child
+            self.used_bytes += child.nbytes
+            return length + fit
+        finally:
+            self._unlock_path(guard)
 
     def contains(self, namespace: str, tokens: Sequence[int]) -> bool:
         return self.match(namespace, tokens).length == len(tokens)
@@ -276,26 +302,16 @@ class RadixCache(Generic[P]):
         room (see ``_split``); the cache is unchanged then, apart from evictions.
         """
         with self._lock:
-            root = self._roots.get(namespace)
-            if root is None or not tokens:
-                raise KeyError("tokens are not cached")
-            node, length = self._walk_split(root, tokens)
-            if length != len(tokens) or node.is_root:
-                raise KeyError("tokens are not cached")
-            record = PinRecord(name, namespace, tuple(tokens), self._path_bytes(node), node)
-            for n in self._path(node):
-                n.pin_ref += 1
-            node.pins_here.add(name)
-            old = self._pins.get(name)
-            self._pins[name] = record
-            if old is not None:
-                self._release_pin(old)
-            return record
+            try:
+                return self._pin(name, namespace, tokens)
+            finally:
+                self._publish()  # a split that failed may have evicted
 
     def unpin(self, name: str) -> PinRecord:
         with self._lock:
             record = self._pins.pop(name)
             self._release_pin(record)
+            self._publish()
             return record
 
     def pins(self) -> dict[str, PinRecord]:
@@ -310,51 +326,116 @@ class RadixCache(Generic[P]):
                 record.tokens_reused += tokens_reused
 
     def evictable_bytes(self) -> int:
-        with self._lock:
-            return sum(n.nbytes for n in self._all_nodes() if n.pin_ref == 0 and n.lock_ref == 0)
+        """Bytes neither pinned nor locked, after the last change (no lock taken)."""
+        return self._stats.evictable_bytes
 
     def check_fits(self, nbytes: int) -> None:
-        """Raise ``PinTooLargeError``/``CacheFullError`` unless ``nbytes`` could be made free."""
-        with self._lock:
-            if nbytes > self.capacity_bytes:
-                raise PinTooLargeError(
-                    f"needs {nbytes} bytes but the KV cache budget is {self.capacity_bytes} bytes"
-                )
-            free = self.capacity_bytes - self.used_bytes + self.evictable_bytes()
-            if nbytes > free:
-                raise CacheFullError(
-                    f"needs {nbytes} bytes; only {free} of {self.capacity_bytes} bytes can be "
-                    "freed (the rest is pinned or in use)"
-                )
+        """Raise ``PinTooLargeError``/``CacheFullError`` unless ``nbytes`` could be made free.
+
+        Reads the published figures (no lock): the event loop calls it before a pin.
+        """
+        if nbytes > self.capacity_bytes:
+            raise PinTooLargeError(
+                f"needs {nbytes} bytes but the KV cache budget is {self.capacity_bytes} bytes"
+            )
+        stats = self._stats
+        free = self.capacity_bytes - stats.used_bytes + stats.evictable_bytes
+        if nbytes > free:
+            raise CacheFullError(
+                f"needs {nbytes} bytes; only {free} of {self.capacity_bytes} bytes can be "
+                "freed (the rest is pinned or in use)"
+            )
 
     def evict(self, nbytes: int) -> int:
         """Evict LRU unlocked, unpinned leaves until ``nbytes`` are freed; returns freed."""
         with self._lock:
-            return self._evict(nbytes)
+            freed = self._evict(nbytes)
+            self._publish()
+            return freed
 
     def clear(self) -> int:
         """Evict everything that is neither pinned nor locked. Returns bytes freed."""
         with self._lock:
-            return self._evict(self.used_bytes)
+            return self.evict(self.used_bytes)
 
     def stats(self) -> CacheStats:
-        with self._lock:
-            nodes = list(self._all_nodes())
-            return CacheStats(
-                capacity_bytes=self.capacity_bytes,
-                used_bytes=self.used_bytes,
-                pinned_bytes=sum(n.nbytes for n in nodes if n.pin_ref > 0),
-                locked_bytes=sum(n.nbytes for n in nodes if n.lock_ref > 0),
-                nodes=len(nodes),
-                locked_nodes=sum(1 for n in nodes if n.lock_ref > 0),
-                pinned_tokens=sum(len(n.key) for n in nodes if n.pin_ref > 0),
-                pins=len(self._pins),
-                evictions=self._counters.evictions,
-                evicted_bytes=self._counters.evicted_bytes,
-                evicted_tokens=self._counters.evicted_tokens,
-            )
+        """The figures after the last change; never waits for the lock (see the module)."""
+        return self._stats
 
     # ------------------------------------------------------------------ internals
+
+    def _publish(self) -> None:
+        """Replace the published figures (under the lock, after a change)."""
+        self._stats = self._measure()
+
+    def _publish_locks(self, turned: list[Node[P]], sign: int) -> None:
+        """Publish after ``turned`` became locked (``sign`` 1) or unlocked (-1): a walk
+        over one path, not the tree (a request locks and unlocks once each)."""
+        stats = self._stats
+        nbytes = sum(n.nbytes for n in turned)
+        free = sum(n.nbytes for n in turned if n.pin_ref == 0)
+        self._stats = replace(
+            stats,
+            locked_nodes=stats.locked_nodes + sign * len(turned),
+            locked_bytes=stats.locked_bytes + sign * nbytes,
+            evictable_bytes=stats.evictable_bytes - sign * free,
+        )
+
+    def _measure(self) -> CacheStats:
+        """The figures now: one walk over the nodes."""
+        pinned_bytes = locked_bytes = locked_nodes = pinned_tokens = evictable = 0
+        nodes = self._all_nodes()
+        for n in nodes:
+            if n.pin_ref > 0:
+                pinned_bytes += n.nbytes
+                pinned_tokens += len(n.key)
+            if n.lock_ref > 0:
+                locked_bytes += n.nbytes
+                locked_nodes += 1
+            elif n.pin_ref == 0:
+                evictable += n.nbytes
+        return CacheStats(
+            capacity_bytes=self.capacity_bytes,
+            used_bytes=self.used_bytes,
+            pinned_bytes=pinned_bytes,
+            locked_bytes=locked_bytes,
+            nodes=len(nodes),
+            locked_nodes=locked_nodes,
+            pinned_tokens=pinned_tokens,
+            pins=len(self._pins),
+            evictions=self._counters.evictions,
+            evicted_bytes=self._counters.evicted_bytes,
+            evicted_tokens=self._counters.evicted_tokens,
+            evictable_bytes=evictable,
+        )
+
+    def _pin(self, name: str, namespace: str, tokens: Sequence[int]) -> PinRecord:
+        """``pin`` under the lock (it publishes the figures afterwards)."""
+        root = self._roots.get(namespace)
+        if root is None or not tokens:
+            raise KeyError("tokens are not cached")
+        node, length = self._walk_split(root, tokens)
+        if length != len(tokens) or node.is_root:
+            raise KeyError("tokens are not cached")
+        record = PinRecord(name, namespace, tuple(tokens), self._path_bytes(node), node)
+        for n in self._path(node):
+            n.pin_ref += 1
+        node.pins_here.add(name)
+        old = self._pins.get(name)
+        self._pins[name] = record
+        if old is not None:
+            self._release_pin(old)
+        return record
+
+    def _lock_path(self, node: Node[P] | None) -> None:
+        for n in self._path(node):
+            n.lock_ref += 1
+
+    def _unlock_path(self, node: Node[P] | None) -> None:
+        for n in self._path(node):
+            if n.lock_ref <= 0:
+                raise RuntimeError(f"unlock of an unlocked node {n!r}")
+            n.lock_ref -= 1
 
     def _new_id(self) -> int:
         return next(self._counters.ids)
@@ -430,11 +511,11 @@ class RadixCache(Generic[P]):
         free = self.capacity_bytes - self.used_bytes
         if need <= free:
             return
-        self.lock(node)
+        self._lock_path(node)
         try:
             self._evict(need - free)
         finally:
-            self.unlock(node)
+            self._unlock_path(node)
         free = self.capacity_bytes - self.used_bytes
         if need > free:
             raise CacheFullError(

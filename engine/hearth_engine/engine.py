@@ -393,6 +393,7 @@ class Engine:
             while not self._stopped.is_set():
                 self._drain_inbox()
                 self.kv.publish_usage()  # after each step and command: what stats read
+                self.kv.publish_usage()  # after each step and command: what stats read
                 if self._stopped.is_set():
                     break
                 if not self.step():

@@ -32,6 +32,7 @@ followers wait for it, and of every finished request (prompt and generated token
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 import torch
 
@@ -60,7 +61,18 @@ class TensorOps:
         return split_segment(payload, at)
 
 
+@dataclass(frozen=True)
+class KVUsage:
+    """The KV the worker holds outside the cache, as of its last step: what ``/v1/stats``
+    reads (the event loop must not walk the worker's sequences while they change)."""
+
+    working_bytes: int = 0
+    pool_free_bytes: int = 0
+
+
 class KVManager:
+    usage: KVUsage = KVUsage()  # replaced whole by ``publish_usage``; read from any thread
+
     def __init__(
         self,
         config: EngineConfig,
@@ -339,8 +351,18 @@ class KVManager:
             self.cache.evict(excess)
 
     def working_bytes(self) -> int:
-        """Bytes of the decode batch plus the prefilling sequences' own buffers."""
+        """Bytes of the decode batch plus the prefilling sequences' own buffers.
+
+        Each buffer attribute is read once: a release may clear it between two reads.
+        """
         batch = self.batch.buffer
-        return self.batch.nbytes + sum(
-            s.kv.nbytes for s in list(self._prefilling()) if s.kv is not None and s.kv is not batch
-        )
+        total = batch.nbytes if batch is not None else 0
+        for seq in list(self._prefilling()):
+            kv = seq.kv
+            if kv is not None and kv is not batch:
+                total += kv.nbytes
+        return total
+
+    def publish_usage(self) -> None:
+        """Worker thread, after each step: the figures other threads read as ``usage``."""
+        self.usage = KVUsage(self.working_bytes(), self.pool.free_bytes)

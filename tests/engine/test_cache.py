@@ -257,6 +257,11 @@ class CacheMachine(RuleBasedStateMachine):
             assert node.payload is not None  # locked nodes are never evicted
             assert matched_tokens(self.cache.match("m", tokens)) == tokens
 
+    @invariant()
+    def published_stats_are_current(self) -> None:
+        """What ``stats`` returns without the lock equals a fresh walk of the tree."""
+        assert self.cache.stats() == self.cache._measure()
+
     def teardown(self) -> None:
         for node, _ in self.locks:
             self.cache.unlock(node)

@@ -1,7 +1,10 @@
 """Prometheus metrics, named ``hearth:*`` with vLLM's meanings where they exist.
 
-Counters and gauges are read from the engine at scrape time (so they are exact); the
-latency histograms are observed as requests finish.
+Counters and gauges are read from the engine at scrape time; the latency histograms are
+observed as requests finish. A scrape runs on the event loop and never waits for the
+worker: counters are plain numbers, the cache's figures are the immutable ``CacheStats``
+it publishes after each change, and the working buffers' the ``KVUsage`` the worker
+publishes after each step (walking the worker's live sequences from here raced with it).
 """
 
 from __future__ import annotations
@@ -43,7 +46,8 @@ def engine_stats(engine: Engine) -> dict[str, Any]:
     """The engine's counters and cache figures: the body of ``/v1/stats`` (and ``/metrics``)."""
     c = engine.counters
     kv = engine.kv
-    cache = kv.cache.stats()
+    cache = kv.cache.stats()  # published snapshots: no lock, no live walk
+    usage = kv.usage
     return {
         "instance_id": engine.instance_id,
         "uptime_s": round(time.time() - engine.started_at, 3),
@@ -82,8 +86,8 @@ def engine_stats(engine: Engine) -> dict[str, Any]:
         "kv_cache_locked_nodes": cache.locked_nodes,
         "kv_cache_evictions_total": cache.evictions,
         "kv_cache_evicted_bytes_total": cache.evicted_bytes,
-        "kv_working_bytes": kv.working_bytes(),
-        "kv_pool_free_bytes": kv.pool.free_bytes,
+        "kv_working_bytes": usage.working_bytes,
+        "kv_pool_free_bytes": usage.pool_free_bytes,
         "kv_bytes_per_token": engine.info.bytes_per_token,
         # Hybrid models: recurrent-state snapshots at prefix boundaries (0 for others).
         "state_snapshots": kv.snapshots.count if kv.snapshots is not None else 0,
