@@ -79,8 +79,15 @@ class PinManager:
         self.namespace = namespace
         self.kv = kv
         self.counters = counters
-        self.store = PrefixStore(config.prefix_store) if config.prefix_store else None
+        self.store = (
+            PrefixStore(config.prefix_store, on_failure=self._store_failed)
+            if config.prefix_store
+            else None
+        )
         self._lock = threading.RLock()  # guards the records below
+        # Stored pins not restored at start (no room, a passing read error): they stay in
+        # the manifest, and on disk, until their name is pinned or unpinned.
+        self._kept: dict[str, ManifestEntry] = {}
         self._active: dict[str, PinStatus] = {}  # ready pins, or a failed first try
         self._pending: dict[str, PinStatus] = {}  # the latest attempt, still warming
         self._generation: dict[str, int] = {}
@@ -93,13 +100,19 @@ class PinManager:
         return self.store is not None and self.mode is CacheMode.RADIX
 
     def close(self) -> None:
-        """Finish queued store writes."""
+        """Finish queued store writes, and let go of the store's folder."""
         self._io.shutdown(wait=True)
+        if self.store is not None:
+            self.store.close()
 
     # ================================================================= event-loop side
 
-    def check_fits(self, tokens: list[int]) -> None:
-        """Refuse now a pin that cannot fit: ``PinTooLargeError`` / ``CacheFullError``."""
+    def check_fits(self, tokens: list[int], name: str | None = None) -> None:
+        """Refuse now a pin that cannot fit: ``PinTooLargeError`` / ``CacheFullError``.
+
+        The pins still warming up (but an earlier attempt at ``name``, which this one
+        supersedes) will hold their bytes too: they count as if they were pinned.
+        """
         if self.mode is not CacheMode.RADIX:
             return
         cache, bpt = self.kv.cache, self.kv.segment_bytes_per_token
@@ -110,7 +123,15 @@ class PinManager:
                 f"KV cache budget is {cache.capacity_bytes} bytes; raise --kv-cache-mb"
             )
         new_tokens = len(tokens) - cache.match(self.namespace, tokens).length
-        cache.check_fits(need - (len(tokens) - new_tokens) * bpt)
+        with self._lock:
+            warming = [s for s in self._pending.values() if s.name != name]
+        pending = sum(self.kv.layout.prefix_bytes(s.tokens) for s in warming)
+        try:
+            cache.check_fits(need - (len(tokens) - new_tokens) * bpt + pending)
+        except CacheFullError as err:
+            if not warming:
+                raise
+            raise CacheFullError(f"{err}, with {len(warming)} pins still warming up") from None
 
     def begin(self, name: str, tokens: list[int]) -> PinStatus:
         """A new attempt (generation) for ``name``: warming until the worker is done."""
@@ -147,7 +168,8 @@ class PinManager:
     def forget(self, name: str) -> bool:
         """Drop ``name``'s records (the worker then releases it: ``release``)."""
         with self._lock:
-            known = name in self._active or name in self._pending
+            known = name in self._active or name in self._pending or name in self._kept
+            self._kept.pop(name, None)
             self._generation[name] = self._generation.get(name, 0) + 1
             self._active.pop(name, None)
             pending = self._pending.pop(name, None)
@@ -349,10 +371,14 @@ class PinManager:
             # Read the pins now, on the I/O thread: tasks run in order, so the last
             # manifest written is the newest state (the store's versions guard it too).
             version = store.next_version(ns)
+            pins = cache.pins()
+            with self._lock:
+                kept = [e for name, e in self._kept.items() if name not in pins]
             entries = [
                 ManifestEntry(name, prefix_key(r.namespace, r.tokens), len(r.tokens))
-                for name, r in sorted(cache.pins().items())
+                for name, r in pins.items()
             ]
+            entries = sorted(entries + kept, key=lambda e: e.name)
             if store.write_manifest(ns, entries, version):
                 store.prune(ns, {e.key for e in entries}, version)
 
@@ -382,29 +408,37 @@ class PinManager:
         assert self.store is not None
         self._restoring = True
         try:
-            for entry in self.store.read_manifest(self.namespace):
-                self._restore_entry(entry)
+            for entry in self.store.open(self.namespace):
+                if not self._restore_entry(entry) and self.store.holds(self.namespace, entry.key):
+                    with self._lock:  # not restored, but its file is fine: keep both
+                        self._kept[entry.name] = entry
         finally:
             self._restoring = False
         self._save_manifest()
 
-    def _restore_entry(self, entry: ManifestEntry) -> None:
-        """Bring one pin back from the store (skipped with a warning if it cannot be)."""
+    def _restore_entry(self, entry: ManifestEntry) -> bool:
+        """Bring one pin back from the store; False (after a warning) if it cannot be."""
         assert self.store is not None
         started = time.monotonic()
         loaded = self.store.load_prefix_by_key(self.namespace, entry.key)
         if loaded is None:
-            return
+            return False
         tokens = loaded.tokens
         try:
             self.kv.cache.check_fits(self.kv.layout.prefix_bytes(len(tokens)))
         except CacheFullError as err:
-            _LOGGER.warning("Not restoring pin %s: %s", entry.name, err)
-            return
+            _LOGGER.warning("Not restoring pin %s (kept in the store): %s", entry.name, err)
+            return False
         if not self._insert_stored(loaded):
-            return
+            return False
         status = self.begin(entry.name, tokens)
         self.counters.pin_restores += 1
         ms = (time.monotonic() - started) * 1000
         self._activate(entry.name, status.generation, tokens, ms, restored=True, save=False)
+        if entry.name not in self.kv.cache.pins():
+            return False
         _LOGGER.info("Restored pin %s (%d tokens) from the prefix store", entry.name, len(tokens))
+        return True
+
+    def _store_failed(self) -> None:
+        self.counters.store_failures += 1

@@ -15,7 +15,8 @@ it, holding that namespace's KV files and its manifest::
   concatenated first), and metadata: format, namespace, token count and a CRC-32 of all
   tensor bytes. A load reads the file once, through safetensors' own reader, and checks
   all of it, so a file from another model, a truncated, garbled or bit-flipped one is
-  logged, deleted and rebuilt; it never raises.
+  logged, deleted and rebuilt; it never raises. A read that fails for a reason that may
+  pass (EIO, EMFILE, EACCES...) deletes nothing: it is logged and counted.
 * A model with sliding-window layers (``keep_windows``) keeps, for those layers, only
   the last ``window`` tokens, as the cache does (``KVManager``): the ``kv.i`` pieces
   hold the other layers, and a ``window`` tensor ``[Ls, 2, H, w, D]`` the sliding ones'
@@ -26,7 +27,14 @@ it, holding that namespace's KV files and its manifest::
 * Writes go to a temporary file that is renamed into place. If the disk is full or
   read-only, the engine keeps serving from memory and warns once per kind of error.
 * Manifests carry a version from ``next_version``; an older snapshot that arrives after
-  a newer one is ignored, and so is its ``prune``.
+  a newer one is ignored, and so is its ``prune``. A manifest is synced before it is
+  renamed into place, and its folder after.
+* Nothing is deleted on a guess. The first time a store uses a folder (``open``, or its
+  first write) it takes the folder's lock (``store_lock``): without it, another engine
+  owns the folder, and this store only reads. With it, the store sweeps ``.tmp-*`` files
+  older than itself (a crash's), and reads the manifest: only after a manifest it could
+  read does it ``prune``. An unreadable one is moved aside (``pins.json.corrupt-<time>``)
+  and every file is kept for the rest of the run.
 """
 
 from __future__ import annotations
@@ -40,14 +48,17 @@ import os
 import re
 import tempfile
 import threading
+import time
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
 import torch
 from safetensors import SafetensorError, safe_open
+
+from .store_lock import FolderLock
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -64,9 +75,9 @@ _DTYPES = {
     torch.int64: "I64",
 }
 _TORCH_DTYPES = {name: dtype for dtype, name in _DTYPES.items()}
-# What a malformed file can raise from safetensors, json, int() or torch while it is read.
+# What a malformed file can raise from safetensors, json, int() or torch while it is read
+# (an OSError is not one: the disk, not the file, may be at fault).
 _UNREADABLE = (
-    OSError,
     ValueError,
     KeyError,
     TypeError,
@@ -126,6 +137,20 @@ class UnusableFileError(ValueError):
     """A store file that parses but does not hold what it should."""
 
 
+class ManifestError(ValueError):
+    """A manifest that is there but cannot be read (or not as a manifest of its namespace)."""
+
+
+@dataclass
+class _Folder:
+    """What this store may do in one namespace's folder, settled when it first uses it."""
+
+    lock: FolderLock
+    owner: bool  # holds the lock: may write, sweep and delete
+    prunable: bool  # a manifest was read (or there was nothing to list): unlisted files may go
+    manifest_ok: bool  # a manifest may be written (the old one read, or moved aside)
+
+
 def _raw(tensor: torch.Tensor) -> Any:
     """The bytes of a contiguous CPU tensor, as a buffer (no copy)."""
     return tensor.reshape(-1).view(torch.uint8).numpy()
@@ -134,11 +159,14 @@ def _raw(tensor: torch.Tensor) -> Any:
 class PrefixStore:
     """Reads and writes pinned KV under one root, one folder per namespace. Thread-safe."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, on_failure: Callable[[], None] | None = None) -> None:
         self.root = root
+        self.on_failure = on_failure  # called for each read that failed and may not next time
         self._warned: set[str] = set()
         self.writable = True
-        self._lock = threading.Lock()  # guards the three dicts below, manifests and prune
+        self._opened_at = time.time()  # older ``.tmp-*`` files are a crash's
+        self._lock = threading.RLock()  # guards the dicts below, manifests and prune
+        self._folders: dict[str, _Folder] = {}
         self._handed_out: dict[str, int] = {}  # namespace -> last version from next_version
         self._written: dict[str, int] = {}  # namespace -> version of the manifest on disk
         self._saved_at: dict[Path, int] = {}  # file -> last version handed out when saved
@@ -159,6 +187,24 @@ class PrefixStore:
     def keep_states(self, layers: int) -> None:
         """Files hold (and must hold) the state of ``layers`` state layers."""
         self.state_layers = layers
+
+    def open(self, namespace: str) -> list[ManifestEntry]:
+        """Start using ``namespace``'s folder (at start-up): take its lock or only read it,
+        sweep a crash's ``.tmp-*`` files, check its manifest. Returns the pins it lists."""
+        if not self._claim(namespace).manifest_ok:
+            return []  # unreadable: warned once by _claim
+        return self.read_manifest(namespace)
+
+    def close(self) -> None:
+        """Let go of every folder's lock; the store writes nothing after this."""
+        with self._lock:
+            self.writable = False
+            for folder in self._folders.values():
+                folder.lock.release()
+
+    def holds(self, namespace: str, key: str) -> bool:
+        """Whether a file for ``key`` is on disk (usable or not)."""
+        return self.path_for(namespace, key).exists()
 
     def _warn_once(self, kind: str, message: str) -> None:
         if kind not in self._warned:
@@ -203,7 +249,7 @@ class PrefixStore:
             raise ValueError("KV pieces and window do not have the model's layers")
         if any(t.dtype not in _DTYPES for t in state.values()):
             raise ValueError("cannot store a state of this dtype")
-        if not self.writable:
+        if not self.writable or not self._claim(namespace).owner:
             return False
         target = self.path_for(namespace, prefix_key(namespace, tokens))
         if target.exists():
@@ -221,6 +267,7 @@ class PrefixStore:
                 os.fsync(handle.fileno())
             os.replace(tmp_name, target)
             tmp_name = None
+            _sync_folder(target.parent)
         except OSError as err:
             kind = {
                 errno.ENOSPC: "disk full",
@@ -364,7 +411,15 @@ class PrefixStore:
                 return self._verified(reader, path.stem, namespace)
         except FileNotFoundError:
             return None
+        except OSError as err:  # the disk or the process may be at fault, not the file
+            _LOGGER.warning("Cannot read prefix store file %s (%s); keeping it", path.name, err)
+            if self.on_failure is not None:
+                self.on_failure()
+            return None
         except _UNREADABLE as err:
+            if not self._claim(namespace).owner:
+                _LOGGER.warning("Ignoring prefix store file %s (%s)", path.name, err)
+                return None
             _LOGGER.warning(
                 "Ignoring prefix store file %s (%s); it will be rebuilt", path.name, err
             )
@@ -451,39 +506,50 @@ class PrefixStore:
     # -- manifest of current pins ------------------------------------------------------
 
     def read_manifest(self, namespace: str) -> list[ManifestEntry]:
-        data = self._manifest_data(namespace)
-        if data is None:
-            return []
+        """The pins ``namespace``'s manifest lists; [] if it is absent or unreadable (logged)."""
         try:
-            return [
-                ManifestEntry(str(e["name"]), str(e["key"]), int(e["tokens"]))
-                for e in data.get("pins", [])
-                if _KEY_RE.match(str(e.get("key", "")))
-            ]
-        except (ValueError, KeyError, TypeError, AttributeError, OverflowError) as err:
+            manifest = self._parse_manifest(namespace)
+        except ManifestError as err:
             _LOGGER.warning("Ignoring %s (%s)", self.folder(namespace) / MANIFEST, err)
             return []
+        return [] if manifest is None else manifest[0]
 
-    def _manifest_data(self, namespace: str) -> dict[str, Any] | None:
-        """The parsed manifest of ``namespace``; None if absent or unusable (logged)."""
+    def _parse_manifest(self, namespace: str) -> tuple[list[ManifestEntry], int] | None:
+        """The pins and version of ``namespace``'s manifest; None if there is none.
+
+        ManifestError if it is there but cannot be read, in whole or in part: a manifest
+        that is not fully understood never decides which files go.
+        """
         path = self.folder(namespace) / MANIFEST
         try:
             data = json.loads(path.read_bytes())
         except FileNotFoundError:
             return None
         except (OSError, ValueError, RecursionError) as err:
-            _LOGGER.warning("Ignoring %s (%s)", path, err)
-            return None
+            raise ManifestError(str(err) or type(err).__name__) from err
         if not isinstance(data, dict) or data.get("format") != FORMAT:
-            return None
+            raise ManifestError("not a manifest of this format")
         if data.get("namespace") != namespace:
-            return None
-        return data
+            raise ManifestError("the manifest of another namespace")
+        version = data.get("version", 0)
+        if not isinstance(version, int):
+            raise ManifestError("bad version")
+        try:
+            entries = [
+                ManifestEntry(str(e["name"]), str(e["key"]), int(e["tokens"]))
+                for e in data.get("pins", [])
+            ]
+        except (ValueError, KeyError, TypeError, AttributeError, OverflowError) as err:
+            raise ManifestError(f"bad pin entry ({err!r})") from err
+        # A key that cannot name a file names nothing to keep: that entry alone is dropped.
+        return [e for e in entries if _KEY_RE.match(e.key)], version
 
     def _file_version(self, namespace: str) -> int:
-        data = self._manifest_data(namespace)
-        version = None if data is None else data.get("version")
-        return version if isinstance(version, int) else 0
+        try:
+            manifest = self._parse_manifest(namespace)
+        except ManifestError:
+            return 0
+        return 0 if manifest is None else manifest[1]
 
     def next_version(self, namespace: str) -> int:
         """A version for a new manifest snapshot, above every earlier one (also on disk).
@@ -508,6 +574,9 @@ class PrefixStore:
         with self._lock:
             if version > self._handed_out.get(namespace, 0):
                 raise ValueError("manifest versions come from next_version")
+            claimed = self._claim(namespace)
+            if not claimed.owner or not claimed.manifest_ok:
+                return False
             if version <= max(self._written.get(namespace, 0), self._file_version(namespace)):
                 _LOGGER.debug("Skipping manifest version %d: a newer one is written", version)
                 return False
@@ -524,8 +593,11 @@ class PrefixStore:
                 fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=folder)
                 with os.fdopen(fd, "w") as handle:
                     json.dump(data, handle)
+                    handle.flush()
+                    os.fsync(handle.fileno())  # its data on disk before its name
                 os.replace(tmp, folder / MANIFEST)
                 tmp = None
+                _sync_folder(folder)  # and the rename itself
             except OSError as err:
                 self._warn_once(
                     "manifest", f"prefix store {self.root}: cannot write {MANIFEST} ({err})"
@@ -543,12 +615,16 @@ class PrefixStore:
 
         Does nothing unless ``version`` is the manifest last written, and keeps files
         saved after that version was handed out (a snapshot cannot know about them).
-        Files of other namespaces are never touched.
+        Files of other namespaces are never touched, and none at all in a run that found
+        the manifest unreadable, or missing while files were there.
         """
         if not self.writable:
             return
         with self._lock:
             if self._written.get(namespace) != version:
+                return
+            claimed = self._claim(namespace)
+            if not claimed.owner or not claimed.prunable:
                 return
             self._drop_legacy()
             for path in self.folder(namespace).glob("*.safetensors"):
@@ -567,3 +643,109 @@ class PrefixStore:
             _LOGGER.info("Deleting %d prefix store file(s) of an older format", len(legacy))
         for path in legacy:
             self._discard(path)
+
+    # -- the folder: its lock, a crash's leftovers, a broken manifest -------------------
+
+    def _claim(self, namespace: str) -> _Folder:
+        """What this store may do in ``namespace``'s folder, settled on first use."""
+        with self._lock:
+            known = self._folders.get(namespace)
+            if known is not None:
+                return known
+            path = self.folder(namespace)
+            lock = FolderLock(path)
+            owner = self.writable and self._acquire(lock)
+            if owner:
+                self._sweep_temporary(path)
+            try:
+                manifest, problem = self._parse_manifest(namespace), None
+            except ManifestError as err:
+                manifest, problem = None, str(err)
+            if problem is not None:
+                prunable, manifest_ok = False, owner and self._set_aside(namespace, problem)
+                if not owner:
+                    _LOGGER.warning(
+                        "Prefix store: %s is unreadable (%s); keeping every stored file",
+                        path / MANIFEST,
+                        problem,
+                    )
+            else:
+                prunable, manifest_ok = manifest is not None or not self._has_files(path), True
+                if not prunable:
+                    _LOGGER.warning(
+                        "Prefix store %s holds files but no %s; keeping them all", path, MANIFEST
+                    )
+            claimed = _Folder(lock, owner, prunable, manifest_ok)
+            self._folders[namespace] = claimed
+            return claimed
+
+    def _acquire(self, lock: FolderLock) -> bool:
+        try:
+            if lock.acquire():
+                return True
+        except OSError as err:
+            self._warn_once(
+                "lock", f"prefix store {lock.path.parent} cannot be locked ({err}); reading only"
+            )
+            return False
+        _LOGGER.warning(
+            "Prefix store %s is in use by another engine: restoring its pins, but writing "
+            "and deleting nothing there (give each engine its own --prefix-store)",
+            lock.path.parent,
+        )
+        return False
+
+    def _sweep_temporary(self, folder: Path) -> None:
+        """Delete ``.tmp-*`` files older than this store: a crashed write's (under the
+        folder's lock, nobody else is writing there)."""
+        swept = 0
+        for path in folder.glob(".tmp-*"):
+            with contextlib.suppress(OSError):
+                if path.stat().st_mtime < self._opened_at:
+                    path.unlink()
+                    swept += 1
+        if swept:
+            _LOGGER.info("Deleted %d unfinished prefix store file(s) of an earlier run", swept)
+
+    def _set_aside(self, namespace: str, problem: str) -> bool:
+        """Move an unreadable manifest out of the way (kept for a look); whether it moved,
+        so that a new manifest can be written without losing it."""
+        path = self.folder(namespace) / MANIFEST
+        aside = path.with_name(f"{MANIFEST}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}")
+        try:
+            os.replace(path, aside)
+            _sync_folder(path.parent)
+        except FileNotFoundError:
+            return True
+        except OSError as err:
+            _LOGGER.warning(
+                "Prefix store: %s is unreadable (%s); keeping every stored file, and the "
+                "manifest as it is: it cannot be moved aside (%s), so none is written",
+                path,
+                problem,
+                err,
+            )
+            return False
+        _LOGGER.warning(
+            "Prefix store: %s is unreadable (%s); keeping every stored file; it is now %s",
+            path,
+            problem,
+            aside.name,
+        )
+        return True
+
+    @staticmethod
+    def _has_files(folder: Path) -> bool:
+        return any(_KEY_RE.match(p.stem) for p in folder.glob("*.safetensors"))
+
+
+def _sync_folder(folder: Path) -> None:
+    """Make a rename in ``folder`` durable, where the file system can sync a folder."""
+    fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        os.fsync(fd)
+    except OSError as err:
+        if err.errno not in (errno.EINVAL, errno.ENOTSUP):
+            raise
+    finally:
+        os.close(fd)

@@ -6,6 +6,9 @@ import errno
 import json
 import logging
 import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -253,7 +256,8 @@ def test_a_failed_write_warns_once_and_leaves_no_file(
     assert not store.save(NS, TOKENS[:20], [kv_for(TOKENS[:20])])
     warnings = [r.getMessage() for r in caplog.records]
     assert len(warnings) == 1 and reason in warnings[0] and "cannot write" in warnings[0]
-    assert [p.name for p in store.folder(NS).iterdir()] == []  # no temporary file left
+    left = [p.name for p in store.folder(NS).iterdir() if p.name != ".lock"]
+    assert left == []  # no temporary file left
 
 
 # ---------------------------------------------------------------------- namespaces
@@ -344,3 +348,197 @@ def test_prune_keeps_the_file_of_a_pin_made_again(tmp_path: Path) -> None:
     assert store.write_manifest(NS, [], removed)
     store.prune(NS, set(), removed)
     assert store.load(NS, TOKENS) is not None
+
+
+# ---------------------------------------------------------------------- keeping what to keep
+# Issue 26: the store deleted files it should have kept.
+
+
+def _files(store: PrefixStore, ns: str = NS) -> set[str]:
+    return {p.name for p in store.folder(ns).glob("*.safetensors")}
+
+
+@pytest.mark.parametrize("code", [errno.EIO, errno.EMFILE, errno.ENOSPC, errno.EACCES])
+def test_a_transient_read_error_keeps_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, code: int
+) -> None:
+    """Regression: ``_read`` deleted a file on any OSError, a passing EIO or EMFILE too."""
+    store, path = saved(tmp_path)
+
+    def failing_open(*args: object, **kwargs: object) -> None:
+        raise OSError(code, os.strerror(code))
+
+    monkeypatch.setattr(store_module, "safe_open", failing_open)
+    caplog.set_level(logging.WARNING)
+    assert store.load(NS, TOKENS) is None
+    assert store.load_by_key(NS, path.stem) is None
+    assert path.exists()
+    assert os.strerror(code) in caplog.text
+    monkeypatch.undo()
+    loaded = store.load(NS, TOKENS)  # the error has passed: the file is as it was
+    assert loaded is not None and torch.equal(loaded, kv_for(TOKENS))
+
+
+def test_a_transient_read_error_is_counted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    failures: list[int] = []
+    store = PrefixStore(tmp_path, on_failure=lambda: failures.append(1))
+    assert store.save(NS, TOKENS, kv_for(TOKENS))
+
+    def failing_open(*args: object, **kwargs: object) -> None:
+        raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    monkeypatch.setattr(store_module, "safe_open", failing_open)
+    assert store.load(NS, TOKENS) is None
+    assert failures == [1]
+
+
+MANIFEST_DAMAGE = {
+    "empty (a crash before the data reached the disk)": b"",
+    "truncated": b'{"format": "hearth-kv/2", "pins": [',
+    "not JSON": b"\x00\xff garbage",
+    "another format": json.dumps({"format": "hearth-kv/9", "namespace": NS, "pins": []}).encode(),
+    "a malformed pin": json.dumps(
+        {"format": "hearth-kv/2", "namespace": NS, "version": 3, "pins": [{"key": "a" * 64}]}
+    ).encode(),
+}
+
+
+@pytest.mark.parametrize("how", sorted(MANIFEST_DAMAGE))
+def test_an_unreadable_manifest_keeps_every_file(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, how: str
+) -> None:
+    """Regression: a broken pins.json read as "no pins", and the next manifest pruned every
+    stored file. Now every file stays, and the broken manifest is moved aside, not
+    overwritten."""
+    first = PrefixStore(tmp_path)
+    entry = _pin(first, NS, TOKENS, "house")
+    del first  # the previous run
+    manifest = PrefixStore(tmp_path).folder(NS) / "pins.json"
+    manifest.write_bytes(MANIFEST_DAMAGE[how])
+    caplog.set_level(logging.WARNING)
+    store = PrefixStore(tmp_path)
+    other = TOKENS[:20]
+    assert store.save(NS, other, kv_for(other))  # a pin of this run
+    version = store.next_version(NS)
+    new = ManifestEntry("other", prefix_key(NS, other), 20)
+    assert store.write_manifest(NS, [new], version)
+    store.prune(NS, {new.key}, version)
+    assert _files(store) == {f"{entry.key}.safetensors", f"{new.key}.safetensors"}
+    (aside,) = store.folder(NS).glob("pins.json.corrupt-*")
+    assert aside.read_bytes() == MANIFEST_DAMAGE[how]
+    assert store.read_manifest(NS) == [new]
+    warnings = [r.getMessage() for r in caplog.records if "pins.json" in r.getMessage()]
+    assert len(warnings) == 1 and "keeping every stored file" in warnings[0]
+
+
+def test_a_missing_manifest_keeps_the_files_it_would_have_listed(tmp_path: Path) -> None:
+    """KV files without a manifest (lost in a crash, or deleted): a run cannot tell which
+    are pins, so it deletes none of them."""
+    assert PrefixStore(tmp_path).save(NS, TOKENS, kv_for(TOKENS))
+    store = PrefixStore(tmp_path)
+    version = store.next_version(NS)
+    assert store.write_manifest(NS, [], version)
+    store.prune(NS, set(), version)
+    assert store.load(NS, TOKENS) is not None
+
+
+def test_a_manifest_is_synced_before_and_after_its_rename(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression: pins.json was renamed into place unsynced; after a power cut it could be
+    empty (and an empty manifest pruned every file)."""
+    store = PrefixStore(tmp_path)
+    assert store.save(NS, TOKENS, kv_for(TOKENS))
+    events: list[str] = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd: int) -> None:
+        events.append("fsync folder" if os.path.isdir(f"/proc/self/fd/{fd}") else "fsync file")
+        real_fsync(fd)
+
+    def replace(src: str, dst: str | Path) -> None:
+        events.append(f"rename to {Path(dst).name}")
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
+    version = store.next_version(NS)
+    assert store.write_manifest(NS, [ManifestEntry("house", prefix_key(NS, TOKENS), 40)], version)
+    assert events == ["fsync file", "rename to pins.json", "fsync folder"]
+
+
+def test_a_second_store_on_a_folder_reads_but_never_writes_or_deletes(
+    tmp_path: Path,
+) -> None:
+    """Regression: two engines on one folder pruned each other's files. The second one
+    (here a second store in the same process: ``flock`` locks are per open file) restores
+    what is there, and writes, prunes and deletes nothing."""
+    owner = PrefixStore(tmp_path)
+    entry = _pin(owner, NS, TOKENS, "house")
+    second = PrefixStore(tmp_path)
+    assert second.read_manifest(NS) == [entry]
+    loaded = second.load_by_key(NS, entry.key)
+    assert loaded is not None and loaded[0] == TOKENS
+    other = TOKENS[:20]
+    assert not second.save(NS, other, kv_for(other))
+    version = second.next_version(NS)
+    assert not second.write_manifest(NS, [], version)
+    second.prune(NS, set(), version)
+    assert _files(owner) == {f"{entry.key}.safetensors"}
+    assert owner.read_manifest(NS) == [entry]
+    # A file the second store cannot use stays too: the owner decides.
+    damaged = owner.path_for(NS, prefix_key(NS, other))
+    damaged.write_bytes(b"\0" * 8)
+    assert second.load(NS, other) is None
+    assert damaged.exists()
+    # The owner works on, and once it closes, the folder is free for another store.
+    assert owner.load(NS, other) is None and not damaged.exists()
+    owner.close()
+    third = PrefixStore(tmp_path)
+    assert third.save(NS, other, kv_for(other))
+
+
+def test_another_process_holding_the_folder_makes_a_store_read_only(tmp_path: Path) -> None:
+    """The lock is between processes too, and a process that dies lets go of it."""
+    store = PrefixStore(tmp_path)
+    folder = store.folder(NS)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from pathlib import Path; from hearth_engine.store_lock import FolderLock;"
+            "lock = FolderLock(Path(sys.argv[1])); print(lock.acquire(), flush=True);"
+            "sys.stdin.read()",
+            str(folder),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "True"
+        assert not store.save(NS, TOKENS, kv_for(TOKENS))
+    finally:
+        holder.kill()
+        holder.wait()
+    again = PrefixStore(tmp_path)  # the holder died: its lock is gone
+    assert again.save(NS, TOKENS, kv_for(TOKENS))
+
+
+def test_stale_temporary_files_are_swept_at_start(tmp_path: Path) -> None:
+    """Regression: ``.tmp-*`` files left by a crash mid-write stayed forever. Only files
+    older than this store are stale: a newer one is someone's write in progress."""
+    folder = PrefixStore(tmp_path).folder(NS)
+    folder.mkdir(parents=True)
+    stale = folder / ".tmp-crashed.safetensors"
+    stale_manifest = folder / ".tmp-crashed.json"
+    fresh = folder / ".tmp-in-progress.safetensors"
+    for path in (stale, stale_manifest, fresh):
+        path.write_bytes(b"partial")
+    now = time.time()
+    for path in (stale, stale_manifest):
+        os.utime(path, (now - 3600, now - 3600))
+    os.utime(fresh, (now + 3600, now + 3600))
+    store = PrefixStore(tmp_path)
+    assert store.save(NS, TOKENS, kv_for(TOKENS))
+    assert sorted(p.name for p in folder.glob(".tmp-*")) == [fresh.name]
