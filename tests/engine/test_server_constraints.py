@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -280,3 +281,72 @@ async def test_a_call_cut_short_is_neither_a_call_nor_spoken_markup(client: Clie
     assert not "".join(
         e["choices"][0]["delta"].get("content") or "" for e in events[:-1] if e["choices"]
     )
+
+
+# Grammar limits (issue 26): each bad schema is a 400 naming what it hit, and a failed
+# grammar is refused from the failure cache the second time (the server logs which).
+def _schema_format(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}
+
+
+def _tool(name: str, parameters: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "function", "function": {"name": name, "parameters": parameters}}
+
+
+_BRANCHES = [{"type": "object", "properties": {f"p{j}": {"type": "integer"}}} for j in range(10)]
+# allOf over anyOfs multiplies out: 10^4 branches, ~5 s to compile here, then a panic.
+_BLOW_UP = {"allOf": [{"anyOf": _BRANCHES} for _ in range(4)]}
+_SELF_REF = {"$defs": {"a": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"}
+_BIG = {"type": "object", "properties": {f"p{i}": {"type": "integer"} for i in range(10_000)}}
+
+
+@pytest.mark.parametrize(
+    ("extra", "code", "param", "names"),
+    [
+        ({"response_format": _schema_format(_SELF_REF)}, "invalid_schema",
+         "response_format.json_schema.schema", ("no finite value",)),
+        ({"response_format": _schema_format({"enum": [f"v{i}" for i in range(50_000)]})},
+         "invalid_value", "response_format", ("limit max_schema_bytes = 262144",)),
+        ({"tools": [TOOLS[0], _tool("Blow", _BLOW_UP)]}, "invalid_schema", "tools",
+         ("limit compile_seconds = 3", "too complex")),
+        ({"tools": [_tool(f"T{i}", {}) for i in range(513)]}, "invalid_value", "tools",
+         ("limit max_tools = 512",)),
+        ({"tools": [TOOLS[0], _tool("Big", _BIG)]}, "invalid_value", "tools",
+         ("limit max_schema_bytes = 262144",)),
+    ],
+    ids=["self_ref", "huge_enum", "any_of_blow_up", "too_many_tools", "oversized_schema"],
+)  # fmt: skip
+async def test_grammar_limits_are_400s_naming_the_limit(
+    client: Client,
+    server: ServerProcess,
+    extra: dict[str, Any],
+    code: str,
+    param: str,
+    names: tuple[str, ...],
+) -> None:
+    body = {"messages": MESSAGES, "max_tokens": 4, **extra}
+    error = await client.error("POST", "/v1/chat/completions", 400, code, json_body=body)
+    assert error["param"] == param, error
+    assert any(name in error["message"] for name in names), error
+    refused = server.stderr().count("Grammar refused from the failure cache")
+    again = await client.error("POST", "/v1/chat/completions", 400, code, json_body=body)
+    assert again == error
+    if code == "invalid_schema":  # compiled once, then refused from the cache
+        server.wait_for_log("Grammar refused from the failure cache", timeout=5)
+        assert server.stderr().count("Grammar refused from the failure cache") == refused + 1
+    assert (await client.chat(messages=MESSAGES, tools=TOOLS, max_tokens=2))["choices"]
+
+
+HOUSEHOLD = Path(__file__).parents[2] / "bench" / "fixtures" / "household.json"
+
+
+async def test_the_household_tools_still_compile_and_call(client: Client) -> None:
+    """HA's 18 tools (captured from a real house) fit every limit."""
+    agent = json.loads(HOUSEHOLD.read_text())["agents"]["hearth"]
+    tools = agent["prefixes"][0]["tools"]
+    reply = await client.chat(
+        messages=MESSAGES, tools=tools, tool_choice="required", hearth=HOUSE, **sampling(1)
+    )
+    calls = calls_of(reply)
+    offered = {t["function"]["name"] for t in tools}
+    assert calls and all(name in offered for name, _ in calls), reply
