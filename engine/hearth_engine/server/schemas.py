@@ -33,6 +33,20 @@ def _number(value: Any) -> float:
     return float(value)
 
 
+class UnsupportedError(vol.Invalid):
+    """A parameter of OpenAI's API that Hearth does not implement (asking for it is a 400
+    with code ``unsupported_parameter``, never silently ignored)."""
+
+    code = "unsupported_parameter"
+
+
+def _no_logprobs(value: Any) -> Any:
+    """``logprobs``/``top_logprobs``: only their "off" values (no log probabilities)."""
+    if value is None or value is False:
+        return value
+    raise UnsupportedError("log probabilities are not supported")
+
+
 def _stop(value: Any) -> tuple[str, ...]:
     if value is None:
         return ()
@@ -273,6 +287,8 @@ CHAT_REQUEST = vol.Schema(
         ),
         vol.Optional("stop"): _stop,
         vol.Optional("n"): vol.All(_strict_int, vol.In([1], msg="only n=1 is supported")),
+        vol.Optional("logprobs"): _no_logprobs,
+        vol.Optional("top_logprobs"): _no_logprobs,
         vol.Optional("user"): str,
         vol.Optional("cache_salt"): vol.All(str, vol.Length(max=128)),
         vol.Optional("response_format"): _response_format,
@@ -343,7 +359,9 @@ def validate(schema: vol.Schema, data: Any) -> dict[str, Any]:
     except vol.MultipleInvalid as err:
         first = err.errors[0]
         param = ".".join(str(p) for p in first.path) or None
-        raise bad_request(f"{param}: {first.msg}" if param else first.msg, param=param) from None
+        code = UnsupportedError.code if isinstance(first, UnsupportedError) else "invalid_value"
+        message = f"{param}: {first.msg}" if param else first.msg
+        raise bad_request(message, param=param, code=code) from None
     except RecursionError:
         raise bad_request("the request is nested too deeply") from None
 
