@@ -66,6 +66,8 @@ class ConstraintCompiler:
         self._failed: OrderedDict[str, GrammarError] = OrderedDict()  # keyed as _compiled
         self._verdicts: OrderedDict[str, str] = OrderedDict()  # one part's grammar -> error
         self._runaways: list[threading.Thread] = []
+        # Compiles that ran past their bound, by grammar key: awaited by the next request.
+        self._slow: OrderedDict[str, tuple[threading.Thread, _CompileJob]] = OrderedDict()
         self.compiles = 0
         self.hits = 0
         self.failures = 0  # grammars that failed to compile
@@ -128,7 +130,13 @@ class ConstraintCompiler:
             raise GrammarError(str(failure), failure.param)
         t0 = time.perf_counter()
         try:
-            template = self._build(grammar, self.limits.compile_seconds)
+            template = self._build(grammar, self.limits.compile_seconds, key)
+        except GrammarTimeout as err:
+            # Not remembered as a failure: on a busy machine a sound grammar can be slow.
+            # Its compile goes on, and the next request with it waits for that one.
+            _LOGGER.info("Grammar compile still running after the bound: %s", err)
+            failure = blame(err)
+            raise GrammarError(str(failure), failure.param) from None
         except GrammarError as err:
             failure = blame(err)
             self.failures += 1
@@ -146,10 +154,11 @@ class ConstraintCompiler:
         _remember(self._compiled, key, template, self._capacity)
         return template
 
-    def _build(self, grammar: str, seconds: float) -> Any:
+    def _build(self, grammar: str, seconds: float, key: str | None = None) -> Any:
         """A new matcher for ``grammar``, under the llguidance limits and within
         ``seconds``; its first mask is computed too (the lexer's start state: paid here,
-        not per request)."""
+        not per request). With ``key``, a compile of it that ran past its bound earlier
+        is awaited (or taken, if done) instead of starting another."""
         limits = self.limits
         if len(grammar) > limits.max_grammar_chars:
             raise GrammarError(
@@ -160,15 +169,22 @@ class ConstraintCompiler:
 
         tokenizer = self._tokenizer()  # outside the deadline: built once, ~1-3 s
         parser_limits = llguidance.LLParserLimits(**limits.parser_limits(), verbose_errors=False)
-        job = _CompileJob(tokenizer, grammar, parser_limits)
-        self._runaways = [t for t in self._runaways if t.is_alive()]
-        while len(self._runaways) >= MAX_RUNAWAYS:  # each ends: the limits bound it
-            self._runaways.pop(0).join()
-        thread = threading.Thread(target=job.run, name="hearth-grammar", daemon=True)
-        thread.start()
+        slow = self._slow.pop(key, None) if key is not None else None
+        if slow is not None:
+            thread, job = slow
+        else:
+            job = _CompileJob(tokenizer, grammar, parser_limits)
+            self._runaways = [t for t in self._runaways if t.is_alive()]
+            while len(self._runaways) >= MAX_RUNAWAYS:  # each ends: the limits bound it
+                self._runaways.pop(0).join()
+            thread = threading.Thread(target=job.run, name="hearth-grammar", daemon=True)
+            thread.start()
         thread.join(max(seconds, 0.0))
         if thread.is_alive():
-            self._runaways.append(thread)
+            if slow is None:
+                self._runaways.append(thread)
+            if key is not None:
+                _remember(self._slow, key, (thread, job), MAX_RUNAWAYS)
             self.timeouts += 1
             raise GrammarTimeout(
                 f"the grammar takes too long to compile ({limits.named('compile_seconds')} "
