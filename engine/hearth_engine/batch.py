@@ -8,26 +8,36 @@ new places) only when the set of rows changes or it runs out of room.
 The buffer holds only each row's *own* KV: the cached prefixes the rows start with are
 read in place (``PrefixPart``), one part per distinct segment with the rows that read
 it, so the house prompt that every request shares sits in memory once.
+
+New buffers come from ``allocate`` (``KVManager.new_buffer``), which makes room for them
+within the KV budget first: during a rebuild the old buffer and the new one both exist.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 import torch
 
 from .attention import PrefixPart
+from .budget import GROWTH_TOKENS
 from .kv import BufferPool, KVBuffer
 from .runner import ModelRunner
 from .sequence import Sequence
 
-GROWTH_TOKENS = 256
+__all__ = ["GROWTH_TOKENS", "DecodeBatch"]
+
+Allocate = Callable[[int, int, int], KVBuffer]  # (rows, capacity, length)
 
 
 class DecodeBatch:
-    def __init__(self, runner: ModelRunner, pool: BufferPool) -> None:
+    def __init__(
+        self, runner: ModelRunner, pool: BufferPool, allocate: Allocate | None = None
+    ) -> None:
         self.runner = runner
         self.pool = pool
+        self._allocate: Allocate = allocate or pool.buffer
         self.rows: list[Sequence] = []
         self.buffer: KVBuffer | None = None
         self._mask: torch.Tensor | None = None  # [B, cap] bool, or None when unpadded
@@ -73,7 +83,7 @@ class DecodeBatch:
     def _rebuild(self, rows: list[Sequence]) -> None:
         end = max(seq.own_len for seq in rows)
         room = min(max(seq.remaining_decode for seq in rows), GROWTH_TOKENS)
-        buffer = self.pool.buffer(rows=len(rows), capacity=end + room + 1, length=end)
+        buffer = self._allocate(len(rows), end + room + 1, end)
         sources = {id(seq.kv): seq.kv for seq in rows}
         if self.buffer is not None:
             sources[id(self.buffer)] = self.buffer

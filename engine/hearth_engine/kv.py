@@ -275,7 +275,7 @@ def kv_range(  # noqa: PLR0917
 
 
 class BufferPool:
-    """Recycles working-cache storage between requests.
+    """Recycles working-cache storage between requests, and counts what is handed out.
 
     Fresh multi-megabyte tensors page-fault on first touch, which on a VM costs more than
     the copy itself (measured here: copying a 2k-token prefix into a new buffer took
@@ -285,6 +285,9 @@ class BufferPool:
     to fault in again); beyond ``max_free_bytes`` the largest are dropped (a batch of
     long prompts makes multi-GB decode buffers, which kept four at a time grew the
     engine to 11 GB under load).
+
+    ``live_bytes``: the storage of the buffers handed out and not yet given back, and
+    ``live_excess`` the part of it beyond what they asked for (a reused, larger storage).
     """
 
     def __init__(self, layout: KVLayout, max_free: int = 4, max_free_bytes: int = 1 << 30) -> None:
@@ -292,25 +295,51 @@ class BufferPool:
         self.max_free = max_free
         self.max_free_bytes = max_free_bytes
         self._free: list[torch.Tensor] = []
+        self._live: dict[int, tuple[int, int]] = {}  # id(storage): (bytes, excess bytes)
+        self._item = torch.empty((), dtype=layout.dtype).element_size()
         self._lock = threading.Lock()
 
-    def buffer(self, rows: int, capacity: int, length: int = 0) -> KVBuffer:
-        need = (
-            self.layout.layers * 2 * rows * self.layout.kv_heads * capacity * self.layout.head_dim
-        )
-        storage = None
+    def nbytes_for(self, rows: int, capacity: int) -> int:
+        """Bytes a buffer of ``rows`` × ``capacity`` tokens takes."""
+        return self._numel(rows, capacity) * self._item
+
+    def _numel(self, rows: int, capacity: int) -> int:
+        layout = self.layout
+        return layout.layers * 2 * rows * layout.kv_heads * capacity * layout.head_dim
+
+    def reusable(self, rows: int, capacity: int, max_excess: int | None = None) -> bool:
+        """Whether ``buffer`` would reuse a freed storage (no new memory)."""
         with self._lock:
-            fits = [
-                i for i, t in enumerate(self._free) if need <= t.numel() <= 4 * need + (1 << 20)
-            ]
-            if fits:
-                storage = self._free.pop(min(fits, key=lambda i: self._free[i].numel()))
+            return self._fit(self._numel(rows, capacity), max_excess) is not None
+
+    def _fit(self, need: int, max_excess: int | None) -> int | None:
+        limit = 4 * need + (1 << 20)
+        if max_excess is not None:
+            limit = min(limit, need + max_excess // self._item)
+        fits = [i for i, t in enumerate(self._free) if need <= t.numel() <= limit]
+        return min(fits, key=lambda i: self._free[i].numel()) if fits else None
+
+    def buffer(
+        self, rows: int, capacity: int, length: int = 0, max_excess: int | None = None
+    ) -> KVBuffer:
+        """A buffer, in a freed storage that fits (at most ``max_excess`` bytes larger
+        than needed, when given) or a new one."""
+        need = self._numel(rows, capacity)
+        with self._lock:
+            index = self._fit(need, max_excess)
+            storage = self._free.pop(index) if index is not None else None
+        if storage is None:
+            storage = torch.empty(need, dtype=self.layout.dtype, device=self.layout.device)
+        with self._lock:
+            size = storage.numel() * self._item
+            self._live[id(storage)] = (size, size - need * self._item)
         return KVBuffer(self.layout, rows, capacity, length, storage)
 
     def release(self, buffer: KVBuffer | None) -> None:
         if buffer is None:
             return
         with self._lock:
+            self._live.pop(id(buffer.storage), None)
             if any(t is buffer.storage for t in self._free):
                 return
             self._free.append(buffer.storage)
@@ -327,6 +356,16 @@ class BufferPool:
     def free_bytes(self) -> int:
         with self._lock:
             return self._free_bytes()
+
+    @property
+    def live_bytes(self) -> int:
+        with self._lock:
+            return sum(size for size, _ in self._live.values())
+
+    @property
+    def live_excess(self) -> int:
+        with self._lock:
+            return sum(excess for _, excess in self._live.values())
 
     def clear(self) -> None:
         with self._lock:

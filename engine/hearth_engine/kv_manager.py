@@ -9,7 +9,10 @@ so a match and the lock that follows it can never be split by an eviction.
   of them, see ``attention``), the rest are copied in.
 * ``store`` inserts a sequence's prompt (and generated) KV into the cache, so the next
   turn of a chat hits; ``release`` gives back its locks and buffer.
-* ``make_room`` keeps cache + working buffers + pooled buffers within the KV budget.
+* ``fits`` admits a sequence only if what it and the running ones can still grow to
+  fits the KV budget beside what the cache cannot evict (``budget.py``); ``make_room``
+  makes room before every buffer is allocated, so cache + snapshots + working buffers +
+  pooled buffers stay within the budget (``peak_bytes``: the most they ever held).
 
 **Sliding-window layers** (a model whose ``KVLayout.trims_windows``). A sliding layer
 at position ``p`` reads only the keys after ``p - window``, so a cached prefix keeps
@@ -38,6 +41,7 @@ import torch
 
 from .attention import PrefixPart
 from .batch import DecodeBatch
+from .budget import Demand, KVBudgetError, reserved_bytes
 from .cache import Match, RadixCache
 from .config import CacheMode, EngineConfig
 from .kv import BufferPool, KVBuffer, kv_range, segment_nbytes, segment_tokens, split_segment
@@ -81,6 +85,9 @@ class KVManager:
         prefilling: Callable[[], Iterable[Sequence]],
     ) -> None:
         self._prefilling = prefilling  # the running prefills (their buffers count too)
+        self.budget = budget
+        self.peak_bytes = 0  # the most cache + snapshots + buffers held at once
+        self._demands: dict[int, Demand] = {}  # of the placed sequences, by id
         self.mode = config.cache_mode
         self.bytes_per_token = runner.info.bytes_per_token  # of a working buffer
         self.layout = runner.layout
@@ -90,7 +97,7 @@ class KVManager:
         self.cache: RadixCache[torch.Tensor] = RadixCache(budget, TensorOps())
         # Recycled working buffers: at most a quarter of the KV budget (1 GiB at most).
         self.pool = BufferPool(runner.layout, max_free_bytes=min(budget // 4, 1 << 30))
-        self.batch = DecodeBatch(runner, self.pool)
+        self.batch = DecodeBatch(runner, self.pool, self.new_buffer)
         # Cache hits read their prefix in place instead of copying it (see attention.py)
         # when the model passed the self-test.
         self.share_prefix = (
@@ -145,24 +152,35 @@ class KVManager:
 
     # ------------------------------------------------------------------ placement
 
-    def place(self, seq: Sequence, match: Match[torch.Tensor]) -> None:
-        """Lock ``match`` for ``seq`` and give it a working buffer holding the rest."""
+    def place(self, seq: Sequence, match: Match[torch.Tensor], *, strict: bool = True) -> None:
+        """Lock ``match`` for ``seq`` and give it a working buffer holding the rest
+        (``strict`` False: even past the budget; a pin that runs alone, see ``budget``)."""
         self.cache.lock(match.node)
         seq.lock_node = match.node
+        self._demands[seq.id] = self.demand(seq, match)
         try:
-            self._place_buffer(seq, match)
+            self._place_buffer(seq, match, strict)
         except BaseException:
             self.release(seq)
             raise
 
-    def _place_buffer(self, seq: Sequence, match: Match[torch.Tensor]) -> None:
-        reserve = 0 if seq.kind is Kind.PIN else min(seq.params.max_tokens, 256)
+    def _shared(self, match: Match[torch.Tensor]) -> list[torch.Tensor]:
+        """The segments of ``match`` that a sequence reads in place."""
+        if not self.share_prefix:
+            return []
+        return [payload[:, :, :, :used] for payload, used in match.segments][:MAX_SHARED_SEGMENTS]
+
+    def demand(self, seq: Sequence, match: Match[torch.Tensor]) -> Demand:
+        """The most working KV ``seq`` can take, placed over ``match``."""
+        own = len(seq.prompt) - sum(segment_tokens(s) for s in self._shared(match))
+        return Demand.of(own, None if seq.kind is Kind.PIN else seq.params.max_tokens)
+
+    def _place_buffer(self, seq: Sequence, match: Match[torch.Tensor], strict: bool) -> None:
         segments = [payload[:, :, :, :used] for payload, used in match.segments]
-        shared = segments[:MAX_SHARED_SEGMENTS] if self.share_prefix else []
+        shared = self._shared(match)
         shared_len = sum(segment_tokens(s) for s in shared)
-        capacity = len(seq.prompt) - shared_len + reserve + 1
-        self.make_room(capacity * self.bytes_per_token)
-        buffer = self.pool.buffer(rows=1, capacity=capacity)
+        buffer = self.new_buffer(1, self._demands[seq.id].buffer, strict=strict)
+        seq.kv = buffer  # from now on ``release`` gives it back
         column = 0
         for segment in segments[len(shared) :]:
             buffer.write_segment(0, column, segment, self._segment_layers)
@@ -248,7 +266,8 @@ class KVManager:
         return torch.cat(pieces, dim=3) if len(pieces) > 1 else pieces[0]
 
     def release(self, seq: Sequence) -> None:
-        """Give back ``seq``'s cache lock and working buffer (idempotent)."""
+        """Give back ``seq``'s cache lock, working buffer and reservation (idempotent)."""
+        self._demands.pop(seq.id, None)
         if seq.lock_node is not None:
             node, seq.lock_node = seq.lock_node, None
             self.cache.unlock(node)
@@ -265,6 +284,10 @@ class KVManager:
         if self.mode is CacheMode.LAST_PROMPT:
             self.cache.clear()
         tokens = seq.tokens_with_kv()
+        if seq.kind is Kind.GENERATE:  # what does not fit beside the buffers stays out
+            tokens = tokens[: self._insertable(seq.namespace, tokens)]
+            if not tokens:
+                return
         shared, buffer, row, offset = seq.shared, seq.kv, seq.kv_row, seq.kv_offset
         bpt, layers = self.segment_bytes_per_token, self._segment_layers
         cached = self.cache.insert(
@@ -279,6 +302,23 @@ class KVManager:
             else:
                 snapshot = buffer.snapshot(row, len(tokens))
             self.snapshots.put(seq.namespace, tokens, snapshot)
+        self.note_peak()
+
+    def _insertable(self, namespace: str, tokens: list[int]) -> int:
+        """How many of ``tokens`` can be cached now without passing the budget: the new
+        ones (and a split node's transient copy) must fit beside every buffer."""
+        match = self.cache.match(namespace, tokens)
+        split = 0
+        if match.segments:
+            payload, used = match.segments[-1]
+            if used < segment_tokens(payload):
+                split = segment_nbytes(payload)
+        bpt = self.segment_bytes_per_token
+        room = self.make_room((len(tokens) - match.length) * bpt + split)
+        if room >= 0:
+            return len(tokens)
+        fit = len(tokens) + room // bpt - 1
+        return fit if fit > match.length else 0  # 0: nothing new, nothing split
 
     def insert_segment(
         self,
@@ -296,6 +336,9 @@ class KVManager:
         """
         if self.snapshots is not None and (snapshot is None or snapshot.tokens != len(tokens)):
             return False
+        need = self.layout.prefix_bytes(len(tokens))
+        if need > self.cache_room() or self.make_room(need) < 0:
+            return False  # not beside the running requests' reservations: computed instead
         kv = kv.to(device=self.layout.device, dtype=self.layout.dtype)
         if snapshot is not None and snapshot.window is not None:
             window = snapshot.window.to(device=self.layout.device, dtype=self.layout.dtype)
@@ -310,6 +353,7 @@ class KVManager:
             return False
         if self.snapshots is not None and snapshot is not None:
             self.snapshots.put(namespace, tokens, snapshot.to(self.layout.device))
+        self.note_peak()
         return True
 
     def segments(self, namespace: str, tokens: list[int]) -> list[torch.Tensor] | None:
@@ -330,38 +374,105 @@ class KVManager:
 
     # ------------------------------------------------------------------ the budget
 
-    def make_room(self, nbytes: int) -> None:
-        """Keep cache + working buffers + pooled buffers (+ ``nbytes``) within the budget.
+    def used_bytes(self) -> int:
+        """What the budget holds now: cache, snapshots, buffers in use and pooled."""
+        states = self.snapshots.nbytes if self.snapshots is not None else 0
+        return self.cache.used_bytes + states + self.pool.live_bytes + self.pool.free_bytes
+
+    def note_peak(self) -> None:
+        self.peak_bytes = max(self.peak_bytes, self.used_bytes())
+
+    def make_room(self, nbytes: int) -> int:
+        """Free room for ``nbytes`` more within the budget; returns the room left after
+        them (negative: short by that much).
 
         Pooled buffers go first, then least recently used unpinned cache entries. What
-        is pinned or in use cannot go: then the budget is exceeded by the working
-        buffers of the running requests (``kv_working_bytes`` shows it).
+        is pinned or in use cannot go.
         """
-        working = self.working_bytes()
 
-        states = self.snapshots.nbytes if self.snapshots is not None else 0
+        def left() -> int:
+            return self.budget - self.used_bytes() - nbytes
 
-        def over() -> int:
-            used = self.cache.used_bytes + working + self.pool.free_bytes + states
-            return used + nbytes - self.cache.capacity_bytes
-
-        if over() > 0 and self.pool.free_bytes:
+        if left() < 0 and self.pool.free_bytes:
             self.pool.clear()
-        if (excess := over()) > 0:
-            self.cache.evict(excess)
+        if (short := -left()) > 0:
+            self.cache.evict(short)
+        return left()
+
+    def new_buffer(
+        self, rows: int, capacity: int, length: int = 0, *, strict: bool = True
+    ) -> KVBuffer:
+        """A working buffer, made room for first (``KVBudgetError`` if there is none,
+        unless not ``strict``).
+
+        A reused storage larger than needed is taken only while the excess fits beside
+        every reservation (it counts against them until it is given back).
+        """
+        excess = self.budget - self.cache.used_bytes - self.reserved()
+        if not self.pool.reusable(rows, capacity, max(0, excess)):
+            need = self.pool.nbytes_for(rows, capacity)
+            if self.make_room(need) < 0 and strict:
+                raise KVBudgetError(
+                    f"a working buffer of {need} bytes does not fit the KV budget of "
+                    f"{self.budget} bytes ({self.used_bytes()} in use)"
+                )
+        buffer = self.pool.buffer(rows, capacity, length, max_excess=max(0, excess))
+        self.note_peak()
+        return buffer
+
+    # ------------------------------------------------------------------ admission
+
+    def reserved(self, extra: Demand | None = None) -> int:
+        """Bytes the placed sequences (and ``extra``) may still take, with the snapshots."""
+        demands = [*self._demands.values(), *([extra] if extra is not None else [])]
+        states = self.snapshots.nbytes if self.snapshots is not None else 0
+        working = reserved_bytes(demands, self.batch.nbytes, self.bytes_per_token)
+        return working + self.pool.live_excess + states
+
+    @property
+    def idle(self) -> bool:
+        """No placed sequence holds a reservation (all the budget could be freed)."""
+        return not self._demands
+
+    def fits(self, seq: Sequence, match: Match[torch.Tensor]) -> bool:
+        """Whether ``seq`` (over ``match``) may start now: with it, every reservation
+        fits beside what the cache cannot evict (pinned, or locked by a reader)."""
+        reserved = self.reserved(self.demand(seq, match))
+        if self.cache.used_bytes + reserved <= self.budget:
+            return True  # without evicting anything
+        self.cache.lock(match.node)  # its prefix stays while it runs
+        try:
+            kept = self.cache.used_bytes - self.cache.evictable_bytes()
+        finally:
+            self.cache.unlock(match.node)
+        return kept + reserved <= self.budget
+
+    def cache_room(self) -> int:
+        """Bytes the cache could still hold for good beside every reservation."""
+        kept = self.cache.used_bytes - self.cache.evictable_bytes()
+        return self.budget - kept - self.reserved()
+
+    def never_fits(self, seq: Sequence) -> str | None:
+        """Why ``seq`` could not run even alone, beside the pins (None: it could).
+
+        Thread-safe (the event loop asks before queueing): it reads the cache only.
+        """
+        match = self.cache.match(seq.namespace, seq.prompt, self.match_limit(seq))
+        pinned = self.cache.stats().pinned_bytes
+        need = reserved_bytes([self.demand(seq, match)], 0, self.bytes_per_token)
+        if pinned + need <= self.budget:
+            return None
+        mib = 1 << 20
+        return (
+            f"the request needs up to {need / mib:.1f} MiB of working KV for its "
+            f"{len(seq.prompt)} prompt tokens and max_tokens {seq.params.max_tokens}, but "
+            f"the KV budget is {self.budget / mib:.1f} MiB with {pinned / mib:.1f} MiB "
+            "pinned; lower max_tokens or raise --kv-cache-mb"
+        )
 
     def working_bytes(self) -> int:
-        """Bytes of the decode batch plus the prefilling sequences' own buffers.
-
-        Each buffer attribute is read once: a release may clear it between two reads.
-        """
-        batch = self.batch.buffer
-        total = batch.nbytes if batch is not None else 0
-        for seq in list(self._prefilling()):
-            kv = seq.kv
-            if kv is not None and kv is not batch:
-                total += kv.nbytes
-        return total
+        """Bytes of the working buffers in use (the decode batch and every sequence's)."""
+        return self.pool.live_bytes
 
     def publish_usage(self) -> None:
         """Worker thread, after each step: the figures other threads read as ``usage``."""

@@ -6,6 +6,8 @@ own methods change them. An engine step is:
 1. **admission**: ``admissible()`` lists waiting sequences in arrival order, and the
    engine starts (``start``) those it can place, at most ``max_running`` in all. A
    sequence the engine defers (it waits for another's prefill) keeps its place in line.
+   One whose KV does not fit the budget yet (``KVManager.fits``) stops admission: it
+   and everything behind it wait, first come first served, until running ones end.
 2. **plan**: one batched decode step for every decoding sequence, then one prefill chunk
    (at most ``chunk_tokens``) for one prefilling sequence. The chunk goes to the
    sequence with the least prefill left (so a warm request with a 25-token suffix
@@ -45,6 +47,10 @@ PIN_SHARE = 8  # a pin's chunk is chunk_tokens // PIN_SHARE while requests are s
 
 class QueueFullError(RuntimeError):
     """More requests are waiting than ``max_queue`` allows."""
+
+
+class NeverFitsError(QueueFullError):
+    """A request could not run within the KV budget even alone (a 503, like a full queue)."""
 
 
 class Scheduler:

@@ -1,6 +1,7 @@
 """Limits and clean-up, on a small server of its own: ``tiny`` (random weights: it talks
-until ``max_tokens``), one running request, one waiting, a 16 KiB body limit and a 1 MiB
-KV budget (1024 tokens of ``tiny``), no API key and no ``--log-prompts``."""
+until ``max_tokens``), one running request, one waiting (request or pin), a 64 KiB body
+limit and an 8 MiB KV budget (8,192 tokens of ``tiny``, working buffers included), no API
+key and no ``--log-prompts``."""
 
 from __future__ import annotations
 
@@ -16,7 +17,10 @@ import pytest
 from .conftest import Client, ServerProcess
 
 CHAT = "/v1/chat/completions"
-LONG = 20000  # tokens: a minute or more of decoding for tiny (~2 ms a step), so it is cut short
+# Tokens: seconds of decoding for tiny (~2 ms a step), so it is cut short. Its KV (~7k
+# tokens with the decode buffer's copy) fits the budget; 20,000 would not (503).
+LONG = 3000
+BUDGET_MB = 8
 
 
 @pytest.fixture(scope="module")
@@ -29,9 +33,9 @@ def server(server_factory: Any) -> ServerProcess:
         "--max-queue",
         "1",
         "--max-body-kb",
-        "16",
+        "64",
         "--kv-cache-mb",
-        "1",
+        str(BUDGET_MB),
     )
 
 
@@ -52,6 +56,10 @@ def messages(text: str | None = None) -> list[dict[str, str]]:
     ]
 
 
+def json_headers(client: Client) -> dict[str, str]:
+    return {**client.server.auth, "Content-Type": "application/json"}
+
+
 class OpenStream:
     """A streamed completion that the test reads a little of, then drops."""
 
@@ -62,7 +70,7 @@ class OpenStream:
 
     async def __aenter__(self) -> OpenStream:
         self.response = await self.client.session.post(
-            self.client.url(CHAT), data=json.dumps(self.body), headers=self.client.server.auth
+            self.client.url(CHAT), data=json.dumps(self.body), headers=json_headers(self.client)
         )
         assert self.response.status == 200
         for _ in range(3):  # role chunk and some content: it is decoding now
@@ -176,7 +184,7 @@ async def test_disconnect_during_a_non_streaming_request_releases_everything(
     # closed at once (a shared session may keep it open a while).
     async with aiohttp.ClientSession() as own:
         request = asyncio.create_task(
-            own.post(client.url(CHAT), data=json.dumps(body), headers=server.auth)
+            own.post(client.url(CHAT), data=json.dumps(body), headers=json_headers(client))
         )
         during = await wait_for(client, "requests_running", 1)
         assert during["kv_cache_locked_nodes"] >= 1
@@ -237,30 +245,34 @@ async def test_prompts_are_not_logged_by_default(idle: Client, server: ServerPro
 
 async def test_body_limit_follows_max_body_kb(idle: Client) -> None:
     client = idle
-    over = json.dumps({"messages": messages("x" * 16 * 1024), "max_tokens": 2})
-    assert len(over) > 16 * 1024
-    error = await client.error("POST", CHAT, 413, "request_too_large", data=over)
-    assert str(16 * 1024) in error["message"]
-    under = {"messages": messages("word " * 2800), "max_tokens": 1}
-    assert len(json.dumps(under)) < 16 * 1024
-    assert (await client.chat(**under))["usage"]["completion_tokens"] == 1
+    over = json.dumps({"messages": messages("x" * 64 * 1024), "max_tokens": 2})
+    assert len(over) > 64 * 1024
+    error = await client.error(
+        "POST", CHAT, 413, "request_too_large", data=over, headers=json_headers(client)
+    )
+    assert str(64 * 1024) in error["message"]
+    under = json.dumps({"messages": messages("word " * 1000), "max_tokens": 1})
+    under += " " * (64 * 1024 - 64 - len(under))  # just under the limit (JSON whitespace)
+    status, _, body = await client.request("POST", CHAT, data=under, headers=json_headers(client))
+    assert status == 200, body
+    assert body["usage"]["completion_tokens"] == 1
 
 
 async def test_pin_larger_than_the_kv_budget_is_422(idle: Client) -> None:
     client = idle
     name = "too-big"
-    body = {"messages": messages("x " * 2000)}
+    body = {"messages": messages("x " * 9000)}
     error = await client.error("PUT", f"/v1/prefixes/{name}", 422, "pin_too_large", json_body=body)
-    assert str(1024 * 1024) in error["message"]  # says the budget
+    assert str(BUDGET_MB << 20) in error["message"]  # says the budget
     await client.error("GET", f"/v1/prefixes/{name}", 404, "not_found")
 
 
 async def test_budget_held_by_pins_is_503(idle: Client) -> None:
     client = idle
-    first = await client.put_pin("first", messages=messages("a " * 600))
+    first = await client.put_pin("first", messages=messages("a " * 4800))
     try:
         status, headers, body = await client.request(
-            "PUT", "/v1/prefixes/second", json_body={"messages": messages("b " * 600)}
+            "PUT", "/v1/prefixes/second", json_body={"messages": messages("b " * 4800)}
         )
         assert status == 503, body
         assert body["error"]["code"] == "overloaded"
@@ -269,5 +281,49 @@ async def test_budget_held_by_pins_is_503(idle: Client) -> None:
         assert (shown["state"], shown["hash"]) == ("ready", first["hash"])
     finally:
         await client.request("DELETE", "/v1/prefixes/first")
-    await client.put_pin("second", messages=messages("b " * 600))  # fits once it is free
+    await client.put_pin("second", messages=messages("b " * 4800))  # fits once it is free
     await client.request("DELETE", "/v1/prefixes/second")
+
+
+async def test_a_request_that_could_never_fit_the_budget_is_503(idle: Client) -> None:
+    body = {"messages": messages(), "max_tokens": 20000}  # within the context, not the KV
+    error = await idle.error("POST", CHAT, 503, "overloaded", json_body=body)
+    assert "max_tokens" in error["message"]
+    assert "--kv-cache-mb" in error["message"]
+    reply = await idle.chat(messages=messages(), max_tokens=2)  # still serving
+    assert reply["usage"]["completion_tokens"] == 2
+    assert_released(await idle.settled())
+
+
+async def test_pins_beyond_the_queue_are_503_and_chats_are_still_served(idle: Client) -> None:
+    """Regression: ``PUT ?wait=false`` queued pins without limit (only chat requests
+    counted against ``--max-queue``), and then every chat got a 503."""
+    client = idle
+    story = {"messages": messages("tell me a story about the cellar")}
+    async with OpenStream(client, {**story, "max_tokens": LONG, "min_tokens": LONG}):
+        assert (await wait_for(client, "requests_running", 1))["requests_running"] == 1
+        path = "/v1/prefixes/queued-{}?wait=false"
+        status, _, body = await client.request(
+            "PUT", path.format(1), json_body={"messages": messages("pin one")}
+        )
+        assert status == 202, body
+        for n in (2, 3):
+            status, headers, body = await client.request(
+                "PUT", path.format(n), json_body={"messages": messages(f"pin {n}")}
+            )
+            assert status == 503, body
+            assert body["error"]["code"] == "overloaded"
+            assert "waiting" in body["error"]["message"]
+            assert int(headers["Retry-After"]) >= 1
+            await client.error("GET", f"/v1/prefixes/queued-{n}", 404, "not_found")
+    # The stream was dropped: the queued pin warms up, and chats are served again.
+    await wait_for(client, "requests_waiting", 0)
+    reply = await client.chat(messages=messages(), max_tokens=2)
+    assert reply["usage"]["completion_tokens"] == 2
+    deadline = time.monotonic() + 60
+    while (await client.get("/v1/prefixes/queued-1"))["state"] == "warming":
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.05)
+    assert (await client.get("/v1/prefixes/queued-1"))["state"] == "ready"
+    await client.request("DELETE", "/v1/prefixes/queued-1")
+    assert_released(await client.settled())

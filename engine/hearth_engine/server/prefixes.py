@@ -10,7 +10,7 @@ from aiohttp import web
 
 from ..cache import CacheFullError, PinTooLargeError
 from ..chat import ChatTemplateError
-from ..engine import ContextLengthError, EngineClosedError
+from ..engine import ContextLengthError, EngineClosedError, QueueFullError
 from .completions import constraint_for
 from .errors import APIError, bad_request, not_found, overloaded
 from .schemas import PIN_REQUEST, check_pin_name, read_json, validate
@@ -63,6 +63,8 @@ async def put_prefix(request: web.Request) -> web.Response:
         raise APIError(422, str(err), param="messages", code="context_length_exceeded") from None
     except EngineClosedError:
         raise overloaded("the engine is shutting down", retry_after=5) from None
+    except QueueFullError as err:
+        raise overloaded(f"cannot pin {name!r} now: {err}; retry shortly") from None
     result = state.engine.pin_status(name) or status.as_dict()
     if not wait:
         return web.json_response(status.as_dict(), status=202)
