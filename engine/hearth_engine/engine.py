@@ -499,7 +499,7 @@ class Engine:
             return None  # running requests will end and free their KV
         if not fits and seq.kind is Kind.GENERATE:  # not even alone: never
             reason = self.kv.never_fits(seq) or "the KV budget is held by pins"
-            self._fail(seq, reason)
+            self._fail(seq, reason, status=503)
             return False
         seq.cached = match.length
         seq.prefill_started = time.monotonic()

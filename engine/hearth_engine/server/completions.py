@@ -165,6 +165,8 @@ def _event_error(event: Event) -> APIError | None:
     if isinstance(event, ErrorEvent):
         if event.status == 400:
             return APIError(400, event.message, code="invalid_request")
+        if event.status == 503:  # the KV budget could not hold it (``Engine._admit``)
+            return overloaded(event.message, retry_after=5)
         return APIError(500, event.message, type_="server_error", code="engine_error")
     if isinstance(event, FinishEvent) and event.reason == "cancelled":
         return overloaded("the engine is shutting down; the request was cancelled", retry_after=5)
