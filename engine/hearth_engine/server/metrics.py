@@ -87,6 +87,7 @@ def engine_stats(engine: Engine) -> dict[str, Any]:
         "kv_cache_evictions_total": cache.evictions,
         "kv_cache_evicted_bytes_total": cache.evicted_bytes,
         "kv_working_bytes": usage.working_bytes,
+        "kv_peak_bytes": kv.peak_bytes,  # cache + snapshots + buffers, the most at once
         "kv_pool_free_bytes": usage.pool_free_bytes,
         "kv_bytes_per_token": engine.info.bytes_per_token,
         # Hybrid models: recurrent-state snapshots at prefix boundaries (0 for others).
