@@ -6,6 +6,7 @@ import errno
 import json
 import logging
 import os
+import stat
 import subprocess
 import sys
 import time
@@ -453,7 +454,7 @@ def test_a_manifest_is_synced_before_and_after_its_rename(
     real_fsync, real_replace = os.fsync, os.replace
 
     def fsync(fd: int) -> None:
-        events.append("fsync folder" if os.path.isdir(f"/proc/self/fd/{fd}") else "fsync file")
+        events.append("fsync folder" if stat.S_ISDIR(os.fstat(fd).st_mode) else "fsync file")
         real_fsync(fd)
 
     def replace(src: str, dst: str | Path) -> None:
