@@ -35,9 +35,16 @@ On this 2-core CPU the default model's house prompt is ~5,400 tokens: a cold req
 costs ~30 s, so the default 12 requests take about 20 minutes for the three configs.
 
 TTFT is measured by the client (streaming: request sent -> first content or tool-call
-chunk). The re-pin stall ratio is the p95 TTFT of requests issued while a re-pin is in
-flight over that of the other requests; configurations without pins use the requests
-the ``hearth`` run found in those windows (same trace positions).
+chunk). Beside it: the client's first chunk of any kind (Hearth sends it with the
+engine's first token), and Hearth's own split of that time (``usage.hearth``): waiting
+for the prepare thread, preparing (render, tokenize, grammar), the engine's queue,
+prefill, and the part of queue and prefill spent behind pin work. So a gap has a name:
+``client gap`` is the first chunk minus the server's time to its first token (network
+and HTTP), and ``call decode`` is the first words minus the first chunk (a tool call is
+sent whole once it is complete). The re-pin stall ratio is the p95 TTFT of requests
+issued while a re-pin is in flight over that of the other requests; configurations
+without pins use the requests the ``hearth`` run found in those windows (same trace
+positions).
 """
 
 from __future__ import annotations
@@ -153,6 +160,7 @@ def trace_summary(trace: Sequence[Step]) -> dict[str, Any]:
 @dataclass
 class Reply:
     ttft_ms: float = 0.0
+    first_chunk_ms: float = 0.0  # any chunk, the role chunk included
     total_ms: float = 0.0
     text: str = ""
     usage: dict[str, Any] = field(default_factory=dict)
@@ -194,6 +202,8 @@ async def stream_chat(session: aiohttp.ClientSession, url: str, body: dict[str, 
                 if not line.startswith(b"data:") or line == b"data: [DONE]":
                     continue
                 chunk = json.loads(line[5:])
+                if not reply.first_chunk_ms:
+                    reply.first_chunk_ms = (time.perf_counter() - started) * 1000
                 reply.usage = chunk.get("usage") or reply.usage
                 reply.timings = chunk.get("timings") or reply.timings
                 for choice in chunk.get("choices") or ():
@@ -205,6 +215,7 @@ async def stream_chat(session: aiohttp.ClientSession, url: str, body: dict[str, 
         reply.error = f"{type(err).__name__}: {err}"
     reply.total_ms = (time.perf_counter() - started) * 1000
     reply.ttft_ms = reply.ttft_ms or reply.total_ms  # nothing streamed: the end is the first
+    reply.first_chunk_ms = reply.first_chunk_ms or reply.ttft_ms
     return reply
 
 
@@ -330,6 +341,9 @@ class Record:
     prefill_ms: float | None
     queue_ms: float | None
     error: str | None
+    first_chunk_ms: float = 0.0
+    # Hearth's split of its time to the first token (``SPLIT``); empty for other servers.
+    split: dict[str, float] = field(default_factory=dict)
 
     @property
     def key(self) -> tuple[int, int]:
@@ -594,6 +608,8 @@ class Replay:
                 in_debounce, round(reply.ttft_ms, 2), round(reply.total_ms, 2),
                 reply.prompt_tokens, reply.cached_tokens, engine.get("ttft_ms"),
                 engine.get("prefill_ms"), engine.get("queue_ms"), reply.error,
+                round(reply.first_chunk_ms, 2),
+                {k: float(engine[k]) for k in SPLIT if engine.get(k) is not None},
             )
         )  # fmt: skip
 
@@ -669,6 +685,7 @@ def summarize(
         "kv_cache_peak_bytes": peaks.get("kv_cache_used_bytes"),
         "kv_working_peak_bytes": peaks.get("kv_working_bytes"),
         "evictions": stats.get("kv_cache_evictions_total"),
+        **ttft_split(ok),
         "repin_stall_ratio": stall,
         "repin_window_requests": len(in_window),
         "repin_window_ttft_p95_ms": round(percentile(in_window, 0.95), 1),
@@ -680,6 +697,36 @@ def summarize(
         "state_changes": run["state_changes"],
         "wall_s": run["wall_s"],
     }
+
+
+# Hearth's parts of the time to a request's first token (``usage.hearth``), in order.
+SPLIT = ("prepare_wait_ms", "prepare_ms", "queue_ms", "prefill_ms", "pin_wait_ms")
+
+
+def ttft_split(ok: list[Record]) -> dict[str, Any]:
+    """p50/p95 of the server's parts, the client's first chunk, and the unnamed gap."""
+    split = [r for r in ok if "prefill_ms" in r.split]
+    out: dict[str, Any] = {
+        "first_chunk_p50_ms": round(percentile([r.first_chunk_ms for r in ok], 0.5), 1),
+        "first_chunk_p95_ms": round(percentile([r.first_chunk_ms for r in ok], 0.95), 1),
+        "call_decode_p95_ms": round(
+            percentile([r.ttft_ms - r.first_chunk_ms for r in ok], 0.95), 1
+        ),
+    }
+    if not split:
+        return {**out, "split": None, "client_gap_p95_ms": None}
+    server = [sum(r.split.get(k, 0.0) for k in SPLIT[:4]) for r in split]
+    gaps = [r.first_chunk_ms - t for r, t in zip(split, server, strict=True)]
+    out["split"] = {
+        part: {
+            "p50": round(percentile([r.split.get(part, 0.0) for r in split], 0.5), 1),
+            "p95": round(percentile([r.split.get(part, 0.0) for r in split], 0.95), 1),
+        }
+        for part in SPLIT
+    }
+    out["server_ttft_p95_ms"] = round(percentile(server, 0.95), 1)
+    out["client_gap_p95_ms"] = round(percentile(gaps, 0.95), 1)
+    return out
 
 
 def fallback_window(trace: Sequence[Step]) -> set[tuple[int, int]]:
@@ -731,7 +778,8 @@ TABLE = [
     ("config", "config"), ("hit rate", "hit_rate"), ("reused tok", "reused_tokens"),
     ("TTFT p50 ms", "ttft_p50_ms"), ("TTFT p95 ms", "ttft_p95_ms"),
     ("reply p50 ms", "reply_p50_ms"), ("reply p95 ms", "reply_p95_ms"),
-    ("engine p95 ms", "engine_ttft_p95_ms"), ("prefill tok/s", "prefill_tok_s"),
+    ("engine p95 ms", "engine_ttft_p95_ms"), ("1st chunk p95", "first_chunk_p95_ms"),
+    ("gap p95 ms", "client_gap_p95_ms"), ("prefill tok/s", "prefill_tok_s"),
     ("KV peak MiB", "kv_peak_mib"), ("evictions", "evictions"),
     ("stall ratio", "repin_stall_ratio"), ("errors", "errors"), ("wall s", "wall_s"),
 ]  # fmt: skip
@@ -744,6 +792,16 @@ def print_report(configs: dict[str, dict[str, Any]]) -> None:
         view = {**result, "kv_peak_mib": None if peak is None else peak / 2**20}
         rows.append(["n/a" if view[key] is None else view[key] for _, key in TABLE])
     print_table([h for h, _ in TABLE], rows)
+    for result in configs.values():
+        if result.get("split"):
+            parts = ", ".join(
+                f"{k.removesuffix('_ms')} {v['p50']:.0f}/{v['p95']:.0f}"
+                for k, v in result["split"].items()
+            )
+            print(
+                f"{result['config']}: first token p50/p95 ms: {parts};"
+                f" call decode p95 {result['call_decode_p95_ms']:.0f}"
+            )
 
 
 def plot(path: Path, runs: dict[str, list[Record]], title: str) -> None:

@@ -25,6 +25,7 @@ import queue
 import threading
 import time
 import uuid
+from collections import deque
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -44,7 +45,16 @@ from .pins import PinManager, PinStatus
 from .runner import ModelRunner
 from .sampling import Sampler, SamplingError, SamplingParams
 from .scheduler import NeverFitsError, QueueFullError, Scheduler
-from .sequence import ErrorEvent, Event, FinishEvent, Kind, Sequence, State, TokenEvent
+from .sequence import (
+    ErrorEvent,
+    Event,
+    FinishEvent,
+    Kind,
+    RequestStats,
+    Sequence,
+    State,
+    TokenEvent,
+)
 
 _LOGGER = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -55,6 +65,9 @@ LIVENESS_S = 1.0
 # (``_mixed_step``): the weights are read once for both. Measured on a 2-core EPYC
 # (default model, bf16, one decode row on the 5.4k house): see README, Decode speed.
 MIX_MAX_TOKENS = 256
+# Pin prefill stretches remembered to tell requests how long they waited behind pins:
+# a request waits at most ``max_queue`` steps' worth of chunks in practice.
+PIN_WORK_KEPT = 256
 
 __all__ = [
     "CacheFullError",
@@ -117,6 +130,8 @@ class Engine:
         self._wake = threading.Event()
         self._pending_lock = threading.Lock()
         self._pending = 0  # submitted, not yet in the scheduler (guarded by _pending_lock)
+        # The latest stretches of pin prefill (monotonic start, end): worker thread only.
+        self._pin_work: deque[tuple[float, float]] = deque(maxlen=PIN_WORK_KEPT)
         self._closing = False
         self._stopped = threading.Event()
         self.failure: str | None = None  # why the worker stopped, if it died
@@ -201,11 +216,13 @@ class Engine:
         *,
         salt: str | None = None,
         constraint: Constraint | None = None,
+        stats: RequestStats | None = None,
     ) -> AsyncIterator[Event]:
         """Generate from ``prompt``; yields events, the last one ``FinishEvent`` or ``ErrorEvent``.
 
-        ``constraint``: the grammar the reply must follow (its own, not shared). Leaving
-        the iteration early (or cancelling the task) cancels the request.
+        ``constraint``: the grammar the reply must follow (its own, not shared); ``stats``:
+        the request's figures so far (the server's preparation), filled in from here on.
+        Leaving the iteration early (or cancelling the task) cancels the request.
         """
         if not prompt:
             raise ValueError("the prompt is empty")
@@ -223,6 +240,8 @@ class Engine:
         seq.stream = TextStream(self.runner.tokenizer, params.stop)
         seq.sampler = Sampler(params)
         seq.constraint = constraint
+        if stats is not None:
+            seq.stats = stats
         self._submit(seq)
         try:
             while True:
@@ -393,7 +412,6 @@ class Engine:
             while not self._stopped.is_set():
                 self._drain_inbox()
                 self.kv.publish_usage()  # after each step and command: what stats read
-                self.kv.publish_usage()  # after each step and command: what stats read
                 if self._stopped.is_set():
                     break
                 if not self.step():
@@ -527,8 +545,11 @@ class Engine:
         t0 = time.monotonic()
         logits = self.runner.prefill(seq.kv, seq.prompt[start : start + n], seq.shared, seq.window)
         seq.kv_len += n
+        elapsed = time.monotonic() - t0
         self.counters.prefill_tokens += n
-        self.counters.prefill_seconds += time.monotonic() - t0
+        self.counters.prefill_seconds += elapsed
+        if seq.kind is Kind.PIN:
+            self._pin_work.append((t0, t0 + elapsed))
         self._chunk_done(seq, logits)
 
     def _chunk_done(self, seq: Sequence, logits: torch.Tensor) -> None:
@@ -573,8 +594,17 @@ class Engine:
         self.counters.prefill_tokens += n
         self.counters.prefill_seconds += elapsed * share
         self.counters.mixed_steps += 1
+        if seq.kind is Kind.PIN:  # the pin's share of the step, as one stretch
+            self._pin_work.append((t0, t0 + elapsed * share))
         self._decoded(rows, logits)
         self._chunk_done(seq, chunk_logits)
+
+    def _pin_wait_ms(self, since: float, until: float) -> float:
+        """How long pin prefill ran between ``since`` and ``until`` (monotonic times): what
+        a request that arrived at ``since`` and got its first token at ``until`` waited
+        behind pin work (``RequestStats.pin_wait_ms``)."""
+        ran = sum(max(0.0, min(end, until) - max(start, since)) for start, end in self._pin_work)
+        return ran * 1000
 
     def _batch_of(self, rows: list[Sequence]) -> DecodeBatch:
         batch = self.kv.batch
@@ -614,6 +644,8 @@ class Engine:
             _LOGGER.exception("Sampling a request's token failed; failing that request")
             self._fail_quietly(seq, f"internal engine error: {type(err).__name__}")
             return
+        if not seq.generated and self._pin_work:
+            seq.stats.pin_wait_ms = self._pin_wait_ms(seq.arrival, time.monotonic())
         try:
             self._accept(seq, token)
         except Exception as err:

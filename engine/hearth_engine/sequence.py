@@ -33,15 +33,28 @@ class RequestStats:
     prompt_tokens: int = 0
     cached_tokens: int = 0
     completion_tokens: int = 0
+    # Where the first token's time went. The server's part comes first: waiting for the
+    # prepare thread (behind other requests' and pins' rendering), then rendering,
+    # tokenizing and compiling the grammar. Then the engine's: ``queue_ms`` waiting for
+    # admission and ``prefill_ms`` from admission to the first token; ``pin_wait_ms`` is
+    # the part of those two during which pin prefill ran instead.
+    prepare_wait_ms: float = 0.0
+    prepare_ms: float = 0.0
     queue_ms: float = 0.0
     prefill_ms: float = 0.0
-    ttft_ms: float = 0.0
+    pin_wait_ms: float = 0.0
+    ttft_ms: float = 0.0  # engine: submitted -> first token (queue + prefill)
     decode_ms: float = 0.0
     pin: str | None = None
 
     @property
     def prefill_tokens(self) -> int:
         return self.prompt_tokens - self.cached_tokens
+
+    @property
+    def server_ttft_ms(self) -> float:
+        """Request received -> first token, all of it inside the server."""
+        return self.prepare_wait_ms + self.prepare_ms + self.ttft_ms
 
     @property
     def decode_tokens_per_s(self) -> float:
@@ -53,9 +66,13 @@ class RequestStats:
             "prompt_tokens": self.prompt_tokens,
             "cached_tokens": self.cached_tokens,
             "completion_tokens": self.completion_tokens,
+            "prepare_wait_ms": round(self.prepare_wait_ms, 3),
+            "prepare_ms": round(self.prepare_ms, 3),
             "queue_ms": round(self.queue_ms, 3),
             "prefill_ms": round(self.prefill_ms, 3),
+            "pin_wait_ms": round(self.pin_wait_ms, 3),
             "ttft_ms": round(self.ttft_ms, 3),
+            "server_ttft_ms": round(self.server_ttft_ms, 3),
             "decode_ms": round(self.decode_ms, 3),
             "decode_tokens_per_s": round(self.decode_tokens_per_s, 2),
             "pin": self.pin,

@@ -8,7 +8,7 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
@@ -39,6 +39,8 @@ class PreparedChat:
     logged_prompt: str | None  # the prompt as text, only with --log-prompts
     constraint: Constraint | None = None  # the grammar the reply must follow
     aliases: dict[str, str] | None = None  # short tool name -> offered name (constrained)
+    # The request's figures; the server's preparation times go in first.
+    stats: RequestStats = field(default_factory=RequestStats)
 
 
 def constraint_for(state: ServerState, body: dict[str, Any], forced: str) -> Constraint | None:
@@ -147,9 +149,14 @@ def _usage(stats: RequestStats) -> dict[str, Any]:
         "total_tokens": stats.prompt_tokens + stats.completion_tokens,
         "prompt_tokens_details": {"cached_tokens": stats.cached_tokens},
         "hearth": {
-            "ttft_ms": round(stats.ttft_ms, 3),
-            "prefill_ms": round(stats.prefill_ms, 3),
+            # Received -> first token, and its parts in order (see ``RequestStats``).
+            "server_ttft_ms": round(stats.server_ttft_ms, 3),
+            "prepare_wait_ms": round(stats.prepare_wait_ms, 3),
+            "prepare_ms": round(stats.prepare_ms, 3),
             "queue_ms": round(stats.queue_ms, 3),
+            "prefill_ms": round(stats.prefill_ms, 3),
+            "pin_wait_ms": round(stats.pin_wait_ms, 3),
+            "ttft_ms": round(stats.ttft_ms, 3),
             "decode_tokens_per_s": round(stats.decode_tokens_per_s, 2),
             "pin": stats.pin,
         },
@@ -263,6 +270,7 @@ class ChatCompletion:
             self.prep.params,
             salt=self.prep.salt,
             constraint=self.prep.constraint,
+            stats=self.prep.stats,
         )
         try:
             first = await self._first_event(events)
@@ -421,7 +429,9 @@ class ChatCompletion:
 
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
+    received = time.monotonic()
     state: ServerState = request.app[ServerState.KEY]
     body = validate(CHAT_REQUEST, await read_json(request))
-    prep = await state.prepare(partial(_prepare, state, body))
+    prep, timing = await state.prepare_timed(partial(_prepare, state, body), since=received)
+    prep.stats.prepare_wait_ms, prep.stats.prepare_ms = timing
     return await ChatCompletion(state, request, prep).run()

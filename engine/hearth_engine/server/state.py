@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -47,6 +48,22 @@ class ServerState:
         # Build the tokenizer's trie for constrained decoding now (1-3 s), not on the
         # first request with tools.
         self.prepare_executor.submit(self.constraints.warm)
+
+    async def prepare_timed(
+        self, fn: Callable[[], T], since: float
+    ) -> tuple[T, tuple[float, float]]:
+        """``prepare(fn)``, and how long it took in ms: from ``since`` (a ``monotonic``
+        time: the request's arrival) until the prepare thread took it up, and running."""
+        started = 0.0
+
+        def timed() -> T:
+            nonlocal started
+            started = time.monotonic()
+            return fn()
+
+        result = await self.prepare(timed)
+        done = time.monotonic()
+        return result, ((started - since) * 1000, (done - started) * 1000)
 
     async def prepare(self, fn: Callable[[], T]) -> T:
         """Run ``fn`` (rendering, tokenizing) on the prepare thread and wait for it.
