@@ -7,6 +7,7 @@ rules, a ``serve`` process for the flags, and headless Chromium for the real thi
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import html
 import json
@@ -30,6 +31,7 @@ from hearth_engine.server.guard import (
     parse_allowed_origins,
     split_host,
 )
+from hearth_engine.server.main import StartupError, allowed_hosts, check_guard
 from hearth_engine.server.state import ServerState
 
 from .conftest import ServerProcess, assert_error, free_port, run_serve
@@ -423,6 +425,26 @@ def test_a_star_origin_is_refused_at_start_up() -> None:
     assert result.returncode == 2
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: --allowed-origins '*'"), result.stderr
+
+
+@pytest.mark.parametrize(
+    ("host", "allowed"),
+    [
+        ("127.0.0.1", ["a.lan"]),
+        ("0.0.0.0", ["a.lan"]),
+        ("::", ["a.lan"]),
+        ("192.168.1.10", ["a.lan", "192.168.1.10"]),
+        ("hearth.lan", ["a.lan", "hearth.lan"]),
+    ],
+)
+def test_a_specific_bind_address_is_an_allowed_host(host: str, allowed: list[str]) -> None:
+    args = argparse.Namespace(host=host, allowed_hosts=["a.lan"], allowed_origins=[])
+    assert allowed_hosts(args) == allowed
+    check_guard(args, None)
+    with pytest.raises(StartupError, match="--allowed-hosts 'b\\.lan:80'"):
+        check_guard(
+            argparse.Namespace(host=host, allowed_hosts=["b.lan:80"], allowed_origins=[]), None
+        )
 
 
 async def test_the_flags_reach_the_server(server_factory: Callable[..., ServerProcess]) -> None:
