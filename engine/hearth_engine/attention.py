@@ -371,9 +371,9 @@ def merged_attention(  # noqa: PLR0917 - the attention call's own arguments
     starts = part_starts(parts, b) if window is not None else [0] * len(parts)
     for part, start in zip(parts, starts, strict=True):
         held = part.kv(layer)
-        if held is None:
-            continue
         idx = part.rows
+        if held is None or (idx is not None and idx.numel() == 0):  # no row reads it
+            continue
         qs = q if idx is None else q.index_select(0, idx)
         n = qs.shape[0]
         folded = qs.permute(1, 0, 2, 3).reshape(1, hkv, n * n_q, d)
@@ -399,9 +399,6 @@ def merged_attention(  # noqa: PLR0917 - the attention call's own arguments
     acc = merge(torch.cat(outs), torch.cat(lses))
     out = acc.to(query.dtype).view(b, hq, q_len, d)
     return out.transpose(1, 2).contiguous()
-
-
-_NO_ROWS = torch.empty(0, dtype=torch.long)
 
 
 def native_decode(  # noqa: PLR0917 - the attention call's own arguments
@@ -442,7 +439,7 @@ def native_decode(  # noqa: PLR0917 - the attention call's own arguments
             keep,
             [kv[0] for _, kv in held],
             [kv[1] for _, kv in held],
-            [_NO_ROWS if part.rows is None else part.rows for part, _ in held],
+            [part.rows for part, _ in held],  # None: all rows
             scaling if scaling is not None else d**-0.5,
         )
     except RuntimeError as err:  # a call the kernel refuses: torch serves from now on

@@ -63,7 +63,8 @@ CFLAGS = (
     "-fno-signed-zeros",
     "-fassociative-math",
 )
-STALE_LOCK_S = 900.0  # a build takes about a minute
+STALE_LOCK_S = 900.0  # the longest wait for another process's build (one takes a minute)
+LOCK_POLL_S = 1.0  # how often a build lock held by another process is tried again
 DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 HEAD_SIZES = (16, 32, 64, 96, 128, 256)
 
@@ -131,21 +132,54 @@ def load() -> ModuleType | None:
 def _load_or_build(folder: Path) -> ModuleType:
     """Import the built module, or build it (a folder whose module does not import is
     built again from scratch)."""
-    lock = folder / "lock"
-    # cpp_extension holds ``lock`` while it builds (in another process, say): the module
-    # may be half written then, so wait for that build through cpp_extension. A lock
-    # older than any build is left by a killed one; cpp_extension would wait for it
-    # forever.
-    with contextlib.suppress(OSError):
-        if time.time() - lock.stat().st_mtime > STALE_LOCK_S:
-            lock.unlink()
-    built = sorted(folder.glob(f"{NAME}*.so"))
-    if built and not lock.exists():
+    with _build_lock(folder):
+        # cpp_extension holds ``lock`` while it builds, and waits forever for one that
+        # another process holds. Holding the build lock, nobody else builds here: a
+        # ``lock`` now was left by a build that was killed (a test's background build
+        # ends with its process), and would block every later one.
+        lock = folder / "lock"
+        if lock.exists():
+            _LOGGER.warning("Removing the lock of a native build that did not finish")
+            with contextlib.suppress(OSError):
+                lock.unlink()
+        built = sorted(folder.glob(f"{NAME}*.so"))
+        if built:
+            try:
+                return _import(built[0])
+            except ImportError as err:
+                _LOGGER.warning("Rebuilding the native kernels (%s)", err)
+                shutil.rmtree(folder, ignore_errors=True)
+        return _build(folder)
+
+
+@contextlib.contextmanager
+def _build_lock(folder: Path) -> Iterator[None]:
+    """Hold ``<folder>.flock`` (an OS lock: it goes with its process) while loading or
+    building ``folder``, waiting for another holder in a bounded loop: looked at every
+    ``LOCK_POLL_S``, ``TimeoutError`` after ``STALE_LOCK_S`` (the kernels are skipped)."""
+    import fcntl  # POSIX only, as the build is
+
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with open(folder.with_name(folder.name + ".flock"), "a") as handle:
+        deadline = time.monotonic() + STALE_LOCK_S
+        while True:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(
+                        f"another process has been building the native kernels for "
+                        f"{STALE_LOCK_S:.0f} s"
+                    ) from None
+                time.sleep(LOCK_POLL_S)
         try:
-            return _import(built[0])
-        except ImportError as err:
-            _LOGGER.warning("Rebuilding the native kernels (%s)", err)
-            shutil.rmtree(folder, ignore_errors=True)
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _build(folder: Path) -> ModuleType:
     from torch.utils.cpp_extension import load as load_extension
 
     _LOGGER.info("Building the native kernels (once for this host; about a minute)")

@@ -17,6 +17,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -131,7 +132,6 @@ def native_call(
     parts: list[PrefixPart],
     scale: float,
 ) -> torch.Tensor:
-    empty = torch.empty(0, dtype=torch.long)
     return kernels.decode_attention(  # type: ignore[attr-defined]
         query[:, :, 0],
         own_k,
@@ -139,7 +139,7 @@ def native_call(
         keep,
         [p.segment[1, 0] for p in parts],
         [p.segment[1, 1] for p in parts],
-        [empty if p.rows is None else p.rows for p in parts],
+        [p.rows for p in parts],  # None: all rows
         scale,
     )
 
@@ -336,3 +336,108 @@ def test_prefix_rows_out_of_range_are_refused_not_read(kernels: object) -> None:
     part = PrefixPart(torch.randn(2, 2, 1, 20, 64), torch.tensor([0, 2]))
     with pytest.raises(RuntimeError, match="out of range"):
         native_call(kernels, query, own_k, own_v, None, [part], 0.125)
+
+
+def test_a_part_read_by_no_row_is_read_by_no_row_in_the_kernel_and_in_torch(
+    kernels: object,
+) -> None:
+    """Regression: an empty row list meant "all rows" to the kernel, while torch's path
+    handed torch's CPU flash attention a part with no queries (a SIGFPE). Both now leave
+    a part that no row reads out."""
+    query, own_k, own_v, keep, parts = random_case(Shape(seed=9, rows=2, part_lengths=(30,)))
+    nobody = PrefixPart(torch.randn(2, 2, 1, 40, 64), torch.empty(0, dtype=torch.long))
+    scale = 0.125
+    want = reference(query, own_k, own_v, keep, parts, 1, scale)  # without the part
+    got = native_call(kernels, query, own_k, own_v, keep, [*parts, nobody], scale)
+    assert float((got.double() - want).abs().max()) <= TOLERANCE[torch.float32] * 10
+    with native.paused():
+        slow = attention.merged_attention(query, own_k, own_v, None, scale, [*parts, nobody], 1)
+    torch.testing.assert_close(slow[:, 0].double(), want, atol=1e-5, rtol=1e-5)
+    assert native.module() is not None  # nothing was refused
+
+
+def test_the_kernels_refuse_what_they_cannot_take_instead_of_crashing(kernels: object) -> None:
+    """Zero heads or widths were a division by zero (SIGFPE: the process died), and a
+    tensor on another device was read as CPU memory. Each is a RuntimeError now. Run in
+    a child process, so that a crash fails this test rather than the whole run."""
+    script = textwrap.dedent(
+        """
+        import json, torch
+        from hearth_engine import native
+        k = native.load()
+        q, kv = torch.randn(1, 2, 64), torch.randn(1, 1, 4, 64)
+        calls = {
+            "no kv heads": lambda: k.decode_attention(
+                q, torch.randn(1, 0, 4, 64), torch.randn(1, 0, 4, 64), None, [], [], [], 0.1),
+            "no query heads": lambda: k.decode_attention(
+                torch.randn(1, 0, 64), kv, kv, None, [], [], [], 0.1),
+            "query elsewhere": lambda: k.decode_attention(
+                q.to("meta"), kv, kv, None, [], [], [], 0.1),
+            "mask elsewhere": lambda: k.decode_attention(
+                q, kv, kv, torch.ones(1, 4, dtype=torch.bool, device="meta"), [], [], [], 0.1),
+            "float rows": lambda: k.decode_attention(
+                q, kv, kv, None, [torch.randn(1, 3, 64)], [torch.randn(1, 3, 64)],
+                [torch.tensor([0.0])], 0.1),
+            "zero width norm": lambda: k.rms_norm(torch.randn(2, 0), torch.randn(0), 1e-5),
+            "norm weight elsewhere": lambda: k.rms_norm(
+                torch.randn(2, 8), torch.randn(8, device="meta"), 1e-5),
+            "zero head rope": lambda: k.rope(
+                torch.randn(1, 1, 2, 0), torch.randn(1, 1, 1, 0), torch.randn(1, 1, 1, 0)),
+            "rope cos elsewhere": lambda: k.rope(
+                torch.randn(1, 1, 2, 8), torch.randn(1, 1, 1, 8, device="meta"),
+                torch.randn(1, 1, 1, 8)),
+        }
+        refused = {}
+        for name, call in calls.items():
+            try:
+                call()
+                refused[name] = None
+            except RuntimeError as err:
+                refused[name] = str(err).splitlines()[0]
+        print(json.dumps(refused))
+        """
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "engine")}
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600,
+        check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, f"the kernel process died ({done.returncode}): {done.stderr}"
+    refused = json.loads(done.stdout.strip().splitlines()[-1])
+    assert all(refused.values()), refused
+
+
+def test_the_lock_of_a_killed_build_is_removed_at_once(kernels: object, tmp_path: Path) -> None:
+    """Regression: a fresh ``lock`` (a build killed a moment ago: a test's background
+    build ends with its process) was waited for forever by cpp_extension. Whoever holds
+    the build lock (an OS lock, gone with its process) knows nobody builds: it removes
+    such a ``lock`` and loads the module beside it."""
+    folder = tmp_path / "build"
+    folder.mkdir()
+    built = next(native.build_dir().glob(f"{native.NAME}*.so"))
+    (folder / built.name).write_bytes(built.read_bytes())
+    lock = folder / "lock"
+    lock.write_text("")
+    result: list[object] = []
+    loader = threading.Thread(
+        target=lambda: result.append(native._load_or_build(folder)), daemon=True
+    )
+    loader.start()
+    loader.join(120)  # a hang guard: it does not wait for the lock at all
+    assert not loader.is_alive(), "waiting for the lock of a build that is gone"
+    assert hasattr(result[0], "decode_attention")
+    assert not lock.exists()
+
+
+def test_a_build_held_elsewhere_is_waited_for_in_a_bounded_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another build that holds the build lock is waited for, looking again every
+    ``LOCK_POLL_S``, up to ``STALE_LOCK_S``: then the kernels are skipped, never hung."""
+    monkeypatch.setattr(native, "STALE_LOCK_S", 0.3)
+    monkeypatch.setattr(native, "LOCK_POLL_S", 0.05)
+    folder = tmp_path / "build"
+    with native._build_lock(folder), pytest.raises(TimeoutError, match="another process"):
+        native._load_or_build(folder)
+    with native._build_lock(folder):  # released: the next one gets it at once
+        pass

@@ -169,7 +169,8 @@ at::Tensor decode_attention_typed(const at::Tensor& query, const at::Tensor& own
                                   const c10::optional<at::Tensor>& own_keep,
                                   const std::vector<at::Tensor>& part_k,
                                   const std::vector<at::Tensor>& part_v,
-                                  const std::vector<at::Tensor>& part_rows, double scale) {
+                                  const std::vector<c10::optional<at::Tensor>>& part_rows,
+                                  double scale) {
   const int64_t rows = query.size(0), heads = query.size(1), d = query.size(2);
   const int64_t kv_heads = own_k.size(1), groups = heads / kv_heads, own_len = own_k.size(2);
 
@@ -221,12 +222,13 @@ at::Tensor decode_attention_typed(const at::Tensor& query, const at::Tensor& own
     const at::Tensor& k = part_k[p];
     const at::Tensor& v = part_v[p];
     std::vector<int64_t> readers = all_rows;
-    if (part_rows[p].numel() > 0) {
-      at::Tensor listed = part_rows[p].to(at::kLong).contiguous();
+    if (part_rows[p].has_value()) {  // the rows listed, none when empty (as torch's path)
+      at::Tensor listed = part_rows[p]->to(at::kLong).contiguous();
       readers.assign(listed.data_ptr<int64_t>(), listed.data_ptr<int64_t>() + listed.numel());
       for (int64_t b : readers)
         TORCH_CHECK(b >= 0 && b < rows, "prefix part row ", b, " out of range");
     }
+    if (readers.empty()) continue;
     add_items(k.data_ptr<T>(), v.data_ptr<T>(), k.stride(0), v.stride(0), k.stride(1), v.stride(1),
               k.size(1), nullptr, readers);
   }
@@ -309,26 +311,39 @@ void check_kv(const at::Tensor& t, int64_t dims, const at::Tensor& query, const 
 namespace hearth {
 
 // query [B, Hq, D]; own_k/own_v [B, Hkv, S, D]; own_keep [B, S] bool or None;
-// part_k/part_v [Hkv, T, D] each; part_rows: int64 row indices, empty for all rows.
+// part_k/part_v [Hkv, T, D] each; part_rows: int64 row indices (empty: no row), or None
+// for all rows. Everything is checked here (a Python error, never a crash): the device,
+// dtypes, the strides the loops assume, and that heads and head size are not 0.
 at::Tensor decode_attention(const at::Tensor& query, const at::Tensor& own_k,
                             const at::Tensor& own_v, const c10::optional<at::Tensor>& own_keep,
                             const std::vector<at::Tensor>& part_k,
                             const std::vector<at::Tensor>& part_v,
-                            const std::vector<at::Tensor>& part_rows, double scale) {
+                            const std::vector<c10::optional<at::Tensor>>& part_rows,
+                            double scale) {
+  TORCH_CHECK(query.device().is_cpu(), "query must be on the CPU");
   TORCH_CHECK(query.dim() == 3 && query.stride(2) == 1,
               "query must be [B, Hq, D], rows contiguous");
+  TORCH_CHECK(query.size(1) > 0 && query.size(2) > 0, "query heads and head size must not be 0");
   check_kv(own_k, 4, query, "own keys");
   check_kv(own_v, 4, query, "own values");
   TORCH_CHECK(own_k.size(0) == query.size(0) && own_v.sizes() == own_k.sizes(),
               "own KV must be [B, Hkv, S, D]");
+  TORCH_CHECK(own_k.size(1) > 0, "own KV must have at least one head");
   TORCH_CHECK(query.size(1) % own_k.size(1) == 0, "query heads must be a multiple of KV heads");
   if (own_keep.has_value()) {
+    TORCH_CHECK(own_keep->device().is_cpu(), "the padding mask must be on the CPU");
     TORCH_CHECK(own_keep->dim() == 2 && own_keep->size(0) == query.size(0) &&
                     own_keep->size(1) == own_k.size(2),
                 "the padding mask must be [B, S]");
   }
   TORCH_CHECK(part_k.size() == part_v.size() && part_k.size() == part_rows.size(),
               "one key, value and row list per prefix part");
+  for (const c10::optional<at::Tensor>& listed : part_rows) {
+    if (!listed.has_value()) continue;
+    TORCH_CHECK(listed->device().is_cpu() && listed->dim() == 1 &&
+                    at::isIntegralType(listed->scalar_type(), /*includeBool=*/false),
+                "prefix part rows must be a 1-D integer tensor on the CPU");
+  }
   for (size_t p = 0; p < part_k.size(); ++p) {
     check_kv(part_k[p], 3, query, "prefix keys");
     check_kv(part_v[p], 3, query, "prefix values");

@@ -260,11 +260,13 @@ at::Tensor tiled_linear(const at::Tensor& x, const at::Tensor& tiles, int64_t ou
               "int8 tiles take scales (and only they do)");
   at::Tensor scale, b;
   if (scales.has_value()) {
+    TORCH_CHECK(scales->device().is_cpu(), "scales must be on the CPU");
     scale = scales->contiguous();
     TORCH_CHECK(scale.scalar_type() == x.scalar_type() && scale.numel() == out_features,
                 "scales must be [N] in x's dtype");
   }
   if (bias.has_value()) {
+    TORCH_CHECK(bias->device().is_cpu(), "the bias must be on the CPU");
     b = bias->contiguous();
     TORCH_CHECK(b.scalar_type() == x.scalar_type() && b.numel() == out_features,
                 "the bias must be [N] in x's dtype");

@@ -9,13 +9,15 @@ namespace hearth {
 
 // decode_attention.cpp: attention of one query token per row over the rows' own KV and
 // shared prefix parts. query [B, Hq, D]; own_k/own_v [B, Hkv, S, D]; own_keep [B, S]
-// bool or None; part_k/part_v [Hkv, T, D] each; part_rows: int64 row indices, empty for
-// all rows. Returns [B, Hq, D] in the query's dtype.
+// bool or None; part_k/part_v [Hkv, T, D] each; part_rows: int64 row indices (empty: no
+// row reads the part, as in torch's path), or None for all rows. Returns [B, Hq, D] in
+// the query's dtype. Refuses (a Python RuntimeError) what it cannot take.
 at::Tensor decode_attention(const at::Tensor& query, const at::Tensor& own_k,
                             const at::Tensor& own_v, const c10::optional<at::Tensor>& own_keep,
                             const std::vector<at::Tensor>& part_k,
                             const std::vector<at::Tensor>& part_v,
-                            const std::vector<at::Tensor>& part_rows, double scale);
+                            const std::vector<c10::optional<at::Tensor>>& part_rows,
+                            double scale);
 
 // decode_linear.cpp: a linear for a decode step's few rows, from weights re-laid out
 // once. tile_weight: weight [N, K] (bfloat16, float32 or int8) as tiles of 16 features.

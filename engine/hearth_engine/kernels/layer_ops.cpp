@@ -70,9 +70,10 @@ namespace hearth {
 
 at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
   TORCH_CHECK(x.device().is_cpu() && x.is_contiguous(), "rms_norm takes a contiguous CPU tensor");
-  TORCH_CHECK(weight.scalar_type() == x.scalar_type() && weight.is_contiguous() &&
-                  weight.numel() == x.size(-1),
-              "rms_norm: the weight must match the last dimension and dtype");
+  TORCH_CHECK(x.dim() >= 1 && x.size(-1) > 0, "rms_norm: x must be [..., width], width > 0");
+  TORCH_CHECK(weight.device().is_cpu() && weight.scalar_type() == x.scalar_type() &&
+                  weight.is_contiguous() && weight.numel() == x.size(-1),
+              "rms_norm: the weight must match the last dimension, dtype and device");
   at::Tensor out = at::empty_like(x);
   const int64_t width = x.size(-1), rows = x.numel() / width;
   switch (x.scalar_type()) {
@@ -93,8 +94,9 @@ at::Tensor rms_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
 at::Tensor rope(const at::Tensor& x, const at::Tensor& cos, const at::Tensor& sin) {
   TORCH_CHECK(x.dim() == 4 && x.stride(3) == 1 && x.device().is_cpu(),
               "rope takes x [B, Q, H, D], contiguous in D, on the CPU");
-  TORCH_CHECK(x.size(3) % 2 == 0, "rope needs an even head size");
+  TORCH_CHECK(x.size(3) > 0 && x.size(3) % 2 == 0, "rope needs an even, non-zero head size");
   for (const at::Tensor* t : {&cos, &sin}) {
+    TORCH_CHECK(t->device().is_cpu(), "rope: cos and sin must be on the CPU");
     TORCH_CHECK(t->scalar_type() == x.scalar_type() && t->is_contiguous() && t->dim() == 4 &&
                     t->size(0) == x.size(0) && t->size(1) == x.size(1) && t->size(2) == 1 &&
                     t->size(3) == x.size(3),
