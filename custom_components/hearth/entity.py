@@ -152,25 +152,49 @@ def resolve_tool_name(name: str, available: list[str]) -> str:
     return matches[0] if len(matches) == 1 else name
 
 
-def parse_tool_args(arguments: str) -> dict[str, Any]:
-    """Tool arguments (a JSON string) as a dict, without empty values.
+def parse_tool_args(arguments: str) -> dict[str, Any] | None:
+    """Tool arguments (a JSON string) as a dict, without empty values; None when they
+    are not a JSON object (the call then gets a tool error, see ``invalid_args_result``).
 
     Small models add empty optional arguments that make intent matching fail.
     """
     try:
         value = json.loads(arguments) if arguments.strip() else {}
     except ValueError:
-        return {}
+        return None
     if not isinstance(value, dict):
-        return {}
+        return None
     return {k: v for k, v in value.items() if v is not None and v != ""}
 
 
+def invalid_args_result(call: Mapping[str, Any]) -> conversation.ToolResultContentDeltaDict:
+    """The tool result of a call whose arguments are not a JSON object: the tool is not
+    run (HA would run it with no arguments); the model reads why and may call again."""
+    function = call["function"]
+    return {
+        "role": "tool_result",
+        "tool_call_id": call["id"],
+        "tool_name": function["name"],
+        "result": llm.ToolResult(
+            data={
+                "error": "InvalidToolArguments",
+                "error_text": (
+                    f"The arguments of {function['name']} were not valid JSON (a JSON "
+                    f"object was expected): {function['arguments']!r}"
+                ),
+            },
+            error=True,
+        ),
+    }
+
+
 def _call_key(call: Mapping[str, Any]) -> str:
-    """A tool call's identity within a turn: its name and its parsed arguments."""
+    """A tool call's identity within a turn: its name and its parsed arguments (the
+    raw text where they are not valid)."""
     function = call["function"]
     arguments = parse_tool_args(function["arguments"])
-    return json.dumps([function["name"], arguments], sort_keys=True, default=str)
+    key = function["arguments"] if arguments is None else arguments
+    return json.dumps([function["name"], key], sort_keys=True, default=str)
 
 
 def repeat_reply(chat_log: conversation.ChatLog, done: str) -> str | None:
@@ -205,7 +229,9 @@ async def _transform_stream(
     seen_calls: set[str] | None = None,
     repeat_speech: str | None = None,
     about: frozenset[str] | None = None,
-) -> AsyncGenerator[conversation.AssistantContentDeltaDict]:
+) -> AsyncGenerator[
+    conversation.AssistantContentDeltaDict | conversation.ToolResultContentDeltaDict
+]:
     """Engine chunks as chat log deltas; the raw message ends up in ``native``.
 
     Tool markup written as text is not spoken (``speech``); a reply that was nothing but
@@ -247,25 +273,33 @@ async def _transform_stream(
         yield {"content": said}
         if repeated:
             reply.content += said
+    invalid: list[dict[str, Any]] = []
     if raw_calls:
-        yield {
-            "tool_calls": [
+        tool_inputs = []
+        for call in raw_calls:
+            name = call["function"]["name"]
+            arguments = parse_tool_args(call["function"]["arguments"])
+            if arguments is None:
+                invalid.append(call)
+                # Not run by the chat log (external): its result is the error below.
+                tool_inputs.append(
+                    llm.ToolInput(tool_name=name, tool_args={}, id=call["id"], external=True)
+                )
+                continue
+            tool_inputs.append(
                 llm.ToolInput(
-                    tool_name=resolve_tool_name(call["function"]["name"], tool_names),
-                    tool_args=scoped_arguments(
-                        call["function"]["name"],
-                        parse_tool_args(call["function"]["arguments"]),
-                        about,
-                    ),
+                    tool_name=resolve_tool_name(name, tool_names),
+                    tool_args=scoped_arguments(name, arguments, about),
                     id=call["id"],
                 )
-                for call in raw_calls
-            ]
-        }
+            )
+        yield {"tool_calls": tool_inputs}
     message: dict[str, Any] = {"role": "assistant", "content": reply.content}
     if raw_calls:
         message["tool_calls"] = raw_calls
     yield {"native": HearthNative(context=context, message=message)}
+    for call in invalid:
+        yield invalid_args_result(call)
 
 
 class HearthLLMEntity(Entity):

@@ -11,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import json
 from datetime import timedelta
+from typing import Any
+from unittest.mock import patch
 
 from freezegun.api import FrozenDateTimeFactory
 from homeassistant.components.conversation import trace as conversation_trace
@@ -23,6 +25,7 @@ from homeassistant.setup import async_setup_component
 from homeassistant.util import dt as dt_util
 from pytest_homeassistant_custom_component.common import MockConfigEntry, async_fire_time_changed
 
+from custom_components.hearth.api import HearthClient
 from custom_components.hearth.const import CONF_MAX_TOKENS, CONF_TOOL_FIRST
 from custom_components.hearth.device_class import DeviceClass
 from custom_components.hearth.pins import pin_name
@@ -298,3 +301,37 @@ async def test_requests_carry_the_house_names_for_the_grammar(
     assert not [name for name in tools if "Timer" in name]
     offered = {tool["function"]["name"] for tool in spy.bodies[0]["tools"]}
     assert set(tools) <= offered
+
+
+async def test_invalid_tool_arguments_are_a_tool_error_the_model_reads(
+    hass: HomeAssistant, entry: MockConfigEntry
+) -> None:
+    """A call whose arguments are not JSON is not run with no arguments: the model gets
+    a tool result saying so, and the loop goes on to its next request."""
+    original = HearthClient.async_chat_stream
+    bodies: list[dict[str, Any]] = []
+
+    async def broken_first_call(client: HearthClient, body: Any) -> Any:
+        bodies.append(json.loads(json.dumps(body)))
+        async for chunk in original(client, body):
+            if len(bodies) == 1:  # the engine's call, its JSON cut short
+                for choice in chunk.get("choices") or ():
+                    for call in (choice.get("delta") or {}).get("tool_calls") or ():
+                        if args := (call.get("function") or {}).get("arguments"):
+                            call["function"]["arguments"] = args[:-1]
+            yield chunk
+
+    with patch.object(HearthClient, "async_chat_stream", broken_first_call):
+        await converse(hass, "turn on the kitchen light")
+
+    assert hass.states.get(KITCHEN_LIGHT).state == "off"  # nothing ran
+    events = conversation_trace.async_get_traces()[-1].as_dict()["events"]
+    assert [e for e in events if e["event_type"] == "tool_call"] == []
+    assert len(bodies) == 2  # the loop went on
+    call_message, tool_message = bodies[1]["messages"][-2:]
+    assert call_message["tool_calls"][0]["function"]["arguments"] == '{"name": "Kitchen Light"'
+    assert tool_message["role"] == "tool"
+    assert tool_message["tool_call_id"] == call_message["tool_calls"][0]["id"]
+    result = json.loads(tool_message["content"])
+    assert result["error"] == "InvalidToolArguments"
+    assert "not valid JSON" in result["error_text"]
