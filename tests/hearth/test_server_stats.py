@@ -108,7 +108,7 @@ def test_window_hit_rate_from_reported_cached_tokens() -> None:
     assert stats["prefix_cache_hits_tokens"] == 1900
     assert stats["prompt_tokens_total"] == 2500
     assert stats["ttft_ms_median"] == 150.0
-    assert stats["ttft_ms_p95"] == 400.0
+    assert stats["ttft_ms_p95"] == 375.0  # interpolated: 150 + 0.9 * (400 - 150)
 
 
 def test_window_without_any_reuse_figure_has_no_hit_rate() -> None:
@@ -154,3 +154,11 @@ def test_llama_cpp_requests_reuse_prompts_without_a_fixed_slot() -> None:
     assert request_extras(ServerInfo(ServerKind.LLAMA_CPP, slots=4)) == {"cache_prompt": True}
     assert request_extras(ServerInfo(ServerKind.VLLM)) == {}
     assert request_extras(None) == {}
+
+
+def test_ttft_percentiles_of_one_request_and_of_none() -> None:
+    """One request: its TTFT is the median and the p95; none: both unknown."""
+    window = RequestWindow()
+    assert window.stats()["ttft_ms_p95"] is None
+    window.record([_usage(100, None, 80.0)])
+    assert window.stats()["ttft_ms_median"] == window.stats()["ttft_ms_p95"] == 80.0
