@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from .config import MIB, CacheMode, EngineConfig
+from .models.templates import read_chat_template
 
 
 def _positive(value: str) -> int:
@@ -23,6 +24,16 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
         help=(
             "default (SmolLM2-135M-Instruct), tiny, tiny-tools, a Hugging Face model folder, "
             "or a .gguf file (converted once into the Hearth cache)"
+        ),
+    )
+    group.add_argument(
+        "--chat-template",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help=(
+            "a Jinja chat template (as llama.cpp and vLLM take it) that replaces the model's"
+            " own; needed for a model without one, such as a base model's .gguf file"
         ),
     )
     group.add_argument("--device", default="auto", help="auto (CUDA if present), cpu, cuda, cuda:1")
@@ -123,8 +134,11 @@ def add_serve_args(parser: argparse.ArgumentParser) -> None:
 
 
 def engine_config_from_args(args: argparse.Namespace) -> EngineConfig:
+    """The engine's config; a bad ``--chat-template`` file is a one-line ``ValueError``."""
+    template = args.chat_template
     return EngineConfig(
         model=args.model,
+        chat_template=read_chat_template(template) if template is not None else None,
         device=args.device,
         dtype=args.dtype,
         kv_cache_bytes=args.kv_cache_mb * MIB if args.kv_cache_mb else None,

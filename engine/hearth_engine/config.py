@@ -28,6 +28,7 @@ class CacheMode(enum.Enum):
 @dataclass
 class EngineConfig:
     model: str = "default"
+    chat_template: str | None = None  # Jinja source replacing the model's (--chat-template)
     device: str = "auto"
     dtype: str = "auto"
     kv_cache_bytes: int | None = None  # None: see default_kv_budget()

@@ -154,6 +154,7 @@ class Engine:
                 config.quantize,
                 config.forward,
                 compile_mode=config.compile,
+                chat_template=config.chat_template,
             )
             return cls(config, runner)
 

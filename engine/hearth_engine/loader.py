@@ -20,9 +20,12 @@ class ModelLoadError(RuntimeError):
     """A model cannot be used. The message is one line and names the path."""
 
 
-def resolve_model(spec: str) -> Path:
+def resolve_model(spec: str, *, own_template: bool = False) -> Path:
     """Map ``default``/``tiny``/``tiny-tools`` to their prepared folders, convert a
-    ``.gguf`` file once into the cache (``models.gguf``), or check a folder."""
+    ``.gguf`` file once into the cache (``models.gguf``), or check a folder.
+
+    ``own_template``: a ``--chat-template`` replaces the model's, so a GGUF file
+    without one is accepted."""
     if spec == "default":
         from .models.default import ModelPrepareError, prepare_default_model
 
@@ -41,7 +44,7 @@ def resolve_model(spec: str) -> Path:
     if spec.lower().endswith(".gguf"):
         from .models.gguf import prepare_gguf_model
 
-        return prepare_gguf_model(Path(spec).expanduser())
+        return prepare_gguf_model(Path(spec).expanduser(), own_template=own_template)
     return check_model_folder(Path(spec).expanduser())
 
 
@@ -227,14 +230,44 @@ def _has_experts(config: Any) -> bool:
     return any(getattr(text_config, k, None) for k in ("num_local_experts", "num_experts"))
 
 
-def load_model(spec: str, device: Any, dtype: Any) -> LoadedModel:
-    """Load the model and tokenizer. Raises ``ModelLoadError`` with a one-line message."""
+def apply_chat_template_override(tokenizer: Any, template: str, path: Path) -> None:
+    """Install a ``--chat-template`` into the tokenizer, checked as a file's own template:
+    it must render a plain conversation (else one line), and one that shows the model no
+    tools gets the same one-line warning (``models.gguf.renders_tools``)."""
+    from jinja2 import TemplateError
+
+    from .models.gguf import renders_tools
+
+    tokenizer.chat_template = template
+    try:
+        tokenizer.apply_chat_template(
+            [{"role": "user", "content": "Turn on the kitchen light."}],
+            tokenize=False,
+            add_generation_prompt=True,
+        )
+    except (TemplateError, TypeError, ValueError, KeyError, AttributeError) as err:
+        text = str(err).strip()
+        reason = text.splitlines()[0] if text else type(err).__name__
+        raise ModelLoadError(
+            f"--chat-template cannot render a conversation for {path} ({reason})"
+        ) from None
+    if not renders_tools(tokenizer):
+        _LOGGER.warning(
+            "the --chat-template does not render tools, so the model never sees them "
+            "(tool calls will not work with it)"
+        )
+
+
+def load_model(spec: str, device: Any, dtype: Any, chat_template: str | None = None) -> LoadedModel:
+    """Load the model and tokenizer. Raises ``ModelLoadError`` with a one-line message.
+
+    ``chat_template`` (Jinja source, from ``--chat-template``) replaces the model's own."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     from . import attention
 
-    path = resolve_model(spec)
+    path = resolve_model(spec, own_template=chat_template is not None)
     try:
         config = AutoConfig.from_pretrained(path)
         check_layer_types(config, path)
@@ -247,8 +280,13 @@ def load_model(spec: str, device: Any, dtype: Any) -> LoadedModel:
     except (OSError, ValueError, KeyError, RuntimeError) as err:
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise ModelLoadError(f"model path {path}: cannot load ({first})") from None
-    if not getattr(tokenizer, "chat_template", None):
-        raise ModelLoadError(f"model path {path}: the tokenizer has no chat template")
+    if chat_template is not None:
+        apply_chat_template_override(tokenizer, chat_template, path)
+    elif not getattr(tokenizer, "chat_template", None):
+        raise ModelLoadError(
+            f"model path {path}: the tokenizer has no chat template (give one with "
+            "--chat-template FILE)"
+        )
     model.to(device).eval()
     if str(dtype) == "torch.float64" and _has_experts(config):
         # transformers' default grouped-matmul experts take no float64 (the exactness

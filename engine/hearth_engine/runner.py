@@ -173,11 +173,12 @@ class ModelRunner:
         forward: str = "auto",
         *,
         compile_mode: str = "off",
+        chat_template: str | None = None,
     ) -> ModelRunner:
         dev = pick_device(device)
         dt = pick_dtype(dev, dtype)
         started = time.monotonic()
-        loaded = load_model(spec, dev, dt)
+        loaded = load_model(spec, dev, dt, chat_template)
         if dev.type == "cpu":
             # Hearth's C++ kernels (native.py): loaded now when built, so that the lean
             # forward prepares its decode tiles (linear.py); else built in the background.

@@ -144,8 +144,9 @@ def _dequantizable(type_name: str) -> bool:
     return True
 
 
-def check_header(path: Path, header: GGUFHeader) -> None:
-    """Refuse quantization types that cannot be dequantized and files without a template."""
+def check_header(path: Path, header: GGUFHeader, own_template: bool = False) -> None:
+    """Refuse quantization types that cannot be dequantized and files without a template
+    (unless ``own_template``: a ``--chat-template`` replaces the file's)."""
     from importlib.metadata import version
 
     missing = [t for t in header.tensor_types if not _dequantizable(t)]
@@ -154,10 +155,15 @@ def check_header(path: Path, header: GGUFHeader) -> None:
             f"model file {path}: quantization type {', '.join(missing)} cannot be dequantized "
             f"(gguf {version('gguf')}, used by transformers)"
         )
-    if not header.chat_template:
-        raise ModelLoadError(
-            f"model file {path} has no chat template in its metadata (tokenizer.chat_template)"
-        )
+    if not header.chat_template and not own_template:
+        raise ModelLoadError(no_template_message(path))
+
+
+def no_template_message(path: Path) -> str:
+    return (
+        f"model file {path} has no chat template in its metadata (tokenizer.chat_template); "
+        "give one with --chat-template FILE"
+    )
 
 
 def load_config(path: Path, header: GGUFHeader) -> Any:
@@ -256,12 +262,16 @@ def _build(source: Path, digest: str, header: GGUFHeader, out: Path) -> None:
         "sha256": digest,
         "architecture": header.architecture,
         "tools": renders_tools(tokenizer),
+        "chat_template": bool(header.chat_template),
     }
     (out / INFO_FILE).write_text(json.dumps(info))
 
 
-def prepare_gguf_model(path: Path) -> Path:
-    """The converted folder for the GGUF file ``path``, converting it on first use."""
+def prepare_gguf_model(path: Path, *, own_template: bool = False) -> Path:
+    """The converted folder for the GGUF file ``path``, converting it on first use.
+
+    ``own_template``: a ``--chat-template`` replaces the file's template, so a file without
+    one is converted (with none) and the file's tool warning does not apply."""
     if not path.exists():
         raise ModelLoadError(f"model path {path} does not exist")
     if not path.is_file():
@@ -274,7 +284,7 @@ def prepare_gguf_model(path: Path) -> Path:
     if not is_built(folder, version):
         # Parsing the header takes seconds for a large vocabulary: only before a conversion.
         header = read_header(path)
-        check_header(path, header)
+        check_header(path, header, own_template)
         config = load_config(path, header)
         check_full_attention(config, path)
         try:
@@ -285,16 +295,21 @@ def prepare_gguf_model(path: Path) -> Path:
             text = str(err).strip()
             reason = text.splitlines()[0] if text else type(err).__name__
             raise ModelLoadError(f"model file {path}: cannot convert it ({reason})") from None
-    _warn_without_tools(folder, path)
+    if not own_template:
+        _check_own_template(folder, path)
     return folder
 
 
-def _warn_without_tools(folder: Path, source: Path) -> None:
+def _check_own_template(folder: Path, source: Path) -> None:
+    """A converted file without a template is refused; one whose template shows no tools
+    gets a one-line warning (at every start)."""
     try:
-        tools = json.loads((folder / INFO_FILE).read_text()).get("tools", False)
+        info = json.loads((folder / INFO_FILE).read_text())
     except (OSError, ValueError):
-        tools = False
-    if not tools:
+        info = {}
+    if not info.get("chat_template", True):
+        raise ModelLoadError(no_template_message(source))
+    if not info.get("tools", False):
         _LOGGER.warning(
             "%s: the file's chat template does not render tools, so the model never sees them "
             "(tool calls will not work with this model)",

@@ -14,6 +14,8 @@ is therefore a token prefix of every later request that starts with the same mes
 
 from __future__ import annotations
 
+from pathlib import Path
+
 TOOLS_INTRO = (
     "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
     "You are provided with function signatures within <tools></tools> XML tags:\n<tools>"
@@ -69,3 +71,44 @@ HERMES_CHATML_TEMPLATE = (
     "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
 )
 """Jinja source of the Hermes-style ChatML template (used by every model Hearth builds)."""
+
+
+class ChatTemplateFileError(ValueError):
+    """A ``--chat-template`` file that cannot be used. The message is one line."""
+
+
+def read_chat_template(path: Path) -> str:
+    """The Jinja source of a ``--chat-template`` file, compiled once to check its syntax.
+
+    Missing, unreadable, empty, not UTF-8 or not valid Jinja: one line naming the file.
+    """
+    from jinja2 import TemplateError
+    from transformers.utils.chat_template_utils import _compile_jinja_template
+
+    where = f"--chat-template {path}"
+    try:
+        source = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ChatTemplateFileError(f"{where}: no such file") from None
+    except IsADirectoryError:
+        raise ChatTemplateFileError(f"{where}: is a folder, not a file") from None
+    except OSError as err:
+        raise ChatTemplateFileError(f"{where}: cannot read it ({err.strerror})") from None
+    except UnicodeDecodeError:
+        raise ChatTemplateFileError(f"{where}: not UTF-8 text") from None
+    if not source.strip():
+        raise ChatTemplateFileError(f"{where}: the file is empty")
+    try:
+        _compile_jinja_template(source)
+    except TemplateError as err:
+        line = getattr(err, "lineno", None)
+        at = f" (line {line})" if line else ""
+        raise ChatTemplateFileError(
+            f"{where}: not a valid Jinja template{at}: {_first(err)}"
+        ) from None
+    return source
+
+
+def _first(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
