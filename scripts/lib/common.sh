@@ -13,3 +13,13 @@ die() { printf '\033[1;31m[hearth] error:\033[0m %s\n' "$*" >&2; exit 1; }
 
 # A stamp per venv: the hash of the files that define it. Same hash = nothing to do.
 stamp_of() { cat "$@" 2>/dev/null | sha256sum | cut -c1-16; }
+
+# step WHAT ABOUT COMMAND...: for work that can take more than ten seconds, one line before
+# it starts (what it does, about how long) and one when it is done (how long it took).
+step() {
+  local what=$1 about=$2 t0=$SECONDS
+  shift 2
+  log "$what (about $about) ..."
+  "$@"
+  log "done: $what in $((SECONDS - t0)) s"
+}
