@@ -1,0 +1,45 @@
+"""``scripts/setup --for demo|test``: what each purpose builds, and its arguments."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+SETUP = ROOT / "scripts" / "setup"
+
+
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["bash", str(SETUP), *args], capture_output=True, text=True, timeout=30, check=False
+    )
+
+
+def test_help_names_both_purposes() -> None:
+    result = _run("--help")
+    assert result.returncode == 0
+    assert "Usage: scripts/setup [--for demo|test] [--engine-only]" in result.stdout
+    assert "demo (scripts/develop)" in result.stdout
+    assert "test (scripts/test, and the default)" in result.stdout
+
+
+def test_an_unknown_purpose_is_refused_before_any_work() -> None:
+    result = _run("--for", "bench")
+    assert result.returncode == 1
+    assert result.stderr.strip().endswith("error:\x1b[0m --for takes demo or test, not: bench")
+
+
+def test_the_demo_builds_neither_test_models_nor_llama_cpp() -> None:
+    """The last lines of the script: what each purpose prepares."""
+    text = SETUP.read_text()
+    tail = text[text.rindex("start=$SECONDS") :]
+    demo, test = tail.split("else", 1)
+    assert "setup_models default native" in demo
+    assert "tiny" not in demo and "llama" not in demo
+    assert "setup_models default native tiny tiny-tools" in test
+    assert "setup_llama_server" in test
+
+
+def test_develop_and_test_ask_for_their_purpose() -> None:
+    assert '"$ROOT/scripts/setup" --for demo' in (ROOT / "scripts" / "develop").read_text()
+    assert '"$ROOT/scripts/setup" --for test' in (ROOT / "scripts" / "test").read_text()
