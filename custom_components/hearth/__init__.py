@@ -86,7 +86,8 @@ async def _async_update_listener(hass: HomeAssistant, entry: HearthConfigEntry) 
     data = entry.runtime_data
     removed = {sid for sid, *_ in data.loaded_subentries} - set(entry.subentries)
     if removed:
-        await _async_delete_pins(data.client, removed)
+        # Waits for a pin of theirs in flight, so its PUT cannot re-create what is deleted.
+        await data.prefixes.async_remove_agents(removed)
         keys = {pin_key(sid, cls) for sid in removed for cls in DeviceClass}
         await data.prefixes.history.async_forget(keys)
         for key in keys:

@@ -25,26 +25,21 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
 from homeassistant.components import conversation
 from homeassistant.components.homeassistant import exposed_entities
 from homeassistant.config_entries import ConfigEntry
-from homeassistant.const import EVENT_STATE_CHANGED
-from homeassistant.core import (
-    CALLBACK_TYPE,
-    Event,
-    HassJob,
-    HomeAssistant,
-    callback,
-)
+from homeassistant.const import EVENT_CORE_CONFIG_UPDATE, EVENT_STATE_CHANGED
+from homeassistant.core import CALLBACK_TYPE, Event, HomeAssistant, callback
 from homeassistant.helpers import area_registry as ar
 from homeassistant.helpers import device_registry as dr
 from homeassistant.helpers import entity_registry as er
 from homeassistant.helpers import floor_registry as fr
-from homeassistant.helpers.event import async_call_later
+from homeassistant.helpers.debounce import Debouncer
 from homeassistant.helpers.start import async_at_started
 from homeassistant.util import dt as dt_util
 
@@ -59,6 +54,7 @@ from .const import (
     REBUILD_ISSUE_COUNT,
     REBUILD_ISSUE_WINDOW,
     REPIN_MAX_DELAY_FACTOR,
+    SCAN_INTERVAL,
     STALE_PREFIX_MAX_S,
     SUBENTRY_AI_TASK,
     SUBENTRY_CONVERSATION,
@@ -84,6 +80,19 @@ __all__ = ["PinState", "PrefixManager", "pin_key", "pin_name"]  # re-exported fr
 
 # Engine answers to a PUT that the same prefix would get again (invalid, too large).
 _REFUSED_FOR_GOOD = frozenset({400, 413, 422})
+# A failed pin is retried at a later poll: 1, 2, 4... polls after the failure, at most
+# this far apart.
+RETRY_MAX_S = 300.0
+
+type _PinKey = tuple[str, DeviceClass]
+
+
+@dataclass
+class _Retry:
+    """The failed attempts of a pin in a row, and the polls to let pass before the next."""
+
+    failures: int = 0
+    wait_polls: int = 0
 
 
 class PrefixManager:
@@ -112,6 +121,13 @@ class PrefixManager:
         self._checked: EngineStatus | None = None
         self._started = False
         self._unsubs: list[CALLBACK_TYPE] = []
+        self._debouncers: dict[_PinKey, Debouncer[None]] = {}
+        self._retries: dict[_PinKey, _Retry] = {}
+        # Rendered prefixes by agent and device class, dropped by every event that
+        # schedules a re-pin (a state change drops nothing); ``_generation`` counts the
+        # drops, so a render that an event overtook is not kept.
+        self._renders: dict[_PinKey, tuple[Mapping[str, Any], HousePrefix]] = {}
+        self._generation = 0
 
     # ------------------------------------------------------------ lifecycle
 
@@ -143,6 +159,7 @@ class PrefixManager:
             ),
             bus.async_listen(ar.EVENT_AREA_REGISTRY_UPDATED, self._async_house_changed),
             bus.async_listen(fr.EVENT_FLOOR_REGISTRY_UPDATED, self._async_house_changed),
+            bus.async_listen(EVENT_CORE_CONFIG_UPDATE, self._async_house_changed),
             bus.async_listen(
                 EVENT_STATE_CHANGED,
                 self._async_house_changed,
@@ -161,8 +178,35 @@ class PrefixManager:
         while self._unsubs:
             self._unsubs.pop()()
         for agent in self._pins.values():
-            _cancel_timer(agent)
             issues.async_delete_all(self.hass, agent.key)
+        while self._debouncers:
+            self._debouncers.popitem()[1].async_shutdown()
+
+    async def async_remove_agents(self, subentry_ids: Iterable[str]) -> None:
+        """Forget the agents of removed subentries and delete their pins in the engine.
+
+        Their pending re-pins and retries end first. A pin in flight is waited for:
+        the engine finishes a PUT it received even if the client goes away, so a DELETE
+        sent before it answers would leave the pin re-created.
+        """
+        removed = set(subentry_ids)
+        agents = [agent for key, agent in self._pins.items() if key[0] in removed]
+        for agent in agents:
+            key = (agent.subentry_id, agent.device_class)
+            del self._pins[key]
+            self._retries.pop(key, None)
+            self._renders.pop(key, None)
+            if (debouncer := self._debouncers.pop(key, None)) is not None:
+                debouncer.async_shutdown()
+        for agent in agents:
+            async with agent.lock:
+                pass  # its PUT, if one is in flight, has been answered
+        for subentry_id in removed:
+            for cls in DeviceClass:
+                try:
+                    await self.client.async_delete_prefix(pin_name(subentry_id, cls))
+                except HearthError as err:
+                    LOGGER.debug("Could not delete the pin of %s (%s): %s", subentry_id, cls, err)
 
     @callback
     def _async_hass_started(self, hass: HomeAssistant) -> None:
@@ -232,7 +276,31 @@ class PrefixManager:
         cls: DeviceClass = DeviceClass.NONE,
         device_id: str | None = None,
     ) -> HousePrefix:
-        """Render an agent's prefix for a device class from its current options."""
+        """An agent's prefix for a device class from its current options.
+
+        Rendered once per house: kept until an event that schedules a re-pin (a
+        registry, exposure, options or configuration change) drops it. Any device of
+        the class renders the same prefix (``device_class.py``).
+        """
+        key = (subentry_id, cls)
+        options = self.entry.subentries[subentry_id].data
+        cached = self._renders.get(key)
+        if cached is not None and cached[0] == options:  # options read before the event
+            return cached[1]
+        generation = self._generation
+        prefix = await self._async_render_now(subentry_id, cls, device_id)
+        if generation == self._generation and subentry_id in self.entry.subentries:
+            self._renders[key] = (dict(options), prefix)
+        return prefix
+
+    @callback
+    def _async_drop_renders(self) -> None:
+        self._renders.clear()
+        self._generation += 1
+
+    async def _async_render_now(
+        self, subentry_id: str, cls: DeviceClass, device_id: str | None
+    ) -> HousePrefix:
         subentry = self.entry.subentries[subentry_id]
         options = render_options(subentry.subentry_type, subentry.data)
         if pin_key(subentry_id, cls) in self._without_examples:
@@ -273,7 +341,7 @@ class PrefixManager:
         now = time.monotonic()
         if agent.stale_since is None:
             agent.stale_since = now
-        if agent.timer is None and not agent.lock.locked():
+        if agent.pending_since is None and not agent.lock.locked():
             self._async_schedule(agent)
         usable = prefix.digest != agent.blocked_digest
         if usable and now - agent.stale_since <= STALE_PREFIX_MAX_S:
@@ -283,6 +351,7 @@ class PrefixManager:
     @callback
     def async_options_changed(self, subentry_id: str) -> None:
         """An agent's options changed: re-pin after its (possibly new) debounce."""
+        self._async_drop_renders()
         for (pinned_id, _cls), agent in self._pins.items():
             if pinned_id == subentry_id:
                 agent.debounce = _debounce(self.entry.subentries[subentry_id].data)
@@ -291,11 +360,17 @@ class PrefixManager:
     async def async_refresh_all(self) -> None:
         """Re-render and re-PUT every agent's prefix now (the refresh_prefix action).
 
-        Raises ``HearthError`` if the engine refuses or cannot be reached.
+        Raises ``HearthError`` if the engine refuses or cannot be reached (the first
+        error, once every PUT has been answered).
         """
-        await asyncio.gather(
-            *(self._async_pin(agent, PinReason.MANUAL) for agent in self._pins.values())
+        self._async_drop_renders()
+        results = await asyncio.gather(
+            *(self._async_pin(agent, PinReason.MANUAL) for agent in list(self._pins.values())),
+            return_exceptions=True,
         )
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
 
     def as_diagnostics(self) -> dict[str, Any]:
         """Pin state for diagnostics (no prompt text)."""
@@ -328,6 +403,7 @@ class PrefixManager:
 
     @callback
     def _async_house_changed(self, event: Event[Any] | None = None) -> None:
+        self._async_drop_renders()
         if self._started:
             self._async_add_class_pins()  # e.g. a new satellite (scheduled below)
         for agent in self._pins.values():
@@ -335,33 +411,36 @@ class PrefixManager:
 
     @callback
     def _async_schedule(self, agent: AgentPin) -> None:
-        """Trailing debounce: re-render once the house has been quiet for a while.
+        """Trailing debounce (HA's ``Debouncer``): re-render once the house has been
+        quiet for ``agent.debounce`` seconds.
 
-        A steady stream of changes cannot postpone it forever: it runs at the latest
-        ``REPIN_MAX_DELAY_FACTOR`` debounce periods after the first change.
+        A steady stream of changes cannot postpone it forever: a change restarts the
+        quiet period only while the re-pin would still run within
+        ``REPIN_MAX_DELAY_FACTOR`` debounce periods of the first change.
         """
         if not self._started:
             return  # the first pin, at start, renders the latest house
+        key = (agent.subentry_id, agent.device_class)
+        if (debouncer := self._debouncers.get(key)) is None:
+            debouncer = self._debouncers[key] = Debouncer(
+                self.hass,
+                LOGGER,
+                cooldown=agent.debounce,
+                immediate=False,
+                function=partial(self._async_debounced, key),
+            )
+        debouncer.cooldown = agent.debounce
         now = self.hass.loop.time()
         if agent.pending_since is None:
             agent.pending_since = now
-        deadline = agent.pending_since + agent.debounce * REPIN_MAX_DELAY_FACTOR
-        _cancel_timer(agent)
-        agent.timer = async_call_later(
-            self.hass,
-            max(0.0, min(agent.debounce, deadline - now)),
-            HassJob(
-                partial(self._async_debounced, (agent.subentry_id, agent.device_class)),
-                f"{DOMAIN} re-pin {agent.name}",
-                cancel_on_shutdown=True,
-            ),
-        )
+        elif now + agent.debounce <= agent.pending_since + agent.debounce * REPIN_MAX_DELAY_FACTOR:
+            debouncer.async_cancel()  # restart the quiet period
+        debouncer.async_schedule_call()
 
     @callback
-    def _async_debounced(self, key: tuple[str, DeviceClass], _now: Any) -> None:
+    def _async_debounced(self, key: _PinKey) -> None:
         if (agent := self._pins.get(key)) is None:
             return
-        agent.timer = None
         agent.pending_since = None
         self._async_pin_in_background(agent, PinReason.CHANGED)
 
@@ -394,8 +473,17 @@ class PrefixManager:
                 self._async_pin_in_background(agent, PinReason.RESTARTED)
             elif not self.pins_supported:
                 continue  # a primed prefix cannot be looked up
-            elif pin is None or pin.get("state") == "failed":
+            elif (pin is None or pin.get("state") == "failed") and self._retry_due(agent):
                 self._async_pin_in_background(agent, PinReason.MISSING)
+
+    @callback
+    def _retry_due(self, agent: AgentPin) -> bool:
+        """Whether a failed pin is retried at this poll (exponential backoff in polls)."""
+        retry = self._retries.get((agent.subentry_id, agent.device_class))
+        if retry is None or retry.wait_polls <= 0:
+            return True
+        retry.wait_polls -= 1
+        return retry.wait_polls <= 0
 
     # ------------------------------------------------------------- pinning
 
@@ -413,6 +501,8 @@ class PrefixManager:
         counts the PUTs that replace an earlier pin of this agent (see ``_cause``).
         """
         async with agent.lock:
+            if self._pins.get((agent.subentry_id, agent.device_class)) is not agent:
+                return False  # its subentry was removed meanwhile
             prefix = await self._async_render_pin(agent)
             if prefix is None:
                 return False  # no device of its class is left to render it with
@@ -448,6 +538,8 @@ class PrefixManager:
             agent.error = None
             agent.refused = False
             agent.blocked_digest = None
+            if self._retries.pop((agent.subentry_id, agent.device_class), None) is not None:
+                LOGGER.info("The prefix %s is pinned again", agent.name)
             if instance_id:
                 self._instance_id = instance_id
             issues.async_delete(self.hass, issues.PIN_REFUSED, agent.key)
@@ -475,6 +567,7 @@ class PrefixManager:
             if err.code != "context_length_exceeded" or not prefix.examples:
                 raise
         self._without_examples.add(agent.key)
+        self._async_drop_renders()
         LOGGER.warning(
             "The house prompt of %s does not fit the model's context with its worked "
             "examples: they are left out",
@@ -525,7 +618,14 @@ class PrefixManager:
             if instance_id:
                 self._instance_id = instance_id  # not a restart at every poll
             issues.async_pin_refused(self.hass, agent.key, self._title(agent), str(err))
-        LOGGER.warning("Could not pin the prefix %s: %s", agent.name, err)
+        retry = self._retries.setdefault((agent.subentry_id, agent.device_class), _Retry())
+        retry.failures += 1
+        most = max(1, round(RETRY_MAX_S / SCAN_INTERVAL.total_seconds()))
+        retry.wait_polls = min(2 ** (retry.failures - 1), most)
+        if retry.failures == 1:  # logged when it becomes unavailable, and when it is back
+            LOGGER.warning("Could not pin the prefix %s (retried): %s", agent.name, err)
+        else:
+            LOGGER.debug("Could not pin the prefix %s again: %s", agent.name, err)
 
     @callback
     def _async_count_rebuild(self, agent: AgentPin, cause: RebuildCause) -> None:
@@ -566,10 +666,3 @@ def _debounce(options: Mapping[str, Any]) -> float:
 
 def _int_or_none(value: Any) -> int | None:
     return int(value) if isinstance(value, int | float) else None
-
-
-@callback
-def _cancel_timer(agent: AgentPin) -> None:
-    if agent.timer is not None:
-        agent.timer()
-        agent.timer = None

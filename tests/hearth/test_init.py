@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+from typing import Any
+from unittest.mock import patch
+
 from homeassistant.config_entries import ConfigEntryState
 from homeassistant.core import HomeAssistant
+from homeassistant.exceptions import HomeAssistantError
 from homeassistant.helpers import device_registry as dr
 from pytest_homeassistant_custom_component.common import MockConfigEntry
 
-from custom_components.hearth.const import DOMAIN
+from custom_components.hearth.api import HearthClient
+from custom_components.hearth.const import DOMAIN, SERVICE_REFRESH_PREFIX
 from custom_components.hearth.pins import pin_name
 
 from .common import (
@@ -79,3 +86,37 @@ async def test_devices_show_the_engine_version_and_who_serves_the_agent(
     )
     assert agent is not None
     assert agent.via_device_id == engine_device.id
+
+
+async def test_removed_agent_while_its_pin_is_in_flight_leaves_no_pin(
+    hass: HomeAssistant, entry: MockConfigEntry, engine: EngineProcess
+) -> None:
+    """An agent removed while its PUT is in flight: the DELETE waits for the PUT's answer,
+    so the engine is left without the pin (it finishes a PUT it received even when the
+    client goes away: the shielded task below stands for that)."""
+    subentry_id = next(iter(entry.subentries))
+    name = pin_name(subentry_id)
+    release = asyncio.Event()
+    original = HearthClient.async_put_prefix
+
+    async def engine_still_working(client: HearthClient, pin: str, body: Any) -> dict[str, Any]:
+        async def received() -> dict[str, Any]:
+            await release.wait()
+            return await original(client, pin, body)
+
+        task = hass.async_create_background_task(received(), "PUT received by the engine")
+        return await asyncio.shield(task)
+
+    with patch.object(HearthClient, "async_put_prefix", engine_still_working):
+        refresh = hass.async_create_task(
+            hass.services.async_call(DOMAIN, SERVICE_REFRESH_PREFIX, blocking=True)
+        )
+        await asyncio.sleep(0.1)  # the PUT is in flight
+        hass.config_entries.async_remove_subentry(entry, subentry_id)
+        await asyncio.sleep(0.5)  # time for a DELETE to reach the engine
+        release.set()
+        with contextlib.suppress(HomeAssistantError, asyncio.CancelledError):
+            await refresh
+        await hass.async_block_till_done(wait_background_tasks=True)
+    assert name not in engine.pins()
+    assert entry.state is ConfigEntryState.LOADED

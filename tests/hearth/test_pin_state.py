@@ -3,6 +3,8 @@ rebuild counts (real engine, real Home Assistant)."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -10,6 +12,8 @@ from unittest.mock import patch
 
 import pytest
 from freezegun.api import FrozenDateTimeFactory
+from homeassistant.config_entries import ConfigSubentryData
+from homeassistant.const import CONF_URL
 from homeassistant.const import __version__ as HA_VERSION
 from homeassistant.core import HomeAssistant
 from homeassistant.exceptions import HomeAssistantError
@@ -21,12 +25,13 @@ from pytest_homeassistant_custom_component.common import (
     async_fire_time_changed,
 )
 
-from custom_components.hearth.api import HearthClient
+from custom_components.hearth.api import HearthClient, HearthResponseError
 from custom_components.hearth.const import (
     CONF_REPIN_DEBOUNCE,
     DOMAIN,
     REBUILD_ISSUE_COUNT,
     SERVICE_REFRESH_PREFIX,
+    SUBENTRY_CONVERSATION,
 )
 from custom_components.hearth.pin_history import storage_key
 from custom_components.hearth.pins import pin_name
@@ -34,6 +39,7 @@ from custom_components.hearth.pins import pin_name
 from .common import (
     KITCHEN_LIGHT,
     EngineProcess,
+    agent_options,
     async_setup_entry,
     converse,
     hearth_traces,
@@ -247,3 +253,72 @@ async def test_rebuild_after_an_upgrade_is_counted(
         "ha_version": HA_VERSION,
         "digests": {_agent(entry): digest},
     }
+
+
+async def test_failed_pin_backs_off_and_logs_once(
+    hass: HomeAssistant,
+    entry: MockConfigEntry,
+    engine: EngineProcess,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A pin the engine keeps failing (busy) while polls succeed is retried 1, 2, 4...
+    polls apart, not at every poll; one warning when it fails, one line when it is
+    pinned again."""
+    name = pin_name(_agent(entry))
+    attempts: list[str] = []
+
+    async def busy(client: HearthClient, pin: str, body: Any) -> dict[str, Any]:
+        attempts.append(pin)
+        raise HearthResponseError(503, "overloaded", "the engine is busy")
+
+    engine.request("DELETE", f"/v1/prefixes/{name}")
+    with patch.object(HearthClient, "async_put_prefix", busy):
+        for _ in range(16):  # 16 polls
+            await _advance(hass, 10)
+    # Polls 1, 2, 4, 8, 16 (each failure doubles the wait): 5 tries, not 16.
+    assert len(attempts) == 5
+    assert _state(hass, PIN).state == "failed"
+    failed = [r for r in caplog.records if "Could not pin" in r.getMessage()]
+    assert [r.levelname for r in failed if r.levelno >= logging.INFO] == ["WARNING"]
+
+    for _ in range(17):
+        await _advance(hass, 10)
+    assert _state(hass, PIN).state == "ready"
+    assert name in engine.pins()
+    back = [r for r in caplog.records if "pinned again" in r.getMessage()]
+    assert [r.levelname for r in back] == ["INFO"]
+
+
+async def test_refresh_answers_once_every_pin_is_answered(
+    hass: HomeAssistant, house: None, engine: EngineProcess
+) -> None:
+    """The refresh action with two agents, one failing at once: it raises only after the
+    other agent's PUT was answered (none is left running unobserved)."""
+    agents = [
+        ConfigSubentryData(
+            data=agent_options(), subentry_type=SUBENTRY_CONVERSATION, title=title, unique_id=None
+        )
+        for title in ("Hearth", "Second")
+    ]
+    entry = MockConfigEntry(
+        domain=DOMAIN, title=engine.url, data={CONF_URL: engine.url}, subentries_data=agents
+    )
+    await async_setup_entry(hass, entry)
+    first_name, second_name = (pin_name(sid) for sid in entry.subentries)
+    original = HearthClient.async_put_prefix
+    answered: list[str] = []
+
+    async def one_fails(client: HearthClient, pin: str, body: Any) -> dict[str, Any]:
+        if pin == first_name:
+            raise HearthResponseError(503, "overloaded", "the engine is busy")
+        await asyncio.sleep(0.3)
+        result = await original(client, pin, body)
+        answered.append(pin)
+        return result
+
+    with (
+        patch.object(HearthClient, "async_put_prefix", one_fails),
+        pytest.raises(HomeAssistantError),
+    ):
+        await hass.services.async_call(DOMAIN, SERVICE_REFRESH_PREFIX, blocking=True)
+    assert answered == [second_name]

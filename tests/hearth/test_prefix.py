@@ -6,6 +6,7 @@ reaches the engine (it is not a mock).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any
@@ -351,3 +352,52 @@ async def test_requests_keep_the_pinned_prefix_while_a_re_pin_is_pending(
     assert after["prefix_digest"] != before["prefix_digest"]
     assert after["context_lines"] == before["context_lines"]
     assert after["requests"][0]["cached_tokens"] >= engine.pins()[name]["tokens"]
+
+
+async def test_house_render_is_kept_until_the_house_changes(
+    hass: HomeAssistant, entry: MockConfigEntry, puts: PutSpy
+) -> None:
+    """A turn re-uses the house as rendered (a state change keeps it); a rename is in the
+    very next turn's fresh prefix, before any re-pin."""
+    prefixes = entry.runtime_data.prefixes
+    first = await prefixes.async_prefix_for_request(_agent(entry))
+    again = await prefixes.async_prefix_for_request(_agent(entry))
+    assert again.fresh is first.fresh
+
+    hass.states.async_set(KITCHEN_LIGHT, "on", {"friendly_name": "Kitchen Light"})
+    await hass.async_block_till_done()
+    assert (await prefixes.async_prefix_for_request(_agent(entry))).fresh is first.fresh
+
+    er.async_get(hass).async_update_entity(KITCHEN_LIGHT, name="Pantry Lamp")
+    await hass.async_block_till_done()  # no time passes: the re-pin is still pending
+    renamed = await prefixes.async_prefix_for_request(_agent(entry))
+    assert "- names: Pantry Lamp" in renamed.fresh.system
+    assert renamed.sent is first.fresh and renamed.stale  # the pin, told of the rename
+    assert puts.names == []
+
+
+async def test_render_time_of_a_turn_in_a_500_entity_house(
+    hass: HomeAssistant, house: None, engine: EngineProcess
+) -> None:
+    """What a turn spends rendering the house (printed: run with -s): the first render,
+    then the turns that find it kept."""
+    for i in range(500):
+        entity_id = f"light.generated_{i:03d}"
+        hass.states.async_set(entity_id, "off", {"friendly_name": f"Generated Lamp {i}"})
+        async_expose_entity(hass, "conversation", entity_id, True)
+    await hass.async_block_till_done()
+    entry = make_entry(engine.url, **{CONF_REPIN_DEBOUNCE: 2.0})
+    await async_setup_entry(hass, entry)
+    prefixes = entry.runtime_data.prefixes
+    er.async_get(hass).async_update_entity(KITCHEN_LIGHT, name="Kitchen Lamp")
+    await hass.async_block_till_done()  # the house changed: the next turn renders it
+    started = time.perf_counter()
+    first = await prefixes.async_prefix_for_request(_agent(entry))
+    render_ms = (time.perf_counter() - started) * 1000
+    started = time.perf_counter()
+    for _ in range(10):
+        kept = await prefixes.async_prefix_for_request(_agent(entry))
+    kept_ms = (time.perf_counter() - started) * 100
+    print(f"500-entity house: render {render_ms:.1f} ms, kept {kept_ms:.3f} ms per turn")
+    assert "Generated Lamp 499" in first.fresh.system
+    assert kept.fresh is first.fresh

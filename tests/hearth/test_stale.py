@@ -35,7 +35,7 @@ async def _turn_during_repin(hass: HomeAssistant, entry: MockConfigEntry) -> dic
     """One turn after a house change: its body, sent with the pinned prefix."""
     await hass.async_block_till_done()
     agent = entry.runtime_data.prefixes.agent(next(iter(entry.subentries)))
-    assert agent is not None and agent.timer is not None  # the re-pin is pending
+    assert agent is not None and agent.pending_since is not None  # a re-pin is pending
     with ChatSpy() as spy:
         await converse(hass, "hello")
     body = spy.bodies[0]
