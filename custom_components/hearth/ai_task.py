@@ -123,6 +123,7 @@ class HearthTaskEntity(ai_task.AITaskEntity, HearthLLMEntity):
     _attr_supported_features = ai_task.AITaskEntityFeature.GENERATE_DATA
     _device_model = "AI Task"
     _read_first_default = False  # instructions, not a spoken question
+    _failing = False  # the last task failed (logged once until one works again)
 
     @override
     async def _async_prefix_choice(self, chat_log: conversation.ChatLog) -> PrefixChoice:
@@ -155,10 +156,18 @@ class HearthTaskEntity(ai_task.AITaskEntity, HearthLLMEntity):
         try:
             await self._async_handle_chat_log(chat_log, response_format=fmt)
         except HearthError as err:
-            LOGGER.warning("Hearth engine request failed for an AI Task: %s", err)
+            # Logged when tasks start failing and when they work again, not every task.
+            if not self._failing:
+                LOGGER.warning("Hearth engine request failed for an AI Task: %s", err)
+            else:
+                LOGGER.debug("Hearth engine request failed again for an AI Task: %s", err)
+            self._failing = True
             if isinstance(err, HearthAuthError):
                 self.entry.async_start_reauth(self.hass)
             raise as_ha_error(err) from err
+        if self._failing:
+            LOGGER.info("Hearth engine requests work again for AI Tasks")
+            self._failing = False
         if chat_log.unresponded_tool_results:
             raise HomeAssistantError(translation_domain=DOMAIN, translation_key="tool_loop_limit")
         text = _reply_text(chat_log)

@@ -46,6 +46,7 @@ class HearthConversationEntity(
     """Hearth conversation agent."""
 
     _attr_supports_streaming = True
+    _failing = False  # the last turn failed (logged once until one works again)
 
     @property
     def supported_features(self) -> conversation.ConversationEntityFeature:
@@ -96,10 +97,18 @@ class HearthConversationEntity(
         try:
             await self._async_handle_chat_log(chat_log, user_input.language)
         except HearthError as err:
-            LOGGER.warning("Hearth engine request failed: %s", err)
+            # Logged when turns start failing and when they work again, not every turn.
+            if not self._failing:
+                LOGGER.warning("Hearth engine request failed: %s", err)
+            else:
+                LOGGER.debug("Hearth engine request failed again: %s", err)
+            self._failing = True
             if isinstance(err, HearthAuthError):
                 self.entry.async_start_reauth(self.hass)
             return await self._async_error_result(user_input, chat_log, error_key(err), str(err))
+        if self._failing:
+            LOGGER.info("Hearth engine requests work again")
+            self._failing = False
 
         if chat_log.unresponded_tool_results:
             return await self._async_error_result(user_input, chat_log, "tool_loop_limit")

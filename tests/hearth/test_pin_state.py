@@ -114,9 +114,11 @@ async def test_failed_pin_and_errors_then_recovery(
     entity_registry_enabled_by_default: None,
     house: None,
     private_engine_factory: Callable[..., EngineProcess],
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
-    """Engine gone: a turn counts an error, a pin attempt shows "failed" with its
-    error; the engine back (restarted): "ready" again."""
+    """Engine gone: a turn counts an error (one warning for two), a pin attempt shows
+    "failed" with its error; the engine back (restarted): "ready" again, and a turn
+    that works says so once."""
     engine = private_engine_factory()
     entry = make_entry(engine.url, **{CONF_REPIN_DEBOUNCE: 2.0})
     await async_setup_entry(hass, entry)
@@ -124,8 +126,11 @@ async def test_failed_pin_and_errors_then_recovery(
 
     engine.stop()
     await converse(hass, "hello")  # before the next poll: the sensors are still available
+    await converse(hass, "hello")
     errors = _state(hass, ERRORS)
-    assert errors.state == "1"
+    assert errors.state == "2"
+    failed = [r for r in caplog.records if "request failed" in r.getMessage()]
+    assert [r.levelname for r in failed if r.levelno >= logging.INFO] == ["WARNING"]  # once
     assert errors.attributes["last_error"]
     with pytest.raises(HomeAssistantError):
         await hass.services.async_call(DOMAIN, SERVICE_REFRESH_PREFIX, blocking=True)
@@ -139,7 +144,9 @@ async def test_failed_pin_and_errors_then_recovery(
     pin = _state(hass, PIN)
     assert pin.state == "ready"
     assert pin.attributes["last_error"] is None
-    assert _state(hass, REQUESTS).state == "1"
+    assert _state(hass, REQUESTS).state == "2"
+    await converse(hass, "hello")
+    assert [r.levelname for r in caplog.records if "work again" in r.getMessage()] == ["INFO"]
 
 
 async def test_refused_pin_raises_a_repair_that_clears_itself(
