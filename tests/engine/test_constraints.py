@@ -14,7 +14,7 @@ import torch
 from transformers import AutoTokenizer
 
 from hearth_engine.chat import ChatFormatter, ToolFormat
-from hearth_engine.constraints.compiler import ConstraintCompiler
+from hearth_engine.constraints.compiler import MAX_RUNAWAYS, ConstraintCompiler
 from hearth_engine.constraints.grammar import (
     ConstraintRequest,
     GrammarError,
@@ -451,6 +451,27 @@ def test_a_slow_compile_is_refused_by_its_time_bound(tokenizer: Any) -> None:
     assert (slow.compiles, slow.failures, slow.refusals) == (1, 0, 0)
     assert slow.start(_json_reply(schema)) is not None
     assert slow.hits == 1
+
+
+def test_slow_compiles_never_make_a_request_wait_for_others(tokenizer: Any) -> None:
+    """While MAX_RUNAWAYS slow compiles run past their bound, a new grammar is refused at
+    once (retry later) instead of waiting for them: no request waits on another's
+    compile beyond its own bound. The refusal is not remembered as a failure."""
+    slow = _limited(tokenizer, compile_seconds=0.01)
+
+    def schema(n: int) -> dict[str, Any]:
+        return {
+            "type": "object",
+            "properties": {f"q{n}_{i}": {"type": "integer"} for i in range(3000)},
+        }
+
+    for n in range(MAX_RUNAWAYS):
+        with pytest.raises(GrammarError, match="compile_seconds"):
+            slow.start(_json_reply(schema(n)))
+    with pytest.raises(GrammarError, match="still compiling"):
+        slow.start(_json_reply(schema(99)))
+    assert slow.failures == 0
+    assert slow.stats()["grammar_timeouts_total"] == MAX_RUNAWAYS + 1
 
 
 @pytest.mark.parametrize(

@@ -74,6 +74,7 @@ class ConstraintCompiler:
         self.refusals = 0  # requests refused from the failure cache, not compiled again
         self.timeouts = 0  # compiles past ``limits.compile_seconds``
         self.part_checks = 0  # single tools or response formats compiled by ``_blame``
+        self.longest_wait_ms = 0.0  # the longest a request waited for a new compile
         self.last_compile_ms = 0.0
 
     def _tokenizer(self) -> Any:
@@ -100,6 +101,17 @@ class ConstraintCompiler:
                 m for m in MARKUP if m in vocab and tokenizer.is_special_token(vocab[m])
             )
         return self._special
+
+    def stats(self) -> dict[str, float]:
+        """Counters for ``/v1/stats`` (read from the event loop: plain numbers)."""
+        return {
+            "grammar_compiles_total": self.compiles,
+            "grammar_reused_total": self.hits,
+            "grammar_failures_total": self.failures,
+            "grammar_refusals_total": self.refusals,
+            "grammar_timeouts_total": self.timeouts,
+            "grammar_compile_wait_max_ms": round(self.longest_wait_ms, 1),
+        }
 
     def warm(self) -> None:
         """Build the tokenizer's trie ahead of the first constrained request."""
@@ -143,6 +155,9 @@ class ConstraintCompiler:
             _LOGGER.info("Grammar refused: %s", failure)
             _remember(self._failed, key, failure, self.limits.failure_capacity)
             raise GrammarError(str(failure), failure.param) from None
+        finally:
+            waited = (time.perf_counter() - t0) * 1000
+            self.longest_wait_ms = max(self.longest_wait_ms, waited)
         self.last_compile_ms = (time.perf_counter() - t0) * 1000
         self.compiles += 1
         _LOGGER.info(
@@ -175,8 +190,13 @@ class ConstraintCompiler:
         else:
             job = _CompileJob(tokenizer, grammar, parser_limits)
             self._runaways = [t for t in self._runaways if t.is_alive()]
-            while len(self._runaways) >= MAX_RUNAWAYS:  # each ends: the limits bound it
-                self._runaways.pop(0).join()
+            if len(self._runaways) >= MAX_RUNAWAYS:
+                # Never wait for them (every request would): refuse this one at once.
+                self.timeouts += 1
+                raise GrammarTimeout(
+                    f"{len(self._runaways)} slow grammars are still compiling "
+                    f"({limits.named('compile_seconds')} seconds each); retry shortly"
+                )
             thread = threading.Thread(target=job.run, name="hearth-grammar", daemon=True)
             thread.start()
         thread.join(max(seconds, 0.0))

@@ -120,6 +120,7 @@ async def stats(request: web.Request) -> web.Response:
     state = request.app[ServerState.KEY]
     data = engine_stats(state.engine)
     data.update(state.metrics.recent())
+    data.update(state.constraints.stats())
     data["time"] = time.time()
     return web.json_response(data)
 
