@@ -77,7 +77,13 @@ class FakeEngine:
             raise ContextLengthError("too long")
 
     async def stream(
-        self, prompt: list[int], params: Any, *, salt: str | None = None, constraint: Any = None
+        self,
+        prompt: list[int],
+        params: Any,
+        *,
+        salt: str | None = None,
+        constraint: Any = None,
+        stats: Any = None,
     ) -> Any:
         self.streams_opened += 1
         try:
