@@ -8,9 +8,7 @@ exit code 2. Each test converts into its own cache folder (``HEARTH_CACHE_DIR``)
 from __future__ import annotations
 
 import logging
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -29,6 +27,7 @@ from hearth_engine.runner import ModelRunner
 from hearth_engine.server.app import create_app
 
 from .gguf_files import PLAIN_CHATML, write_gguf
+from .test_gguf import _cli
 
 MARK = "Hearth test template."
 # The Hermes template with a line of its own first: the rendered prompt shows which one ran.
@@ -137,18 +136,6 @@ def test_a_bad_template_file_is_one_line(files: dict[str, Path], name: str, expe
     message = str(caught.value)
     assert "\n" not in message
     assert message.startswith(f"--chat-template {path}: {expected}")
-
-
-def _cli(*args: str, cache: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HEARTH_CACHE_DIR": str(cache)}
-    return subprocess.run(
-        [sys.executable, "-m", "hearth_engine", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-        check=False,
-    )
 
 
 def _errors(result: subprocess.CompletedProcess[str]) -> list[str]:
