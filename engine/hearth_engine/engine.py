@@ -702,8 +702,9 @@ class Engine:
         seq.emit(FinishEvent("cancelled", "", seq.stats))
 
     def _fail(self, seq: Sequence, message: str, status: int = 500) -> None:
-        """End one sequence with an error, wherever it is (its KV is not kept); ``status``
-        400 when the request's own parameters made it fail."""
+        """End one sequence with an error, wherever it is (its KV is not kept). ``status``:
+        400 when the request's own parameters made it fail, 503 when its KV can never fit,
+        500 when the engine failed it."""
         if seq.state is State.FINISHED:
             return
         self.counters.requests_failed += 1
