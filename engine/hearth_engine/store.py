@@ -61,6 +61,12 @@ from safetensors import SafetensorError, safe_open
 from .store_lock import FolderLock
 
 _LOGGER = logging.getLogger(__name__)
+# What a write failure is called in the one warning it gets.
+_WRITE_ERRORS = {
+    errno.ENOSPC: "disk full",
+    errno.EROFS: "read-only",
+    errno.EACCES: "permission denied",
+}
 
 FORMAT = "hearth-kv/2"
 MANIFEST = "pins.json"
@@ -206,6 +212,14 @@ class PrefixStore:
         """Whether a file for ``key`` is on disk (usable or not)."""
         return self.path_for(namespace, key).exists()
 
+    def _warn_cannot_write(self, err: OSError) -> None:
+        """One warning per kind of write failure (a full disk, a read-only file system)."""
+        reason = _WRITE_ERRORS.get(err.errno or 0, err.strerror or str(err))
+        self._warn_once(
+            f"save:{reason}",
+            f"prefix store {self.root}: cannot write ({reason}); serving pins from memory only",
+        )
+
     def _warn_once(self, kind: str, message: str) -> None:
         if kind not in self._warned:
             self._warned.add(kind)
@@ -269,16 +283,7 @@ class PrefixStore:
             tmp_name = None
             _sync_folder(target.parent)
         except OSError as err:
-            kind = {
-                errno.ENOSPC: "disk full",
-                errno.EROFS: "read-only",
-                errno.EACCES: "permission denied",
-            }
-            reason = kind.get(err.errno or 0, err.strerror or str(err))
-            self._warn_once(
-                f"save:{reason}",
-                f"prefix store {self.root}: cannot write ({reason}); serving pins from memory only",
-            )
+            self._warn_cannot_write(err)
             return False
         finally:
             if tmp_name is not None:
@@ -683,10 +688,8 @@ class PrefixStore:
         try:
             if lock.acquire():
                 return True
-        except OSError as err:
-            self._warn_once(
-                "lock", f"prefix store {lock.path.parent} cannot be locked ({err}); reading only"
-            )
+        except OSError as err:  # the lock file cannot be made: nothing can be written there
+            self._warn_cannot_write(err)
             return False
         _LOGGER.warning(
             "Prefix store %s is in use by another engine: restoring its pins, but writing "
