@@ -75,6 +75,7 @@ def test_the_converted_folder_holds_the_files_weights_exactly(
         "sha256": file_sha256(source),
         "architecture": "llama",
         "tools": True,
+        "chat_template": True,  # the file has its own (else only --chat-template serves it)
     }
     converted = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
     assert json.loads((folder / "config.json").read_text())["dtype"] == "float32"
