@@ -234,7 +234,9 @@ async def test_bad_constraints_are_400s(
 ) -> None:
     body = {"messages": MESSAGES, "max_tokens": 4, **extra}
     error = await client.error("POST", "/v1/chat/completions", 400, code, json_body=body)
-    assert error["param"] == param, error
+    # A grammar that fails fast is blamed on its tool (``tools.1.function.parameters``);
+    # one that runs out of time only on the tools as a whole.
+    assert error["param"] == param or error["param"].startswith(f"{param}."), error
 
 
 async def test_pin_with_bad_tool_schema_is_a_400(client: Client) -> None:
@@ -326,7 +328,9 @@ async def test_grammar_limits_are_400s_naming_the_limit(
 ) -> None:
     body = {"messages": MESSAGES, "max_tokens": 4, **extra}
     error = await client.error("POST", "/v1/chat/completions", 400, code, json_body=body)
-    assert error["param"] == param, error
+    # A grammar that fails fast is blamed on its tool (``tools.1.function.parameters``);
+    # one that runs out of time only on the tools as a whole.
+    assert error["param"] == param or error["param"].startswith(f"{param}."), error
     assert any(name in error["message"] for name in names), error
     refused = server.stderr().count("Grammar refused from the failure cache")
     again = await client.error("POST", "/v1/chat/completions", 400, code, json_body=body)

@@ -333,10 +333,14 @@ async def test_a_window_larger_than_the_unpinned_snapshot_budget_is_kept(
     budget = layout.prefix_bytes(len(house)) + 4 * layout.bytes_per_token
     assert window_bytes > budget // 4
     engine = make_engine(runner=sliding64, chunk_tokens=16, kv_cache_bytes=budget)
-    cold = make_engine(runner=sliding64, cache_mode=CacheMode.NONE)
-    await engine.pin("house", house)
-    _, fin = await generate_both(engine, cold, house + [5, 6], LONG)
-    assert fin.stats.cached_tokens == len(house)
+    status = await engine.pin("house", house)
+    assert status.state == "ready"
+    # The pinned prefix holds its window. (A request over it would need more working KV
+    # than this budget has left beside the pin: admission counts that now, so the
+    # window is checked where the cache keeps it.)
+    window = engine.kv.snapshots.get(engine.namespace, house)
+    assert window is not None and window.window is not None
+    assert window.window.shape[3] == WINDOW
 
 
 async def test_a_pin_that_fits_only_without_its_window_is_refused(
