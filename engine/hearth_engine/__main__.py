@@ -9,7 +9,7 @@ import sys
 from collections.abc import Sequence
 
 from .cli import add_engine_args, add_serve_args, engine_config_from_args
-from .loader import ModelLoadError
+from .errors import ModelLoadError
 
 _LOGGER = logging.getLogger("hearth_engine")
 

@@ -25,9 +25,7 @@ prefix, about 40% of it in the CPU flash kernel.
 
 from __future__ import annotations
 
-import hashlib
 import os
-import platform
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -37,6 +35,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from .attention import PrefixPart
+from .hardware import host_key
 from .kv import KVBuffer
 
 if TYPE_CHECKING:
@@ -78,20 +77,6 @@ def _(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: int) -> torch.Te
 OPTIONS: dict[str, object] = {"freezing": True, "cpp_wrapper": True}
 
 
-def cache_key() -> str:
-    """What the compiled code depends on besides the graph: Python, CPU and compiler."""
-    cpu = ""
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.exists():
-        for line in cpuinfo.read_text().splitlines():
-            if line.startswith(("model name", "flags")):
-                cpu += line
-            if line.startswith("flags"):
-                break
-    facts = "|".join((platform.python_version(), platform.machine(), cpu))
-    return hashlib.sha256(facts.encode()).hexdigest()[:12]
-
-
 def inductor_cache_dir(root: Path | None = None) -> Path:
     """Point inductor's cache at ``~/.cache/hearth/inductor/<torch>-<key>``; returns it.
 
@@ -100,7 +85,7 @@ def inductor_cache_dir(root: Path | None = None) -> Path:
     reboot and shared with every other torch user).
     """
     base = root if root is not None else Path.home() / ".cache" / "hearth" / "inductor"
-    path = base / f"{torch.__version__}-{cache_key()}"
+    path = base / f"{torch.__version__}-{host_key()}"
     path.mkdir(parents=True, exist_ok=True)
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(path)
     return path

@@ -33,8 +33,8 @@ import torch
 from . import attention, native
 from .attention import PrefixPart
 from .kv import KVBuffer
+from .layer_types import sliding_layers
 from .linear import FrozenLinear, Quantization, fuse, tiles_fit
-from .loader import sliding_layers
 
 _LOGGER = logging.getLogger(__name__)
 

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import logging
 import os
+import platform
 import sys
 import threading
 from collections.abc import Callable
@@ -28,6 +30,21 @@ DTYPES = {
     "float64": torch.float64,
     "fp64": torch.float64,
 }
+
+
+def host_key() -> str:
+    """What code built for this host depends on besides its sources: Python, machine and
+    CPU (model name and flags). Keys the compiled step's and the native kernels' caches."""
+    cpu = ""
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        for line in cpuinfo.read_text().splitlines():
+            if line.startswith(("model name", "flags")):
+                cpu += line
+            if line.startswith("flags"):
+                break
+    facts = "|".join((platform.python_version(), platform.machine(), cpu))
+    return hashlib.sha256(facts.encode()).hexdigest()[:12]
 
 
 def pick_device(requested: str = "auto") -> torch.device:

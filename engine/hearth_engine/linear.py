@@ -32,6 +32,7 @@ import psutil
 import torch
 
 from . import native
+from .hardware import cpu_has_native_bf16
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -60,8 +61,6 @@ class Quantization(StrEnum):
 
 def can_pack_bf16(device: torch.device) -> bool:
     """Whether oneDNN can run packed bfloat16 linears here (needs native bf16)."""
-    from .hardware import cpu_has_native_bf16
-
     if device.type != "cpu" or not torch.backends.mkldnn.is_available():
         return False
     supported = getattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", None)

@@ -13,7 +13,7 @@ One extension module, ``hearth_native`` (``kernels/``):
 * ``vec.h``: the vector helpers they share.
 
 It is compiled with ``torch.utils.cpp_extension`` for the host's own instruction set, so
-the build folder is keyed by the torch version, the CPU (``compiled.cache_key``: model
+the build folder is keyed by the torch version, the CPU (``hardware.host_key``: model
 name and flags) and the sources' hash: a cache copied to another CPU or torch is
 rebuilt, never loaded.
 
@@ -41,6 +41,9 @@ from pathlib import Path
 from types import ModuleType
 
 import torch
+
+from .hardware import host_key
+from .models.cache_dir import cache_root
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -87,20 +90,12 @@ def enabled() -> bool:
 
 def build_dir() -> Path:
     """``~/.cache/hearth/kernels/<torch>-<host key>-<source hash>``."""
-    from .compiled import cache_key  # compiled imports attention, which imports this
-
-    base = _cache_root() / "kernels"
+    base = cache_root() / "kernels"
     digest = hashlib.sha256(" ".join(CFLAGS).encode())
     for path in (*SOURCES, *HEADERS):
         digest.update(path.read_bytes())
     source = digest.hexdigest()[:12]
-    return base / f"{torch.__version__}-{cache_key()}-{source}"
-
-
-def _cache_root() -> Path:
-    from .models.cache_dir import cache_root
-
-    return cache_root()
+    return base / f"{torch.__version__}-{host_key()}-{source}"
 
 
 def load() -> ModuleType | None:

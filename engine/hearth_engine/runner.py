@@ -21,10 +21,12 @@ import torch
 from . import native
 from .attention import PARTS_KWARG, POSITIONS_KWARG, PrefixPart
 from .decoder import LeanDecoder, unsupported_reason
+from .errors import ModelLoadError
 from .hardware import pick_device, pick_dtype
 from .kv import KVBuffer, KVLayout, segment_tokens
+from .layer_types import sliding_layers, state_layers
 from .linear import Quantization, int8_unsupported
-from .loader import LoadedModel, ModelLoadError, load_model, sliding_layers, state_layers
+from .loader import LoadedModel, load_model
 from .step_compiler import CompileMode, CompileState, StepCompiler, wants_compile
 
 _LOGGER = logging.getLogger(__name__)

@@ -27,8 +27,6 @@ from dataclasses import dataclass
 import torch
 from transformers.cache_utils import LinearAttentionLayer
 
-# Layer kinds (transformers' ``layer_types`` words) that keep a state instead of KV.
-STATE_KINDS = ("linear_attention", "conv")
 # Unpinned snapshots kept per engine (the least recently used go first): at most this
 # many, and at most ``max_unpinned_bytes`` together (KVManager: a quarter of the KV
 # budget). Each is a few MB (Qwen3.5-0.8B in bfloat16: 18.8 MB; Granite 4 tiny at 10 of

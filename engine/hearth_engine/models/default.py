@@ -14,6 +14,7 @@ import logging
 from pathlib import Path
 
 from .cache_dir import build_once, models_dir
+from .gguf import convert
 from .templates import HERMES_CHATML_TEMPLATE
 
 _LOGGER = logging.getLogger(__name__)
@@ -50,8 +51,6 @@ def _build(out: Path) -> None:
     if importlib.util.find_spec("gguf") is None:
         raise ModelPrepareError("the default model needs the gguf package: pip install gguf")
     import torch
-
-    from .gguf import convert
 
     source = _gguf_folder()
     _LOGGER.info("Converting %s from %s (once; about a minute)", GGUF_FILE, source)

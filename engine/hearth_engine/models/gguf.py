@@ -12,7 +12,7 @@ a plain safetensors folder in the Hearth cache. Later starts load that folder di
   inode): an unchanged file is hashed once.
 * **Checks first.** The header is read before anything slow: a file that is not GGUF, an
   architecture transformers cannot read, a quantization type nobody can dequantize, a
-  missing chat template, or layers the engine cannot cache (``check_full_attention``)
+  missing chat template, or layers the engine cannot cache (``check_layer_types``)
   each give one line naming the file and the cause, instead of a minute of conversion
   followed by a stack trace.
 * **Template.** The chat template is the one in the file's metadata
@@ -31,7 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..loader import ModelLoadError, check_full_attention
+from ..errors import ModelLoadError
+from ..layer_types import check_layer_types
 from .cache_dir import build_once, cache_root, is_built, models_dir
 
 _LOGGER = logging.getLogger(__name__)
@@ -286,7 +287,7 @@ def prepare_gguf_model(path: Path, *, own_template: bool = False) -> Path:
         header = read_header(path)
         check_header(path, header, own_template)
         config = load_config(path, header)
-        check_full_attention(config, path)
+        check_layer_types(config, path)
         try:
             build_once(folder, version, lambda out: _build(path, digest, header, out))
         except (ValueError, KeyError, NotImplementedError, RuntimeError, OSError) as err:
