@@ -8,18 +8,23 @@ they show: on the project's accuracy dataset its correct answers went from 0 to 
 entities, its areas and the tools its LLM API offers, so every call in them is valid
 here) and sit in the pinned prefix after the system message, so they cost nothing per
 request. They depend on names only, never on states: a state change does not re-pin.
-English only (the words of the requests are English). Where they would make the house
-prompt longer than the model's context, the agent pins without them (``pins.py``).
+
+Their words are Home Assistant's own, in the agent's language: each example is a
+sentence template of the intent it calls (``home-assistant-intents``, see
+sentences.py) filled with this house's names, its arguments are the slots HA's matcher
+reads from that sentence, and the reply is HA's response for it. A language the
+intents data does not have gets no examples. Where they would make the house prompt
+longer than the model's context, the agent pins without them (``pins.py``).
 
 ``house_examples`` picks the entities (HA glue); ``example_messages`` is pure. ``House``
-renders one template's turn; hints.py uses it for each request's nearest example.
+renders one step's turn; hints.py uses it for each request's nearest example.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from homeassistant.components import conversation
@@ -30,6 +35,8 @@ from homeassistant.helpers import device_registry as dr
 from homeassistant.helpers import entity_registry as er
 from homeassistant.util import yaml as yaml_util
 
+from .intents_data import LanguageData, async_language_data, cached_language_data
+from .sentences import NAME, Said, Target, say, speak
 from .tool_names import bare_name
 
 
@@ -47,59 +54,52 @@ class Thing:
         return self.entity_id.split(".", 1)[0]
 
 
-# What a request calls a thing of a domain, when it names the thing by its area.
-NOUNS = {"light": "light", "climate": "thermostat", "cover": "blinds", "media_player": "speaker"}
-AREA = "area"  # a template's target: the house's first area by name (if it has lights)
-NOTHING = "nothing"  # a template without a target (a timer)
+AREA = "area"  # a step's target: an area (the house's first by name with such things)
+NOTHING = "nothing"  # a step without a target (a timer)
+LIVE_CONTEXT = "GetLiveContext"
+QUESTION_INTENT = "HassGetState"  # the intents data's question; the model reads live context
 
 
 @dataclass(frozen=True, slots=True)
-class Template:
+class Step:
     """One example: ``intent`` (a tool's short name) on the ``pick``-th entity of
-    ``domain`` (or ``AREA``, or ``NOTHING``), asked as ``ask`` (``{}`` is the name)."""
+    ``domain`` (or on an ``AREA``'s things of ``domain``, or on ``NOTHING``).
+    ``LIVE_CONTEXT`` asks HA's question intent of the thing and reads the house."""
 
     intent: str
     domain: str
-    ask: str
-    arguments: Callable[[str], dict[str, Any]]
     pick: int = 0
-    answer: str = "off"  # a question's: the state its result shows and its reply says
+    area: bool = False
 
-
-def name_args(extra: Mapping[str, Any] | None = None) -> Callable[[str], dict[str, Any]]:
-    """A template's arguments: the target's ``name``, and ``extra``."""
-    return lambda name: {"name": name, **(extra or {})}
+    @property
+    def asks(self) -> str:
+        """The intent whose sentences ask it."""
+        return QUESTION_INTENT if self.intent == LIVE_CONTEXT else self.intent
 
 
 # In the order shown. A small model leans on the last examples it saw, so the common
-# on/off requests come last, and questions and settings first.
-TEMPLATES: tuple[Template, ...] = (
-    Template("GetLiveContext", "switch", "is the {} on?", name_args()),
-    Template("HassStartTimer", NOTHING, "set a timer for 10 minutes", lambda _: {"minutes": 10}),
-    Template("HassMediaPause", "media_player", "pause the {}", name_args()),
-    Template("HassClimateSetTemperature", "climate", "set the {} to 21 degrees",
-             name_args({"temperature": 21})),
-    Template("HassSetVolume", "media_player", "set the {} volume to 30 percent",
-             name_args({"volume_level": 30}), pick=1),
-    Template("HassSetPosition", "cover", "set the {} to 40 percent", name_args({"position": 40})),
-    Template("HassLightSet", "light", "set the {} brightness to 30%",
-             name_args({"brightness": 30}), pick=1),
-    Template("HassFanSetSpeed", "fan", "set the {} speed to 50 percent",
-             name_args({"percentage": 50})),
-    Template("HassVacuumStart", "vacuum", "start the {}", name_args()),
-    Template("HassListAddItem", "todo", "add milk to the {}", name_args({"item": "milk"})),
-    Template("HassTurnOff", "lock", "unlock the {}", name_args()),
-    Template("HassTurnOn", "cover", "open the {}", name_args(), pick=1),
-    Template("HassTurnOff", AREA, "turn off the lights in the {}",
-             lambda area: {"area": area, "domain": ["light"]}),
-    Template("HassTurnOn", "lock", "lock the {}", name_args(), pick=1),
-    Template("HassTurnOff", "cover", "close the {}", name_args()),
-    Template("HassTurnOff", "switch", "switch off the {}", name_args(), pick=1),
-    Template("HassTurnOn", "light", "turn on the {}", name_args()),
-)  # fmt: skip
-
-ACTION_REPLY = "Done."
-TIMER_REPLY = "Timer set for 10 minutes."
+# on/off requests come last, and questions and settings first. Intent names and
+# domains only: the words come from the language's intents data.
+STEPS: tuple[Step, ...] = (
+    Step(LIVE_CONTEXT, "switch"),
+    Step("HassStartTimer", NOTHING),
+    Step("HassMediaPause", "media_player"),
+    Step("HassClimateSetTemperature", "climate"),
+    Step("HassSetVolume", "media_player", pick=1),
+    Step("HassSetPosition", "cover"),
+    Step("HassLightSet", "light", pick=1),
+    Step("HassFanSetSpeed", "fan"),
+    Step("HassVacuumStart", "vacuum"),
+    Step("HassTurnOff", "lock"),
+    Step("HassTurnOn", "valve"),
+    Step("HassTurnOn", "cover", pick=1),
+    Step("HassTurnOff", "light", area=True),
+    Step("HassTurnOn", "lock", pick=1),
+    Step("HassTurnOff", "cover"),
+    Step("HassTurnOff", "switch", pick=1),
+    Step("HassTurnOn", "light"),
+)
+QUESTION_STATE = "off"  # the state a pinned question's made-up result shows
 # Examples that show the whole loop (the tool's result and the reply): the first (a
 # question, answered from the result) and the last LAST_FULL ones (what a small model
 # copies most: after a result, a short reply, no further call). The others show only
@@ -108,17 +108,22 @@ LAST_FULL = 3
 
 
 def example_messages(
-    things: Iterable[Thing], areas: Iterable[str], tools: Iterable[Mapping[str, Any]]
+    things: Iterable[Thing],
+    areas: Iterable[str],
+    tools: Iterable[Mapping[str, Any]],
+    data: LanguageData | None,
 ) -> list[dict[str, Any]]:
     """The example turns (OpenAI chat messages) for a house with ``things`` (exposed
-    entities), ``areas`` and ``tools`` (OpenAI function tools): one per template whose
-    tool is offered, whose arguments that tool takes, and whose domain (or area) the
-    house has."""
+    entities), ``areas`` and ``tools`` (OpenAI function tools), in ``data``'s language:
+    one per step whose tool is offered, whose arguments that tool takes, whose domain
+    (or area) the house has, and whose intent the language's data can say of it."""
+    if data is None:
+        return []
     house = House.of(things, areas)
     offered = offered_tools(tools)
     turns: list[list[dict[str, Any]]] = []
-    for template in TEMPLATES:
-        turn = house.turn(template, offered, f"example_{len(turns) + 1}")
+    for step in STEPS:
+        turn = house.turn(data, step, offered, f"example_{len(turns) + 1}")
         if turn is not None:
             turns.append(turn)
     messages: list[dict[str, Any]] = []
@@ -145,7 +150,8 @@ class House:
 
     def turn(
         self,
-        template: Template,
+        data: LanguageData,
+        step: Step,
         offered: Mapping[str, tuple[str, tuple[str, ...]]],
         call_id: str,
         *,
@@ -154,70 +160,97 @@ class House:
         rank: Callable[[Thing], Any] | None = None,
         by_area: bool = False,
     ) -> list[dict[str, Any]] | None:
-        """``template``'s whole turn on this house (None where its tool is not offered,
-        takes other arguments, or the house has nothing to name). The target is the
-        ``pick``-th thing of its domain (or the first of highest ``rank``), skipping
-        ``avoid`` (entity ids) where others are left. A question reads its target's
-        entry in ``live`` (entity id -> HA's live-context entry) where given.
-        ``by_area``: a template that names one thing names its target's area instead
-        ("set the thermostat in the Bedroom to 21 degrees": ``area``, not ``name``)."""
-        tool = offered.get(template.intent)
+        """``step``'s whole turn on this house (None where its tool is not offered,
+        takes other arguments, the house has nothing to name, or the language's data
+        cannot say it). The target is the ``pick``-th thing of its domain (or the first
+        of highest ``rank``), skipping ``avoid`` (entity ids) where others are left. A
+        question reads its target's entry in ``live`` (entity id -> HA's live-context
+        entry) where given. ``by_area``: name the target's area instead of the thing
+        ("set the temperature in the Bedroom to 21": ``area``, not ``name``)."""
+        tool = offered.get(step.intent)
         if tool is None:
             return None
         name, properties = tool
-        target: Thing | None = None
-        if template.domain == NOTHING:
-            said = ""
-        elif template.domain == AREA:
-            if not self.areas or "light" not in self.by_domain:
-                return None
-            said = self.areas[0]
-        else:
-            found = self.by_domain.get(template.domain) or []
-            if by_area:
-                found = [t for t in found if t.area]
+        thing: Thing | None = None
+        if step.domain == NOTHING:
+            target = Target("")
+        elif step.area:
+            with_domain = {t.area for t in self.by_domain.get(step.domain, ()) if t.area}
+            found = [a for a in self.areas if a in with_domain] or (
+                self.areas if step.domain in self.by_domain else []
+            )
             if not found:
                 return None
-            found = [t for t in found if t.entity_id not in avoid] or found
-            target = max(found, key=rank) if rank else found[template.pick % len(found)]
-            said = target.name
-        arguments = template.arguments(said)
-        if by_area:
-            if target is None or arguments.pop("name", None) is None:
+            target = Target(AREA, found[0], step.domain)
+        else:
+            things = self.by_domain.get(step.domain) or []
+            if by_area:
+                things = [t for t in things if t.area]
+            if not things:
                 return None
-            noun = NOUNS.get(target.domain, target.domain.replace("_", " "))
-            template = replace(template, ask=template.ask.replace("{}", f"{noun} in the {{}}"))
-            # An area alone is every entity in it ("turn off the Bedroom"): with the
-            # domain where the tool takes one (HassTurnOff), else the tool's own.
-            in_domain = {"domain": [target.domain]} if "domain" in properties else {}
-            said, target = target.area, None
-            arguments = {"area": said, **in_domain, **arguments}
-        if not set(arguments) <= set(properties):
+            things = [t for t in things if t.entity_id not in avoid] or things
+            thing = max(things, key=rank) if rank else things[step.pick % len(things)]
+            target = (
+                Target(AREA, thing.area, thing.domain)
+                if by_area
+                else Target(NAME, thing.name, thing.domain, thing.entity_id)
+            )
+        question = step.intent == LIVE_CONTEXT
+        said = say(data, step.asks, target, asked="one" if question else None)
+        if said is None:
             return None
-        # In the schema's order: the grammar writes keys in that order, so the model can
-        # copy the call (shown "area" first, it wrote only "temperature" and closed).
-        arguments = {key: arguments[key] for key in properties if key in arguments}
-        info = live.get(target.entity_id) if live is not None and target is not None else None
-        return _turn(call_id, template, name, arguments, said, target, info)
+        arguments = _arguments(said, target, properties, question=question)
+        if arguments is None:
+            return None
+        info = live.get(thing.entity_id) if live is not None and thing is not None else None
+        return _turn(data, call_id, said, name, arguments, target, info)
+
+
+def _arguments(
+    said: Said, target: Target, properties: tuple[str, ...], *, question: bool
+) -> dict[str, Any] | None:
+    """The call's arguments: the slots HA read from the sentence that the tool takes,
+    in the schema's order (the grammar writes keys in that order, so the model can copy
+    the call). None where a slot the sentence says is not one the tool takes. A
+    question reads its target by name (or area)."""
+    if question:
+        slots = {target.kind: target.said} if target.kind else {}
+    else:
+        slots = dict(said.slots)
+        if "domain" in slots:
+            if "domain" in properties:
+                slots["domain"] = [slots["domain"]]
+            else:
+                del slots["domain"]  # implied by the intent (HassLightSet: lights)
+    if not set(slots) <= set(properties):
+        return None
+    return {key: slots[key] for key in properties if key in slots}
 
 
 # What HA's live-context tool says before the entities it lists.
 LIVE_HEADER = "Live Context: An overview of the areas and the devices in this smart home:"
 
 
-def spoken_state(name: str, info: Mapping[str, Any]) -> str:
-    """A short answer that says what ``info`` (a live-context entry) reads: a
-    thermostat's target, what a player plays, a sensor's value with its unit, or else
-    the state."""
+def spoken_state(data: LanguageData, said: Said, info: Mapping[str, Any]) -> str | None:
+    """HA's answer to the question ``said`` about a thing whose live-context entry is
+    ``info`` (its state, with the unit where it has one), in the data's language."""
     attributes = info.get("attributes") or {}
-    if info.get("domain") == "climate" and attributes.get("temperature") is not None:
-        return f"The {name} is set to {attributes['temperature']}."
-    if title := attributes.get("media_title"):
-        artist = attributes.get("media_artist")
-        return f"The {name} is playing {title}{f' by {artist}' if artist else ''}."
-    state = info.get("state", "")
+    state = str(info.get("state", ""))
     unit = attributes.get("unit_of_measurement")
-    return f"The {name} is {state} {unit}." if unit else f"The {name} is {state}."
+    return answer(data, said, state, f"{state} {unit}" if unit else state)
+
+
+def answer(data: LanguageData, said: Said, state: str, with_unit: str) -> str | None:
+    """HA's response to the question ``said`` where its thing is in ``state``."""
+    asked = said.slots.get("state")
+    thing = {
+        "name": said.slots.get(NAME, ""),
+        "domain": said.slots.get("domain", ""),
+        "state": state,
+        "state_with_unit": with_unit,
+    }
+    matched = asked in {None, state}
+    return speak(data, QUESTION_INTENT, said.response, said.words, thing, matched=matched)
 
 
 def offered_tools(tools: Iterable[Mapping[str, Any]]) -> dict[str, tuple[str, tuple[str, ...]]]:
@@ -233,44 +266,48 @@ def offered_tools(tools: Iterable[Mapping[str, Any]]) -> dict[str, tuple[str, tu
 
 
 def _turn(  # noqa: PLR0917
+    data: LanguageData,
     call_id: str,
-    template: Template,
+    said: Said,
     tool: str,
     arguments: dict[str, Any],
-    said: str,
-    target: Thing | None,
+    target: Target,
     info: Mapping[str, Any] | None,
 ) -> list[dict[str, Any]]:
-    """User asks, assistant calls, the tool answers as Home Assistant would, the assistant
-    confirms (or, for a question, answers from the tool's result: ``info``, the target's
-    live-context entry, where given; else a made-up state)."""
-    if template.intent == "GetLiveContext" and info is not None:
+    """User asks, assistant calls, the tool answers as Home Assistant would, the
+    assistant says HA's response (or, for a question, answers from the tool's result:
+    ``info``, the target's live-context entry, where given; else a made-up state). A
+    turn whose reply the data cannot say shows only the call."""
+    reply: str | None
+    if said.intent == QUESTION_INTENT and info is not None:
         result: dict[str, Any] = {"result": f"{LIVE_HEADER}\n{yaml_util.dump([dict(info)])}"}
-        reply = spoken_state(said, info)
-    elif template.intent == "GetLiveContext":
-        domain = target.domain if target else ""
-        state = f"- names: {said}\n  domain: {domain}\n  state: '{template.answer}'\n"
+        reply = spoken_state(data, said, info)
+    elif said.intent == QUESTION_INTENT:
+        state = f"- names: {target.said}\n  domain: {target.domain}\n  state: '{QUESTION_STATE}'\n"
         result = {"success": True, "result": state}
-        reply = f"The {said} is {template.answer}."
-    elif template.domain == NOTHING:
-        result = {"response_type": "action_done", "data": {"success": [], "failed": []}}
-        reply = TIMER_REPLY
+        reply = answer(data, said, QUESTION_STATE, QUESTION_STATE)
     else:
-        entry = (
-            {"name": said, "type": "entity", "id": target.entity_id}
-            if target is not None
-            else {"name": said, "type": AREA, "id": said.lower().replace(" ", "_")}
-        )
-        result = {"response_type": "action_done", "data": {"success": [entry], "failed": []}}
-        reply = ACTION_REPLY
+        success = []
+        if target.kind == NAME:
+            success = [{"name": target.said, "type": "entity", "id": target.entity_id}]
+        elif target.kind:
+            ident = target.said.lower().replace(" ", "_")
+            success = [{"name": target.said, "type": target.kind, "id": ident}]
+        result = {"response_type": "action_done", "data": {"success": success, "failed": []}}
+        reply = said.speech
     call = {"name": tool, "arguments": json.dumps(arguments, ensure_ascii=False)}
-    return [
-        {"role": "user", "content": template.ask.format(said)},
+    turn: list[dict[str, Any]] = [
+        {"role": "user", "content": said.text},
         {
             "role": "assistant",
             "content": "",
             "tool_calls": [{"id": call_id, "type": "function", "function": call}],
         },
+    ]
+    if reply is None:
+        return turn
+    return [
+        *turn,
         {
             "role": "tool",
             "tool_call_id": call_id,
@@ -299,10 +336,28 @@ def exposed_things(hass: HomeAssistant) -> list[Thing]:
 
 
 def house_examples(
-    hass: HomeAssistant, tools: Iterable[Mapping[str, Any]], language: str
+    hass: HomeAssistant, tools: Iterable[Mapping[str, Any]], language: str = ""
 ) -> tuple[dict[str, Any], ...]:
-    """The example turns for this house (none outside English, or without tools)."""
-    if not language.lower().startswith("en"):
+    """The example turns for this house in ``language`` (default: the house's); none
+    without tools, or where the language has no intents data or is not loaded yet
+    (``async_house_examples`` loads it)."""
+    data = cached_language_data(language or hass.config.language)
+    if data is None or not tools:
         return ()
     areas = [area.name for area in ar.async_get(hass).async_list_areas()]
-    return tuple(example_messages(exposed_things(hass), areas, tools))
+    return tuple(example_messages(exposed_things(hass), areas, tools, data))
+
+
+async def async_house_examples(
+    hass: HomeAssistant, tools: Iterable[Mapping[str, Any]], language: str = ""
+) -> tuple[dict[str, Any], ...]:
+    """``house_examples``, with the language's intents data loaded first (in the
+    executor) and the sentences said there too (they parse templates on first use)."""
+    tools = list(tools)
+    data = await async_language_data(hass, language or hass.config.language)
+    if data is None or not tools:
+        return ()
+    areas = [area.name for area in ar.async_get(hass).async_list_areas()]
+    things = exposed_things(hass)
+    messages = await hass.async_add_executor_job(example_messages, things, areas, tools, data)
+    return tuple(messages)

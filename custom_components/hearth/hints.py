@@ -3,152 +3,90 @@
 The pinned examples (examples.py) teach a small model the call format, but which tool it
 picks leans on the last example it saw: the default model set thermostats with
 ``HassSetPosition`` because that came last. So a turn also gets one more example, chosen
-for its request: the template whose words are most like the user's (shared words,
-weighted by how few templates say them; only templates of the domains the request names,
-by an entity's name or alias or a word such as "lights"; a template that says the
-opposite, "off" for "on", loses). It names another thing of that domain where the house
-has one, the one least like the request (a small model copies names), so it shows the
-call, not the answer. An English question gets a question's example (``GetLiveContext``,
-the thing's real live-context entry, and a reply that says what it reads).
+for its request, in the request's language: the request is matched against Home
+Assistant's own sentence templates (``home-assistant-intents``, with this house's
+names, aliases and areas as slot lists, as HA's matcher does; a name the house does not
+have still matches a template), which gives the intent it asks for and what it names.
+Where no template matches, the example whose sentence shares the most words with the
+request is taken (words: Unicode ``\\w+``; for a script written without spaces,
+character pairs). The example is of that intent, on another thing of the same domain
+where the house has one (a small model copies names), so it shows the call, not the
+answer. A question gets a question's example (``GetLiveContext``, the thing's real
+live-context entry, and HA's answer to it).
 
 The hint also says what the request is about (``Hint.domains``): entity.py then lets a
 command call only the tools that act on those domains (house_values.allowed_for).
 
-It is picked by words, not by a model, from HA's own intents, and it is not pinned: it
-differs per request, so its 60-120 tokens are prefilled with the request. English only.
-``hint_messages`` is pure; ``house_hint`` reads the house.
+It is not pinned: it differs per request, so its 60-120 tokens are prefilled with the
+request. ``hint_messages`` is pure; ``house_hint`` reads the house.
 """
 
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from hassil import RecognizeResult
 from homeassistant.components import conversation
 from homeassistant.components.homeassistant.llm import async_get_exposed_entities
 from homeassistant.core import HomeAssistant
 from homeassistant.helpers import area_registry as ar
 
 from .examples import (
-    AREA,
+    LIVE_CONTEXT,
     NOTHING,
-    TEMPLATES,
+    STEPS,
     House,
-    Template,
+    Step,
     Thing,
     exposed_things,
-    name_args,
     offered_tools,
 )
-from .questions import LIVE_CONTEXT, is_question
+from .intents_data import LanguageData, cached_language_data
+from .questions import QUESTION_INTENTS, is_question
+from .sentences import AREA, NAME, recognize, slot_lists
 
-# Templates only hints use (the pinned examples stay short): HA intents whose requests
-# the pinned ones do not show.
-HINT_ONLY: tuple[Template, ...] = (
-    Template("HassMediaUnpause", "media_player", "resume the {}", name_args()),
-    Template("HassMediaNext", "media_player", "skip to the next track on the {}", name_args()),
-    Template("HassMediaPrevious", "media_player", "go back to the previous song on the {}",
-             name_args()),
-    Template("HassMediaPlayerMute", "media_player", "mute the {}", name_args()),
-    Template("HassMediaPlayerUnmute", "media_player", "unmute the {}", name_args()),
-    Template("HassVacuumReturnToBase", "vacuum", "send the {} back to its dock", name_args()),
-    Template("HassListCompleteItem", "todo", "check off milk on the {}",
-             name_args({"item": "milk"})),
-    Template("HassTurnOn", AREA, "turn on the lights in the {}",
-             lambda area: {"area": area, "domain": ["light"]}),
-    Template("HassTurnOff", "light", "turn off the {}", name_args()),
-    Template("HassTurnOn", "switch", "turn on the {}", name_args()),
-    Template("HassTurnOn", "fan", "turn on the {}", name_args()),
-    Template("HassTurnOff", "fan", "turn off the {}", name_args()),
-    Template("HassTurnOn", "climate", "turn on the {}", name_args()),
-    Template("HassTurnOff", "climate", "turn off the {}", name_args()),
-    Template("HassTurnOn", "media_player", "turn on the {}", name_args()),
-    Template("HassTurnOff", "media_player", "turn off the {}", name_args()),
-    Template("HassTurnOn", "valve", "open the {}", name_args()),
-    Template("HassTurnOff", "valve", "close the {}", name_args()),
-)  # fmt: skip
-
-# Questions, by the domain they ask about; any other domain gets "is the {} on?". The
-# example reads its target's live-context entry (``live``): the reply it shows is true.
-QUESTIONS: tuple[Template, ...] = (
-    Template(LIVE_CONTEXT, "sensor", "what is the {}?", name_args()),
-    Template(LIVE_CONTEXT, "lock", "is the {} locked?", name_args()),
-    Template(LIVE_CONTEXT, "cover", "is the {} open?", name_args()),
-    Template(LIVE_CONTEXT, "climate", "what is the {} set to?", name_args()),
-    Template(LIVE_CONTEXT, "media_player", "what is playing on the {}?", name_args()),
-)
-
-# Words that carry no intent. "on", "off", "up", "down" and the like are kept.
-STOPWORDS = frozenset({
-    "a", "an", "the", "to", "in", "of", "my", "our", "please", "for", "at", "and", "me",
-    "can", "could", "would", "you", "i", "it", "its", "all", "be", "with", "is", "are",
-})  # fmt: skip
-# A template that says one of these where the request says the other is the wrong one.
-OPPOSITES = {
-    "on": "off", "off": "on", "open": "close", "close": "open", "lock": "unlock",
-    "unlock": "lock", "pause": "resume", "resume": "pause", "mute": "unmute",
-    "unmute": "mute", "start": "stop", "stop": "start",
-}  # fmt: skip
-# Words that name a domain ("the fan in the bedroom" names no fan, but asks about one).
-DOMAIN_WORDS = {
-    "light": "light", "lights": "light", "lamp": "light", "lamps": "light",
-    "fan": "fan", "fans": "fan", "lock": "lock", "locks": "lock",
-    "vacuum": "vacuum", "valve": "valve", "thermostat": "climate", "heating": "climate",
-    "degrees": "climate", "blinds": "cover", "curtains": "cover", "shades": "cover",
-    "speaker": "media_player", "music": "media_player", "tv": "media_player",
-}  # fmt: skip
-YES_OR_NO = ("switch", "light")  # a question naming nothing: asked of these
 HINT_CALL_ID = "example_hint"
-# What a template must share with a request to be shown: one word at most two others
-# say too ("degrees", "pause"), or more of the common ones ("set", "turn").
-MIN_SCORE = 0.5
-_WORDS = re.compile(r"[a-z0-9]+")
-
-
-def _words(text: str) -> list[str]:
-    return _WORDS.findall(text.lower().replace("%", " percent ").replace("'", ""))
-
-
-def _says(words: list[str], phrase: str) -> bool:
-    """Whether ``phrase`` occurs in ``words`` as whole words."""
-    wanted = _words(phrase)
-    n = len(wanted)
-    return n > 0 and any(words[i : i + n] == wanted for i in range(len(words) - n + 1))
-
-
-def _rarity(templates: Iterable[Template]) -> dict[str, float]:
-    """Each word's weight: 1 / the number of templates that say it ("set" says little,
-    "degrees" much)."""
-    counts: dict[str, int] = {}
-    for template in templates:
-        for word in _said(template):
-            counts[word] = counts.get(word, 0) + 1
-    return {word: 1 / n for word, n in counts.items()}
-
-
-def _said(template: Template) -> set[str]:
-    """A template's words that count (not its example numbers: "21 degrees")."""
-    return {w for w in _words(template.ask.format("")) if w not in STOPWORDS and not w.isdigit()}
-
-
-def _domain(template: Template) -> str:
-    return "light" if template.domain == AREA else template.domain  # the lights of an area
+# Domains a question that names nothing is asked of (HA's yes-or-no things).
+YES_OR_NO = ("switch", "light")
+# The share of an example sentence's words (less the names) a request must say for
+# the example to be taken when no template matches it.
+MIN_OVERLAP = 0.5
+_WORDS = re.compile(r"\w+", re.UNICODE)
 
 
 @dataclass(frozen=True, slots=True)
 class Hint:
     """A request's nearest example (``messages``, OpenAI chat messages; empty: none)
-    and the domains it is about: those the request names (its things', or words such
-    as "lights"); none where it names none and its example names nothing (a timer);
-    None where not known (the example's domain is only a guess)."""
+    and the domains it is about: those the request names (its things', or a domain a
+    template says, "lights"); none where it names none and its example names nothing
+    (a timer); None where not known (the example's domain is only a guess)."""
 
     messages: list[dict[str, Any]] = field(default_factory=list)
     domains: frozenset[str] | None = None
 
     def __bool__(self) -> bool:
         return bool(self.messages)
+
+
+def words(text: str) -> set[str]:
+    """The words of ``text``, in any script: lower-case ``\\w+`` runs, and for runs of
+    a script written without spaces (CJK, Thai...) their character pairs."""
+    found: set[str] = set()
+    for word in _WORDS.findall(unicodedata.normalize("NFKC", text).casefold()):
+        if any(_unspaced(ch) for ch in word) and len(word) > 1:
+            found |= {word[i : i + 2] for i in range(len(word) - 1)}
+        else:
+            found.add(word)
+    return found
+
+
+def _unspaced(ch: str) -> bool:
+    name = unicodedata.name(ch, "")
+    return name.startswith(("CJK", "HIRAGANA", "KATAKANA", "THAI", "HANGUL", "LAO", "KHMER"))
 
 
 def hint_messages(
@@ -159,92 +97,148 @@ def hint_messages(
     live: Mapping[str, Mapping[str, Any]],
     *,
     question: bool = False,
+    data: LanguageData | None = None,
 ) -> Hint:
     """The example turn (OpenAI messages) nearest to the request ``text`` in a house
     with ``things``, ``areas`` (names), ``tools`` and ``live`` (entity id -> its
-    live-context entry, which a question's example reads); an empty Hint when nothing
-    is near enough. ``question``: the request asks about the house."""
+    live-context entry, which a question's example reads), in ``data``'s language; an
+    empty Hint when nothing is near enough or there is no data. ``question``: the
+    request asks about the house."""
+    tools = list(tools)
+    if data is None or not tools:
+        return Hint()
     things = list(things)
-    words = _words(text)
-    request = {w for w in words if w not in STOPWORDS}
-
-    def named(thing: Thing) -> bool:  # every word of a name of it is in the request
-        return any(
-            (said := set(_words(n)) - STOPWORDS) and said <= request
-            for n in (thing.name, *thing.aliases)
-        )
-
-    found = [t for t in things if named(t)]
-    mentioned = {t.domain for t in found}
-    mentioned |= {domain for word, domain in DOMAIN_WORDS.items() if word in request}
     areas = list(areas)
-    in_areas = {area for area in areas if _says(words, area)}
-    area_named = bool(in_areas)
-    if question:
-        asked = {t.domain for t in QUESTIONS}
-        others = [*sorted(mentioned - asked), *YES_OR_NO]
-        candidates = [*QUESTIONS, *(_yes_or_no(d) for d in others)]
-    else:
-        candidates = [t for t in (*TEMPLATES, *HINT_ONLY) if t.intent != LIVE_CONTEXT]
-    if mentioned:  # a request about a light is shown a light's example, or none
-        candidates = [t for t in candidates if _domain(t) in mentioned]
-    rarity = _rarity(candidates)
-
-    def score(template: Template) -> float:
-        said = _said(template)
-        value = sum(rarity[w] for w in said & request)
-        value -= sum(1 for w in said if OPPOSITES.get(w) in request and w not in request)
-        if template.domain == AREA:  # "the lights in the office", where no light is named
-            value += -0.25 if found else 0.5 if area_named else 0
-        return value
+    house = House.of(things, areas)
+    offered = offered_tools(tools)
+    names = [(n, t.domain) for t in things for n in (t.name, *t.aliases)]
+    wanted = set(offered) | set(QUESTION_INTENTS if question else ())
+    result = recognize(data, text, slot_lists(names, areas), wanted)
+    if result is None:
+        return _nearest(data, text, things, house, offered)
+    found = _named(result, things)
+    if result.unmatched_entities and not found:
+        return Hint()  # a name the house does not have, like none of its names
+    domains = {t.domain for t in found} | _said_domains(result)
+    area = _said(result, AREA)
 
     def rank(thing: Thing) -> tuple[int, int]:
         # Among the others, for a question one whose state says the most (a player that
-        # plays shows its title), then the one least like the request (a small model
-        # copies names).
+        # plays shows its title), then the one least like the request.
         said = len((live.get(thing.entity_id) or {}).get("attributes") or {})
-        return (said if question else 0, -len(set(_words(thing.name)) & request))
+        return (said if question else 0, -len(words(thing.name) & words(text)))
 
-    house = House.of(things, areas)
-    offered = offered_tools(tools)
     avoid = frozenset(t.entity_id for t in found)
-    best: tuple[float, list[dict[str, Any]], Template] | None = None
-    for template in candidates:
-        value = score(template)
-        if (best is not None and value <= best[0]) or (value < MIN_SCORE and not question):
-            continue
-        turn = house.turn(template, offered, HINT_CALL_ID, avoid=avoid, live=live, rank=rank)
+    intent = result.intent.name
+    if question or intent in QUESTION_INTENTS:
+        asked = [*sorted(domains), *YES_OR_NO] if domains else [*sorted(house.by_domain)]
+        for domain in asked:
+            step = Step(LIVE_CONTEXT, domain)
+            turn = house.turn(data, step, offered, HINT_CALL_ID, avoid=avoid, live=live, rank=rank)
+            if turn is not None:
+                return Hint(turn, frozenset(domains) or None)
+        return Hint()
+    if not domains and not _takes_target(result):
+        turn = house.turn(data, Step(intent, NOTHING), offered, HINT_CALL_ID)
+        return Hint(turn or [], frozenset())
+    for domain in sorted(domains) or _guess(result, house):
+        turn = None
+        if area and not found:  # an area, not a thing: the example names another area's
+            elsewhere = frozenset(t.entity_id for t in things if t.area == area)
+            step = Step(intent, domain)
+            turn = house.turn(data, step, offered, HINT_CALL_ID, avoid=elsewhere, by_area=True)
+        turn = turn or house.turn(data, Step(intent, domain), offered, HINT_CALL_ID,
+                                  avoid=avoid, rank=rank)  # fmt: skip
         if turn is not None:
-            best = (value, turn, template)
+            return Hint(turn, frozenset(domains) or None)
+    return Hint()
+
+
+def _named(result: RecognizeResult, things: list[Thing]) -> list[Thing]:
+    """The things ``result`` names: by a name of theirs, or (a name the house does not
+    have) the things whose name shares the most words with what was said."""
+    if (said := _said(result, NAME)) is not None:
+        return [t for t in things if said in {t.name, *t.aliases}]
+    unmatched = result.unmatched_entities.get(NAME)
+    if unmatched is None:
+        return []
+    asked = words(str(getattr(unmatched, "text", "")))
+    scored = [(len(asked & words(" ".join((t.name, *t.aliases)))), t) for t in things]
+    best = max((score for score, _ in scored), default=0)
+    return [t for score, t in scored if best and score == best]
+
+
+def _said(result: RecognizeResult, slot: str) -> str | None:
+    entity = result.entities.get(slot)
+    return None if entity is None or entity.value is None else str(entity.value)
+
+
+def _said_domains(result: RecognizeResult) -> set[str]:
+    """A domain the matched template says ("the lights": ``domain: light``)."""
+    value = _said(result, "domain")
+    return {value} if value else set()
+
+
+def _takes_target(result: RecognizeResult) -> bool:
+    """Whether the matched template names a thing, an area or a floor."""
+    named = set(result.entities) | set(result.unmatched_entities)
+    return bool(named & {NAME, AREA, "floor"}) or bool(result.intent_data.requires_context)
+
+
+def _guess(result: RecognizeResult, house: House) -> list[str]:
+    """Domains the matched template may act on, that the house has."""
+    required = (result.intent_data.requires_context or {}).get("domain") or []
+    required = [required] if isinstance(required, str) else list(required)
+    return [d for d in required if d in house.by_domain]
+
+
+def _nearest(
+    data: LanguageData,
+    text: str,
+    things: list[Thing],
+    house: House,
+    offered: Mapping[str, tuple[str, tuple[str, ...]]],
+) -> Hint:
+    """No template matches ``text``: the example whose sentence's words (less the
+    thing's name) the request says most of, if it says at least ``MIN_OVERLAP``."""
+    asked = words(text)
+    named = {t.domain for t in things if words(t.name) and words(t.name) <= asked}
+    best: tuple[float, list[dict[str, Any]], Step] | None = None
+    for step in STEPS:
+        if step.intent == LIVE_CONTEXT or (named and step.domain not in named):
+            continue
+        turn = house.turn(data, step, offered, HINT_CALL_ID)
+        if turn is None:
+            continue
+        said = words(str(turn[0]["content"]))
+        call = turn[1]["tool_calls"][0]["function"]["arguments"]
+        said -= words(call)  # the names and numbers are not what it asks
+        if not said:
+            continue
+        score = len(said & asked) / len(said)
+        if score >= MIN_OVERLAP and (best is None or score > best[0]):
+            best = (score, turn, step)
     if best is None:
         return Hint()
-    turn, template = best[1], best[2]
-    if in_areas and not found and not question:
-        # "make it 23 degrees in the living room": an area, not a thing, so the example
-        # names another area's thing by its area.
-        elsewhere = frozenset(t.entity_id for t in things if t.area in in_areas)
-        by_area = house.turn(
-            template, offered, HINT_CALL_ID, avoid=elsewhere, rank=rank, by_area=True
-        )
-        turn = by_area or turn
-    if mentioned:
-        return Hint(turn, frozenset(mentioned))
-    return Hint(turn, frozenset() if template.domain == NOTHING else None)
-
-
-def _yes_or_no(domain: str) -> Template:
-    """A yes-or-no question on a thing of ``domain``."""
-    return Template(LIVE_CONTEXT, domain, "is the {} on?", name_args())
+    step = best[2]
+    if named:
+        return Hint(best[1], frozenset(named))
+    return Hint(best[1], frozenset() if step.domain == NOTHING else None)
 
 
 def house_hint(
     hass: HomeAssistant, tools: Iterable[Mapping[str, Any]], language: str, text: str
 ) -> Hint:
-    """This request's hint in this house (none outside English, or without tools)."""
-    if not language.lower().startswith("en") or not tools:
+    """This request's hint in this house (none without tools, or where ``language``
+    has no intents data or it is not loaded yet: intents_data.async_language_data)."""
+    data = cached_language_data(language)
+    tools = list(tools)
+    if data is None or not tools:
         return Hint()
     areas = [area.name for area in ar.async_get(hass).async_list_areas()]
-    question = is_question(text, language)
+    things = exposed_things(hass)
+    names = [(n, t.domain) for t in things for n in (t.name, *t.aliases)]
+    question = is_question(text, language, data, names=names)
     # What HA's live-context tool would say of each entity: a question's example reads it.
     live = async_get_exposed_entities(hass, conversation.DOMAIN) if question else {}
-    return hint_messages(text, exposed_things(hass), areas, tools, live, question=question)
+    return hint_messages(text, things, areas, tools, live, question=question, data=data)
