@@ -6,9 +6,16 @@ grammar prevents this for Hermes-style models; Llama 3 and Mistral formats, and 
 OpenAI-compatible servers, are not constrained. ``MarkupFilter`` removes such markup from
 the streamed reply (the raw text still goes into the conversation history, so the
 engine's cache keeps matching it).
+
+A reply that is not a spoken sentence at all (a fenced code block, a function written
+out, JSON, HTML or any other markup: "The function to close the irrigation valve is:
+```function close_irrigation_valve() {...```") is not spoken either: ``speakable``
+says whether a whole reply may be, and the turn says something else in its place.
 """
 
 from __future__ import annotations
+
+import re
 
 # opener -> what ends the markup: a closing tag, None (the rest of the reply), or ""
 # (the tag alone: a stray closer).
@@ -79,3 +86,19 @@ class MarkupFilter:
         if text.strip():
             self.spoken = True
         return text
+
+
+# What no spoken sentence holds: fences and backticks, braces, tags (<b>, </div>, <br/>,
+# <|eot_id|>), bracketed control words ([TOOL_CALLS]), a JSON key, a call written as
+# code (``turn_on(name="x")``, ``f()``), a function definition, arrows and ``::``.
+_NOT_SPOKEN = re.compile(
+    r"""`|[{}]|</?[A-Za-z|!?][^<>]*>|\[[A-Z_]{3,}\]|"[^"]*"\s*:|=>|->|::|"""
+    r"""\b\w+\([^()]*[="']|\w\(\)|;\s*$|^\s*(def|function)\s+\w+\s*\(""",
+    re.MULTILINE,
+)
+
+
+def speakable(text: str) -> bool:
+    """Whether a whole reply may be spoken: it holds no code, JSON, HTML or tool
+    markup (see ``_NOT_SPOKEN``)."""
+    return not _NOT_SPOKEN.search(text) and not any(tag in text for tag in MARKUP)

@@ -1,0 +1,164 @@
+"""One turn policy: what each request of a turn carries, and how tool results become
+speech.
+
+From the request (its text, whether it asks, what of this house it names, its nearest
+example), the house (its names, what each tool acts on) and what the server can do
+(``Capabilities``), ``decide`` returns a ``TurnPolicy``; entity.py only runs it:
+
+- **Read first.** A question that names something of this house (a thing, area or
+  floor, or a kind of thing its nearest example is about) starts by reading the house:
+  the first request names the live-context tool. "Tell me a joke" reads nothing.
+- **A command acts or asks.** A request that names something of this house and does
+  not ask must call a tool first (``required``; where the server takes OpenAI's
+  ``allowed_tools``, only the tools that act on what it names), never answer in prose.
+- **Argument values.** Where the server narrows arguments (Hearth's grammar), a
+  command's on/off calls may name only things of the domains it names.
+- **Bounded.** At most ``MAX_REQUESTS`` requests; the last may not call a tool. After
+  an action, the turn ends with what Home Assistant reports was done (result_speech.py),
+  not with the model's words; a repeated call ends it the same way.
+
+``decide`` and ``TurnPolicy`` are pure; entity.py gathers their inputs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .house_values import AREA_WIDE, allowed_for
+from .tool_names import bare_name
+
+MAX_REQUESTS = 3  # a call, a retry after an error, then words
+
+
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    """What the server behind the agent does with a request's tool fields (the
+    backend knows; see backend.py)."""
+
+    forced_calls: bool = False  # a forced call is grammar-valid: commands may be forced
+    allowed_tools: bool = False  # it takes OpenAI's ``allowed_tools`` tool_choice
+    value_lists: bool = False  # it narrows argument values (the ``hearth`` extension)
+
+    @classmethod
+    def of(cls, narrows_tools: bool) -> Capabilities:
+        """Hearth's engine does all three; another OpenAI-compatible server none."""
+        return cls(narrows_tools, narrows_tools, narrows_tools)
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """What the policy reads of the turn's request."""
+
+    text: str
+    question: bool  # it asks about something (questions.is_question)
+    named: frozenset[str] = frozenset()  # names of this house's things, areas, floors it says
+    hint: Sequence[dict[str, Any]] = ()  # its nearest example (hints.py), if any
+    about: frozenset[str] | None = None  # the domains it is about (hints.Hint.domains)
+
+    @property
+    def names_house(self) -> bool:
+        """Whether it names something of this house (or a kind of thing in it)."""
+        return bool(self.named) or bool(self.about)
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    """The agent's options that shape its turns."""
+
+    read_first: bool = True
+    tool_first: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class TurnPolicy:
+    """What the requests of one turn carry."""
+
+    hint: tuple[dict[str, Any], ...] = ()
+    first_choice: str | dict[str, Any] | None = None  # the first request's tool_choice
+    allowed: list[str] | None = None  # the tools a command may call (None: any)
+    values: dict[str, Any] | None = None  # argument values for the grammar (None: none)
+    about: frozenset[str] | None = None
+    read_first: bool = False
+    command: bool = False
+    max_requests: int = MAX_REQUESTS
+    trace: dict[str, Any] = field(default_factory=dict)
+
+    def tool_choice(self, iteration: int, has_tools: bool) -> str | dict[str, Any] | None:
+        """The ``tool_choice`` of request ``iteration`` (None: the server's default)."""
+        if not has_tools:
+            return None
+        if iteration == 0:
+            return self.first_choice
+        if iteration >= self.max_requests - 1:
+            return "none"  # the last request speaks
+        return None
+
+
+def decide(
+    request: Request,
+    tools: Sequence[Mapping[str, Any]],
+    options: Options,
+    caps: Capabilities,
+    *,
+    live_tool: str | None = None,
+    tool_domains: Mapping[str, frozenset[str]] | None = None,
+    values: dict[str, Any] | None = None,
+    names_by_domain: Mapping[str, Sequence[str]] | None = None,
+) -> TurnPolicy:
+    """This turn's policy. ``tools``: the OpenAI tools its requests offer;
+    ``live_tool``: the live-context tool's name among them; ``tool_domains``: tool ->
+    the domains it acts on (house_values.tool_domains); ``values``: the house's
+    argument values (house_values.house_values); ``names_by_domain``: the exposed
+    names and aliases of each domain."""
+    about = request.about
+    read_first = bool(
+        tools and request.question and options.read_first and live_tool and request.names_house
+    )
+    # A command: it names something of this house, or it has an action's example (a
+    # timer names nothing).
+    command = bool(tools) and not request.question and (request.names_house or bool(request.hint))
+    allowed = None
+    if command and caps.allowed_tools and tool_domains is not None:
+        allowed = allowed_for(tools, tool_domains, about)
+    first: str | dict[str, Any] | None = None
+    if read_first:
+        first = {"type": "function", "function": {"name": live_tool}}
+    elif command and caps.forced_calls and allowed:
+        chosen = [{"type": "function", "function": {"name": name}} for name in allowed]
+        first = {"type": "allowed_tools", "allowed_tools": {"mode": "required", "tools": chosen}}
+    elif tools and ((command and caps.forced_calls) or options.tool_first):
+        first = "required"
+    sent = None
+    if caps.value_lists and values:
+        sent = command_values(values, about, names_by_domain or {}) if command else values
+    return TurnPolicy(
+        hint=tuple(request.hint),
+        first_choice=first,
+        allowed=None if read_first else allowed,
+        values=sent,
+        about=about,
+        read_first=read_first,
+        command=command,
+        trace={"named": sorted(request.named), "question": request.question},
+    )
+
+
+def command_values(
+    values: dict[str, Any],
+    about: frozenset[str] | None,
+    names_by_domain: Mapping[str, Iterable[str]],
+) -> dict[str, Any]:
+    """``values`` for a command about the domains ``about``: the on/off intents, which
+    act on any domain, may name only things of those (asked to turn off all the lights
+    in the office, the default model turned off its thermostat)."""
+    if not about:
+        return values
+    names = sorted({n for domain in about for n in names_by_domain.get(domain, ())})
+    tools = values.get("argument_tools") or ()
+    keys = {f"{bare_name(t)}.name" for t in tools if bare_name(t) in AREA_WIDE}
+    if not names or not keys:
+        return values
+    narrowed = {**values["argument_values"], **dict.fromkeys(sorted(keys), names)}
+    return {**values, "argument_values": narrowed}

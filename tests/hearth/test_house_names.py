@@ -1,0 +1,117 @@
+"""Shared names resolve to one thing (house_names.py): pure, no Home Assistant."""
+
+from __future__ import annotations
+
+import pytest
+
+from custom_components.hearth.house_names import HouseNames, Named, resolve_call
+
+GARAGE_COVER = Named("cover.garage_door_opener", "garage", main=True)
+GARAGE_LIGHT = Named("light.garage_door_opener")
+FRONT_LOCK = Named("lock.front_door", main=True)
+FRONT_SENSOR = Named("binary_sensor.front_door", "door")
+BLIND = Named("cover.office_blind", "blind")
+SHADE = Named("cover.office_shade", "shade")
+
+HOUSE = HouseNames.of(
+    [
+        (["Garage Door Opener"], GARAGE_COVER),
+        (["Garage Door Opener", "garage light"], GARAGE_LIGHT),
+        (["Front Door"], FRONT_LOCK),
+        (["front door "], FRONT_SENSOR),  # compared as HA does: stripped, casefolded
+        (["Office Window"], BLIND),
+        (["Office Window"], SHADE),
+        (["Kitchen"], Named("light.kitchen")),
+        (["Küche Licht", "キッチン"], Named("light.kueche")),
+    ],
+    areas=["Kitchen", "Garage", "Office"],
+    floors=["Upstairs"],
+)
+ON_OFF = ("name", "area", "floor", "domain", "device_class")
+
+
+def turn_on(arguments: dict[str, object], **kwargs: object) -> dict[str, object]:
+    return resolve_call("HassTurnOn", arguments, HOUSE, accepts=ON_OFF, **kwargs)  # type: ignore[arg-type]
+
+
+def test_shared_names_are_found() -> None:
+    assert set(HOUSE.shared()) == {"garage door opener", "front door", "office window"}
+
+
+@pytest.mark.parametrize(
+    ("arguments", "kwargs", "resolved"),
+    [
+        # The request says which (a light): the call gets the light's domain.
+        ({"name": "Garage Door Opener"}, {"about": frozenset({"light"})}, ["light"]),
+        # Nothing says: the thing the device is (its own entity), not its light.
+        ({"name": "garage door opener"}, {}, ["cover"]),
+        # The tool acts only on covers and valves.
+        ({"name": "Garage Door Opener"}, {"platforms": frozenset({"cover", "valve"})}, ["cover"]),
+        # The call's own domain is kept where it tells them apart.
+        ({"name": "Garage Door Opener", "domain": ["light"]}, {}, ["light"]),
+        ({"name": "Front Door"}, {}, ["lock"]),
+        ({"name": "Front Door"}, {"about": frozenset({"binary_sensor"})}, ["binary_sensor"]),
+    ],
+)
+def test_a_shared_name_gets_the_domain_that_resolves_it(
+    arguments: dict[str, object], kwargs: dict[str, object], resolved: list[str]
+) -> None:
+    assert turn_on(arguments, **kwargs)["domain"] == resolved
+
+
+def test_same_domain_is_told_apart_by_device_class() -> None:
+    called = turn_on({"name": "Office Window", "device_class": ["shade"]})
+    assert called == {"name": "Office Window", "device_class": ["shade"], "domain": ["cover"]}
+
+
+def test_equals_are_not_guessed() -> None:
+    """Two blinds of one name and nothing that says which: left as called."""
+    assert turn_on({"name": "Office Window"}) == {"name": "Office Window", "domain": ["cover"]}
+    assert "device_class" not in turn_on({"name": "Office Window"})
+
+
+def test_unshared_names_and_free_names_are_untouched() -> None:
+    assert turn_on({"name": "Kitchen"}) == {"name": "Kitchen"}
+    assert turn_on({"name": "garage light"}) == {"name": "garage light"}
+    timer = {"name": "Garage Door Opener", "minutes": 5}
+    assert resolve_call("HassStartTimer", timer, HOUSE, accepts=("name", "minutes")) == timer
+    live = {"name": "Garage Door Opener"}
+    assert resolve_call("GetLiveContext", live, HOUSE, accepts=("name",)) == live
+
+
+def test_a_domain_is_added_only_where_the_tool_takes_one() -> None:
+    called = resolve_call("HassListAddItem", {"name": "Front Door"}, HOUSE, accepts=("name",))
+    assert called == {"name": "Front Door"}
+
+
+def test_places_and_things_move_to_the_argument_ha_matches() -> None:
+    # An area given as a thing's name, and a floor.
+    assert turn_on({"name": "Garage", "domain": ["light"]}) == {
+        "area": "Garage",
+        "domain": ["light"],
+    }
+    assert turn_on({"name": "upstairs"}) == {"floor": "upstairs"}
+    # A thing's name given as an area (also an area's name): the thing.
+    assert turn_on({"area": "Kitchen"}) == {"name": "Kitchen"}
+    assert turn_on({"area": "Garage Door Opener"}) == {
+        "name": "Garage Door Opener",
+        "domain": ["cover"],
+    }
+    # An area with a domain is what was meant: the lights in the kitchen.
+    kept = {"area": "Kitchen", "domain": ["light"]}
+    assert turn_on(kept) == kept
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ("turn on the kitchen", {"kitchen"}),
+        ("activate the scene", set()),
+        ("Schalte Küche Licht ein", {"küche licht"}),
+        ("キッチンの電気をつけて", {"キッチン"}),
+        ("open the garage door opener", {"garage door opener", "garage"}),
+        ("tell me a joke", set()),
+    ],
+)
+def test_what_a_request_names(text: str, said: set[str]) -> None:
+    assert HOUSE.mentioned(text) == said

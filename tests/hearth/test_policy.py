@@ -1,0 +1,132 @@
+"""The turn policy (policy.py): what each request of a turn carries. Pure."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from custom_components.hearth.policy import (
+    MAX_REQUESTS,
+    Capabilities,
+    Options,
+    Request,
+    decide,
+)
+
+LIVE = "GetLiveContext"
+
+
+def tool(name: str, *arguments: str) -> dict[str, Any]:
+    properties = {arg: {"type": "string"} for arg in arguments}
+    return {
+        "type": "function",
+        "function": {"name": name, "parameters": {"properties": properties}},
+    }
+
+
+TOOLS = [
+    tool(LIVE, "name", "area", "domain"),
+    tool("HassTurnOn", "name", "area", "floor", "domain"),
+    tool("HassTurnOff", "name", "area", "floor", "domain"),
+    tool("HassSetPosition", "name", "area", "position"),
+    tool("HassStartTimer", "minutes"),
+]
+DOMAINS = {"HassSetPosition": frozenset({"cover", "valve"})}
+HEARTH = Capabilities.of(True)
+OTHER = Capabilities.of(False)
+VALUES = {
+    "argument_values": {"name": ["Kitchen Light", "Thermostat"], "area": ["Kitchen"]},
+    "argument_tools": ["HassTurnOn", "HassTurnOff", LIVE],
+}
+
+
+def policy(request: Request, caps: Capabilities = HEARTH, **options: bool) -> Any:
+    return decide(
+        request,
+        TOOLS,
+        Options(**options),
+        caps,
+        live_tool=LIVE,
+        tool_domains=DOMAINS,
+        values=VALUES,
+        names_by_domain={"light": ["Kitchen Light"], "climate": ["Thermostat"]},
+    )
+
+
+def test_a_question_about_the_house_reads_it_first() -> None:
+    asked = policy(
+        Request("is the kitchen light on?", question=True, named=frozenset({"kitchen light"}))
+    )
+    assert asked.read_first
+    assert asked.tool_choice(0, True) == {"type": "function", "function": {"name": LIVE}}
+    # "Are the lights on?" names a kind of thing of the house.
+    assert policy(
+        Request("are the lights on?", question=True, about=frozenset({"light"}))
+    ).read_first
+
+
+@pytest.mark.parametrize("text", ["tell me a joke", "what is the capital of France?"])
+def test_a_question_about_nothing_here_reads_nothing(text: str) -> None:
+    asked = policy(Request(text, question=True))
+    assert not asked.read_first
+    assert asked.tool_choice(0, True) is None
+    assert not asked.command
+
+
+def test_read_first_can_be_turned_off() -> None:
+    asked = policy(
+        Request("is it on?", question=True, named=frozenset({"kitchen"})), read_first=False
+    )
+    assert asked.tool_choice(0, True) is None
+
+
+def test_a_command_naming_the_house_must_call_a_tool() -> None:
+    """Any language: what it names decides, not its words."""
+    said = policy(
+        Request("Schalte das Küchenlicht ein", question=False, named=frozenset({"küche"}))
+    )
+    assert said.command
+    assert said.tool_choice(0, True) == "required"
+    # Another server does not constrain forced calls: the model may still answer.
+    assert (
+        policy(Request("x", question=False, named=frozenset({"küche"})), OTHER).tool_choice(0, True)
+        is None
+    )
+
+
+def test_a_command_may_call_only_the_tools_that_act_on_what_it_names() -> None:
+    said = policy(Request("turn on the kitchen light", question=False, about=frozenset({"light"})))
+    choice = said.tool_choice(0, True)
+    assert choice["type"] == "allowed_tools"
+    names = [t["function"]["name"] for t in choice["allowed_tools"]["tools"]]
+    assert "HassSetPosition" not in names and "HassTurnOn" in names
+    # ... and its on/off calls name only lights; other tools keep the house's values.
+    values = said.values["argument_values"]
+    assert values["HassTurnOn.name"] == values["HassTurnOff.name"] == ["Kitchen Light"]
+    assert values["name"] == ["Kitchen Light", "Thermostat"]
+
+
+def test_other_servers_get_no_values_and_no_allowed_tools() -> None:
+    said = policy(
+        Request("turn on the kitchen light", question=False, about=frozenset({"light"})), OTHER
+    )
+    assert said.values is None
+    assert said.allowed is None
+
+
+def test_chat_is_left_alone_unless_tool_first() -> None:
+    assert policy(Request("hello", question=False)).tool_choice(0, True) is None
+    assert (
+        policy(Request("hello", question=False), tool_first=True).tool_choice(0, True) == "required"
+    )
+
+
+def test_turns_are_bounded_and_the_last_request_speaks() -> None:
+    said = policy(
+        Request("turn on the kitchen light", question=False, named=frozenset({"kitchen light"}))
+    )
+    assert MAX_REQUESTS == said.max_requests == 3
+    assert said.tool_choice(1, True) is None  # a retry after an error may call again
+    assert said.tool_choice(2, True) == "none"
+    assert said.tool_choice(0, False) is None  # no tools: no tool_choice

@@ -1,0 +1,105 @@
+"""What a turn says after its tools ran (result_speech.py): what HA reports was done."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from homeassistant.core import HomeAssistant
+
+import custom_components.hearth  # noqa: F401 - resolve the real package first
+from custom_components.hearth.result_speech import (
+    Outcome,
+    async_responses,
+    render_response,
+    spoken_outcomes,
+)
+
+DONE = "Done."
+
+
+def acted(
+    success: list[dict[str, Any]], failed: list[dict[str, Any]] = (), **speech: str
+) -> dict[str, Any]:
+    plain = {"plain": {"speech": speech["said"]}} if speech else {}
+    data = {"success": success, "failed": list(failed)}
+    return {"speech": plain, "response_type": "action_done", "data": data}
+
+
+def entity(name: str, entity_id: str) -> dict[str, str]:
+    return {"type": "entity", "name": name, "id": entity_id}
+
+
+GARAGE_LIGHT = entity("Garage Door Opener", "light.garage_door_opener")
+KITCHEN = entity("Kitchen Light", "light.kitchen_light")
+
+
+def say(outcomes: list[Outcome], request: str, rendered: str | None = None) -> str | None:
+    return spoken_outcomes(
+        outcomes, request, lambda _: rendered, DONE, lambda names: f"Failed: {', '.join(names)}."
+    )
+
+
+def test_the_target_asked_for_is_said_as_ha_says_it() -> None:
+    outcome = Outcome("HassTurnOn", {"name": "Kitchen Light"}, acted([KITCHEN]))
+    assert (
+        say([outcome], "turn on the kitchen light", "Turned on the light") == "Turned on the light"
+    )
+
+
+def test_a_target_the_request_did_not_name_is_named() -> None:
+    """'Open the curtains' switched on the garage opener's light: said as that."""
+    outcome = Outcome("HassTurnOn", {"name": "Garage Door Opener"}, acted([GARAGE_LIGHT]))
+    said = say([outcome], "open the curtains", "Turned on the light")
+    assert said == "Turned on the light: Garage Door Opener."
+    assert say([outcome], "open the curtains") == "Done: Garage Door Opener."
+
+
+def test_has_own_speech_wins() -> None:
+    outcome = Outcome("HassStartTimer", {"minutes": 5}, acted([], said="Timer started"))
+    assert say([outcome], "set a timer", "x") == "Timer started"
+
+
+def test_failed_targets_are_said() -> None:
+    outcome = Outcome(
+        "HassTurnOff",
+        {"area": "Kitchen"},
+        acted(
+            [{"type": "area", "name": "Kitchen", "id": "kitchen"}, KITCHEN],
+            [entity("Kitchen Fan", "fan.kitchen")],
+        ),
+    )
+    assert say([outcome], "turn off the kitchen", "Turned off") == "Turned off Failed: Kitchen Fan."
+
+
+@pytest.mark.parametrize(
+    "result",
+    [
+        {"error": "MatchFailedError", "error_text": "Multiple entities share the name"},
+        {"success": True, "result": "Live Context: ..."},  # a question's answer
+        {"response_type": "query_answer", "data": {"success": [KITCHEN], "failed": []}},
+        acted([]),  # a call by name that reached nothing
+    ],
+)
+def test_errors_answers_and_no_target_are_left_to_the_model(result: dict[str, Any]) -> None:
+    outcome = Outcome("HassTurnOn", {"name": "Kitchen Light"}, result, error="error" in result)
+    assert say([outcome], "turn on the kitchen light", "Turned on") is None
+
+
+async def test_ha_sentences_in_the_users_language(hass: HomeAssistant) -> None:
+    """HA's own response sentences, rendered with the target's state (en, de)."""
+    hass.states.async_set("light.kitchen_light", "on", {"friendly_name": "Kitchen Light"})
+    hass.states.async_set("cover.garage", "opening", {"friendly_name": "Garage"})
+    light = Outcome("HassTurnOn", {"name": "Kitchen Light"}, acted([KITCHEN]))
+    cover = Outcome("HassTurnOn", {"name": "Garage"}, acted([entity("Garage", "cover.garage")]))
+    item = Outcome("HassListAddItem", {"name": "Shopping", "item": "milk"}, acted([]))
+    english = await async_responses(hass, "en-US")
+    german = await async_responses(hass, "de")
+    assert render_response(hass, english.intents, light) == "Turned on the light"
+    assert render_response(hass, english.intents, cover) == "Opening"
+    assert render_response(hass, english.intents, item) == "Added milk"
+    assert render_response(hass, german.intents, light) == "Licht eingeschaltet"
+    assert render_response(hass, german.intents, item) == "milk hinzugefügt"
+    assert german.failed(hass, ["Garage"]) == "Es ist ein unerwarteter Fehler aufgetreten: Garage."
+    nothing = await async_responses(hass, "tlh")  # no intents data: nothing rendered
+    assert render_response(hass, nothing.intents, light) is None
