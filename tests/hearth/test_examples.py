@@ -22,7 +22,8 @@ from homeassistant.setup import async_setup_component
 
 from custom_components.hearth.api import HearthClient
 from custom_components.hearth.const import CONF_EXAMPLES, CONF_MAX_TOKENS
-from custom_components.hearth.examples import LAST_FULL, Thing, example_messages
+from custom_components.hearth.examples import Thing, example_messages
+from custom_components.hearth.intents_data import async_language_data, load_language_data
 from custom_components.hearth.prefix import async_render_prefix
 
 from .common import (
@@ -59,71 +60,28 @@ def _calls(messages: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
     ]
 
 
-def test_every_call_is_an_offered_tool_with_arguments_it_takes() -> None:
-    messages = example_messages(THINGS, ["Kitchen", "Attic"], TOOLS)
-    offered = {t["function"]["name"]: t["function"]["parameters"]["properties"] for t in TOOLS}
-    calls = _calls(messages)
-    assert len(calls) >= 6
-    for name, arguments in calls:
-        assert name in offered
-        assert set(arguments) <= set(offered[name])
-        if "name" in arguments:
-            assert arguments["name"] in {t.name for t in THINGS}
-    assert ("intent__HassTurnOff", {"area": "Attic", "domain": ["light"]}) in calls
-    assert not any(arguments.get("name") == "Hall Thermostat" for _, arguments in calls)
-    # The on/off requests come last (a small model leans on what it saw last).
-    assert calls[-1] == ("intent__HassTurnOn", {"name": "Attic Light"})
-
-
-def test_the_first_and_last_turns_show_the_whole_loop_the_rest_only_the_call() -> None:
-    messages = example_messages(THINGS, ["Kitchen"], TOOLS)
-    roles = [m["role"] for m in messages]
-    full, call = ["user", "assistant", "tool", "assistant"], ["user", "assistant"]
-    turns = len([r for r in roles if r == "user"])
-    assert turns > 1 + LAST_FULL
-    assert roles == full + call * (turns - 1 - LAST_FULL) + full * LAST_FULL
-    ids = [m["tool_calls"][0]["id"] for m in messages if m.get("tool_calls")]
-    assert len(ids) == len(set(ids))
-    for i, message in enumerate(messages):
-        if message["role"] == "tool":
-            assert message["tool_call_id"] == messages[i - 1]["tool_calls"][0]["id"]
-            json.loads(message["content"])
-    question = messages[:4]
-    assert question[0]["content"] == "is the Kettle on?"
-    assert "Kettle" in question[2]["content"] and question[3]["content"] == "The Kettle is off."
-    assert messages[-1] == {"role": "assistant", "content": "Done."}
-
-
-def test_example_arguments_follow_the_tool_schema_order() -> None:
-    """The grammar writes a call's keys in its schema's order; an example in another
-    order is one the model cannot copy (shown "area" first, it wrote only the
-    temperature)."""
-    climate = function_tool("climate__HassClimateSetTemperature", "temperature", "area", "name")
-    messages = example_messages(THINGS, [], [climate])
-    (_, arguments), *_ = _calls(messages)
-    assert list(arguments) == ["temperature", "name"]
-
-
-def test_a_timer_example_needs_no_entity() -> None:
-    timer = {"type": "function", "function": {"name": "intent__HassStartTimer",
-             "parameters": {"properties": {"minutes": {"type": "integer"}}}}}  # fmt: skip
-    messages = example_messages([], [], [timer])
-    assert [m["role"] for m in messages] == ["user", "assistant", "tool", "assistant"]
-    assert _calls(messages) == [("intent__HassStartTimer", {"minutes": 10})]
-    assert messages[-1]["content"].startswith("Timer set")
-
-
 def test_nothing_to_show_without_tools_or_things() -> None:
-    assert example_messages(THINGS, ["Kitchen"], []) == []
-    assert example_messages([], [], TOOLS) == []
-    # Arguments a tool does not take: that example is left out.
-    narrow = [function_tool("intent__HassTurnOn", "area")]
-    assert example_messages(THINGS, [], narrow) == []
+    """Examples in each language: test_languages.py."""
+    data = load_language_data("en")
+    assert example_messages(THINGS, ["Kitchen"], [], data) == []
+    assert example_messages([], [], TOOLS, data) == []
+    assert example_messages(THINGS, ["Kitchen"], TOOLS, None) == []
+
+
+def test_the_first_turn_reads_the_house_and_the_last_ones_show_the_whole_loop() -> None:
+    messages = example_messages(THINGS, ["Kitchen"], TOOLS, load_language_data("en"))
+    calls = _calls(messages)
+    assert calls[0][0] == "homeassistant__GetLiveContext"
+    assert calls[-1] == ("intent__HassTurnOn", {"name": "Attic Light"})
+    assert [m["role"] for m in messages[-4:]] == ["user", "assistant", "tool", "assistant"]
+    assert messages[-1]["content"] == "Turned on the light"  # HA's response, not "Done."
+    assert not any(arguments.get("name") == "Hall Thermostat" for _, arguments in calls)
 
 
 @pytest.fixture
 async def assist(hass: HomeAssistant, house: None) -> None:
     assert await async_setup_component(hass, "conversation", {})
+    await async_language_data(hass, "en")  # prefix.py does not load it yet
     hass.states.async_set("switch.kettle", "off", {"friendly_name": "Kettle"})
     async_expose_entity(hass, "conversation", "switch.kettle", True)
     hass.states.async_set("switch.secret_safe", "off", {"friendly_name": "Secret Safe"})
@@ -149,12 +107,12 @@ async def test_the_prefix_pins_examples_of_exposed_entities_only(
     assert (await async_render_prefix(hass, on)).data == prefix.data
 
 
-async def test_no_examples_when_off_or_not_english(hass: HomeAssistant, assist: None) -> None:
+async def test_no_examples_when_off_or_no_language_data(hass: HomeAssistant, assist: None) -> None:
     off = await async_render_prefix(hass, agent_options(**{CONF_EXAMPLES: False}))
     assert off.examples == () and len(off.messages) == 1
-    hass.config.language = "de"
-    german = await async_render_prefix(hass, agent_options(**{CONF_EXAMPLES: True}))
-    assert german.examples == ()
+    hass.config.language = "eo"  # no intents data for Esperanto
+    esperanto = await async_render_prefix(hass, agent_options(**{CONF_EXAMPLES: True}))
+    assert esperanto.examples == ()
 
 
 async def test_a_turn_with_examples_pinned_acts_on_the_house(
