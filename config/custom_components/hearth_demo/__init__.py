@@ -46,6 +46,8 @@ async def async_setup(hass: HomeAssistant, config: ConfigType) -> bool:
         _LOGGER.error("Invalid demo house in house.yaml: %s", err)
         return False
     hass.data[DATA_HOUSE] = house
+    for reason in house.left_out:
+        _LOGGER.warning("Fixture entity left out: %s", reason)
 
     async_build_house(hass, house)
     for platform in PLATFORMS:

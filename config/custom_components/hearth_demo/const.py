@@ -20,6 +20,7 @@ ASSISTANT: Final = "conversation"
 
 PLATFORMS: Final = (
     Platform.BINARY_SENSOR,
+    Platform.CALENDAR,
     Platform.CLIMATE,
     Platform.COVER,
     Platform.FAN,
@@ -31,6 +32,7 @@ PLATFORMS: Final = (
     Platform.TODO,
     Platform.VACUUM,
     Platform.VALVE,
+    Platform.WEATHER,
 )
 
 # Hearth wiring.

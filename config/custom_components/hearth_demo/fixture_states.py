@@ -46,17 +46,17 @@ def is_on(state: Any, default: bool = False) -> bool:
 
 
 def _light(state: Any, attrs: Mapping[str, Any]) -> dict[str, Any]:
+    """A light's brightness is the fixture's own, absent included: turned on without a
+    brightness it keeps what it had (the format's lights never make one up)."""
     modes = {enum_value(m) for m in attrs.get("supported_color_modes") or []}
     modes.add(enum_value(attrs.get("color_mode") or "onoff"))
     brightness = attrs.get("brightness")
-    options: dict[str, Any] = {
+    return {
         "is_on": is_on(state, default=bool(brightness)),
         "dimmable": bool(modes - {"onoff"}),
         "color": bool(modes & {"hs", "rgb", "rgbw", "rgbww", "xy", "color_temp"}),
+        "raw_brightness": None if brightness is None else int(brightness),
     }
-    if brightness:
-        options["raw_brightness"] = int(brightness)
-    return options
 
 
 def _switch(state: Any, attrs: Mapping[str, Any]) -> dict[str, Any]:
@@ -102,19 +102,24 @@ def _lock(state: Any, attrs: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _media_player(state: Any, attrs: Mapping[str, Any]) -> dict[str, Any]:
+    """The format's player: a numbered track, a volume (half when not given), mute only
+    once muted, and the features the fixture lists (all when it lists none)."""
     text = state_text(state) or "idle"
-    options: dict[str, Any] = {
+    muted = attrs.get("is_volume_muted")
+    return {
         "device_class": enum_value(attrs.get("device_class") or "speaker"),
         "state": {"on": "idle", "standby": "off", "buffering": "playing"}.get(text, text),
+        "volume": round(float(attrs.get("volume_level", 0.5)) * 100),
+        "track": int(attrs.get("media_track") or 0),
+        "fixture": True,
+        "muted": None if muted is None else bool(muted),
+        "features": sorted(features(attrs)),
     }
-    if (volume := attrs.get("volume_level")) is not None:
-        options["volume"] = round(float(volume) * 100)
-    if (track := attrs.get("media_track")) is not None:
-        options["track"] = int(track)
-    return options
 
 
 def _fan(state: Any, attrs: Mapping[str, Any]) -> dict[str, Any]:
+    """A fan has a speed and swings only where its fixture lists the feature (a fan
+    with no features is on or off); turned on it runs at full speed."""
     names = features(attrs)
     percentage = attrs.get("percentage")
     on = is_on(state, default=bool(percentage))
@@ -122,7 +127,7 @@ def _fan(state: Any, attrs: Mapping[str, Any]) -> dict[str, Any]:
         "is_on": on,
         "percentage": int(percentage) if percentage is not None else (100 if on else 0),
         "oscillating": bool(attrs.get("oscillating", False)),
-        "set_speed": "SET_SPEED" in names or not names,
+        "set_speed": "SET_SPEED" in names,
         "oscillate": "OSCILLATE" in names,
     }
 
@@ -160,6 +165,33 @@ def _binary_sensor(state: Any, attrs: Mapping[str, Any]) -> dict[str, Any]:
     return options
 
 
+def _weather(state: Any, attrs: Mapping[str, Any]) -> dict[str, Any]:
+    def number(key: str) -> float | None:
+        value = attrs.get(key)
+        return None if value is None else float(value)
+
+    options: dict[str, Any] = {
+        "condition": state_text(state),
+        "temperature": number("temperature"),
+        "humidity": number("humidity"),
+        "wind_speed": number("wind_speed"),
+        "pressure": number("pressure"),
+    }
+    if unit := attrs.get("temperature_unit"):
+        options["temperature_unit"] = str(unit)
+    return options
+
+
+def _calendar(state: Any, attrs: Mapping[str, Any]) -> dict[str, Any]:
+    events = attrs.get("events") or []
+    return {
+        "events": [
+            {"summary": str(e["summary"]), "start": str(e["start"]), "end": str(e["end"])}
+            for e in events
+        ]
+    }
+
+
 CONVERTERS: dict[Platform, Callable[[Any, Mapping[str, Any]], dict[str, Any]]] = {
     Platform.LIGHT: _light,
     Platform.SWITCH: _switch,
@@ -173,6 +205,8 @@ CONVERTERS: dict[Platform, Callable[[Any, Mapping[str, Any]], dict[str, Any]]] =
     Platform.TODO: _todo,
     Platform.SENSOR: _sensor,
     Platform.BINARY_SENSOR: _binary_sensor,
+    Platform.WEATHER: _weather,
+    Platform.CALENDAR: _calendar,
 }
 
 

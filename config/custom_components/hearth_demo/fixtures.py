@@ -1,10 +1,12 @@
 """A dataset home (``_fixtures.yaml``) as demo house specs.
 
-The format is the public one of allenporter/home-assistant-datasets: ``areas`` (name,
-id, optional floor), ``devices`` (name, id, area) and ``entities`` (name, entity id,
-area or device, ``state``, ``attributes``). Entity ids are kept exactly, because the
-dataset's expected changes are keyed by them. Each entity's state becomes the options of
-its demo platform (fixture_states.py).
+The format is the public one of allenporter/home-assistant-datasets: ``floors`` (name,
+id), ``areas`` (name, id, optional floor: a floor's id, or its name), ``devices`` (name,
+id, area) and ``entities`` (name, entity id, area or device, ``state``,
+``attributes``). Entity ids are kept exactly, because the dataset's expected changes
+are keyed by them. Each entity's state becomes the options of its demo platform
+(fixture_states.py). An entity the demo cannot build (a domain it has no platform for,
+a state it cannot take) is left out with its reason: the rest of the home is built.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ class FixtureHome:
     areas: list[AreaSpec]
     entities: list[EntitySpec]
     devices: tuple[str, ...]
+    left_out: tuple[str, ...] = ()  # "<entity id>: <why>" for each entity not built
 
 
 def _platform(entity_id: str) -> Platform:
@@ -39,7 +42,7 @@ def _platform(entity_id: str) -> Platform:
     try:
         return Platform(domain)
     except ValueError as err:
-        raise probatio.Invalid(f"fixture entity {entity_id}: unknown domain {domain}") from err
+        raise probatio.Invalid(f"the demo cannot build {domain} entities") from err
 
 
 def read_fixture(path: Path) -> dict[str, Any]:
@@ -60,9 +63,9 @@ def entity_spec(item: dict[str, Any], area: str | None, validate: Validate) -> E
     try:
         raw = options_from_fixture(platform, item.get("state"), item.get("attributes"))
     except KeyError as err:
-        raise probatio.Invalid(f"fixture entity {entity_id}: unsupported domain") from err
+        raise probatio.Invalid(f"the demo cannot build {platform} entities") from err
     except (TypeError, ValueError) as err:
-        raise probatio.Invalid(f"fixture entity {entity_id}: {err}") from err
+        raise probatio.Invalid(str(err)) from err
     object_id = entity_id.split(".", 1)[1]
     return EntitySpec(
         platform=platform,
@@ -77,21 +80,29 @@ def entity_spec(item: dict[str, Any], area: str | None, validate: Validate) -> E
 def load_fixture_home(path: Path, validate: Validate) -> FixtureHome:
     """Floors, areas and entities of a dataset home; raises probatio.Invalid."""
     data = read_fixture(path)
+    floor_names = {
+        str(item.get("id") or item["name"]): str(item["name"]) for item in data.get("floors") or []
+    }
+    floors = [FloorSpec(name=name, level=n) for n, name in enumerate(floor_names.values())]
     area_names: dict[str, str] = {}
-    floors: list[FloorSpec] = []
     areas: list[AreaSpec] = []
     for item in data.get("areas") or []:
         name = str(item["name"])
         area_names[str(item.get("id") or name)] = name
         floor = item.get("floor")
-        if floor is not None and all(f.name != str(floor) for f in floors):
-            floors.append(FloorSpec(name=str(floor), level=len(floors)))
-        areas.append(AreaSpec(name=name, floor=None if floor is None else str(floor)))
+        floor = None if floor is None else floor_names.get(str(floor), str(floor))
+        if floor is not None and all(f.name != floor for f in floors):
+            floors.append(FloorSpec(name=floor, level=len(floors)))
+        areas.append(AreaSpec(name=name, floor=floor))
     device_areas = {str(device["id"]): device.get("area") for device in data.get("devices") or []}
     entities = []
+    left_out = []
     for item in data["entities"]:
         area_id = item.get("area") or device_areas.get(str(item.get("device")))
         if area_id is not None and str(area_id) not in area_names:
             raise probatio.Invalid(f"fixture entity {item.get('id')}: unknown area {area_id}")
-        entities.append(entity_spec(item, area_names.get(str(area_id)), validate))
-    return FixtureHome(floors, areas, entities, tuple(device_areas))
+        try:
+            entities.append(entity_spec(item, area_names.get(str(area_id)), validate))
+        except probatio.Invalid as err:
+            left_out.append(f"{item.get('id')}: {err}")
+    return FixtureHome(floors, areas, entities, tuple(device_areas), tuple(left_out))

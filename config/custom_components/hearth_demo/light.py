@@ -39,13 +39,15 @@ class DemoLight(DemoEntity, LightEntity):
             self._attr_supported_color_modes = {ColorMode.ONOFF}
             self._attr_color_mode = ColorMode.ONOFF
         self._attr_brightness = None
-        if self._attr_color_mode != ColorMode.ONOFF:
-            self._attr_brightness = options.get("raw_brightness") or round(
-                options["brightness"] * 255 / 100
-            )
+        if self._attr_color_mode == ColorMode.ONOFF:
+            return
+        if "raw_brightness" in options:  # a fixture's own value, None included
+            self._attr_brightness = options["raw_brightness"]
+        else:
+            self._attr_brightness = round(options["brightness"] * 255 / 100)
 
     async def async_turn_on(self, **kwargs: Any) -> None:
-        """Turn on, with brightness or colour when given."""
+        """Turn on, with brightness or colour when given (else the brightness it had)."""
         self._attr_is_on = True
         if ATTR_BRIGHTNESS in kwargs and self._attr_color_mode != ColorMode.ONOFF:
             self._attr_brightness = kwargs[ATTR_BRIGHTNESS]

@@ -17,6 +17,8 @@ from homeassistant.const import Platform
 from .entity import DemoEntity, demo_platform
 
 VOLUME_STEP = 0.05
+FIXTURE_VOLUME_STEP = 0.1
+FIXTURE_TRACKS = 20  # a fixture's player numbers its tracks 0-19
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +68,10 @@ class DemoMediaPlayer(DemoEntity, MediaPlayerEntity):
         self._attr_device_class = MediaPlayerDeviceClass(options["device_class"])
         self._attr_state = MediaPlayerState(options["state"])
         self._attr_volume_level = options["volume"] / 100
+        self._fixture = bool(options["fixture"])
+        if self._fixture:
+            self._apply_fixture(options)
+            return
         self._attr_is_volume_muted = False
         self._attr_supported_features = FEATURES
         if sources := options["sources"]:
@@ -80,16 +86,40 @@ class DemoMediaPlayer(DemoEntity, MediaPlayerEntity):
         self._attr_media_content_type = MediaType.MUSIC if is_music else MediaType.TVSHOW
         self._index = (options["track"] - 1) % len(self._playlist)
 
+    def _apply_fixture(self, options: dict[str, Any]) -> None:
+        """The format's player: a track number and a volume, no titles; the features its
+        fixture lists (all when none)."""
+        self._attr_volume_step = FIXTURE_VOLUME_STEP
+        self._attr_is_volume_muted = options["muted"]
+        self._attr_media_content_type = None
+        self._playlist = ()
+        self._index = options["track"] % FIXTURE_TRACKS
+        listed = [MediaPlayerEntityFeature[name] for name in options["features"]
+                  if name in MediaPlayerEntityFeature.__members__]  # fmt: skip
+        self._attr_supported_features = MediaPlayerEntityFeature(0)
+        for feature in listed or [FEATURES]:
+            self._attr_supported_features |= feature
+
     @property
     def _track(self) -> Track | None:
-        if self.state in (MediaPlayerState.PLAYING, MediaPlayerState.PAUSED):
+        if self._playlist and self.state in (MediaPlayerState.PLAYING, MediaPlayerState.PAUSED):
             return self._playlist[self._index]
         return None
 
     @property
     def media_track(self) -> int | None:
-        """Position in the playlist (1-based)."""
+        """Position in the playlist (1-based); a fixture's track number while on (not
+        for a TV)."""
+        if self._fixture:
+            if self.state == MediaPlayerState.OFF or self.device_class == "tv":
+                return None
+            return self._index
         return self._index + 1 if self._track else None
+
+    def _step(self, by: int) -> None:
+        """Another track: the playlist's, or a fixture's numbered one."""
+        size = len(self._playlist) if self._playlist else FIXTURE_TRACKS
+        self._index = (self._index + by) % size
 
     @property
     def media_title(self) -> str | None:
@@ -111,11 +141,15 @@ class DemoMediaPlayer(DemoEntity, MediaPlayerEntity):
         self.async_write_ha_state()
 
     async def async_turn_on(self) -> None:
-        """On, nothing playing."""
+        """On, nothing playing (a fixture's player back at its first track)."""
+        if self._fixture:
+            self._index = 0
         self._set_state(MediaPlayerState.IDLE)
 
     async def async_turn_off(self) -> None:
-        """Off."""
+        """Off (a fixture's player back at its first track)."""
+        if self._fixture:
+            self._index = 0
         self._set_state(MediaPlayerState.OFF)
 
     async def async_media_play(self) -> None:
@@ -132,17 +166,17 @@ class DemoMediaPlayer(DemoEntity, MediaPlayerEntity):
 
     async def async_media_next_track(self) -> None:
         """Next item of the playlist."""
-        self._index = (self._index + 1) % len(self._playlist)
+        self._step(1)
         self._set_state(MediaPlayerState.PLAYING)
 
     async def async_media_previous_track(self) -> None:
         """Previous item of the playlist."""
-        self._index = (self._index - 1) % len(self._playlist)
+        self._step(-1)
         self._set_state(MediaPlayerState.PLAYING)
 
     async def async_set_volume_level(self, volume: float) -> None:
-        """Volume 0..1."""
-        self._attr_volume_level = volume
+        """Volume 0..1 (to the hundredth: steps of 0.1 land on 0.6, not 0.6000000000000001)."""
+        self._attr_volume_level = round(volume, 2)
         self.async_write_ha_state()
 
     async def async_mute_volume(self, mute: bool) -> None:

@@ -74,6 +74,7 @@ class House:
     access: AccessSpec
     hearth: HearthSpec
     timer_devices: tuple[str, ...] = ()  # device ids that take timers (fixture devices)
+    left_out: tuple[str, ...] = ()  # fixture entities not built: "<entity id>: <why>"
 
     def entities_of(self, platform: Platform) -> list[EntitySpec]:
         """Return the entity specs of one platform, in file order."""

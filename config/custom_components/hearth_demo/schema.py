@@ -61,9 +61,10 @@ PLATFORM_FIELDS: dict[Platform, dict[Any, Any]] = {
         ),
         probatio.Optional("dimmable", default=True): cv.boolean,
         probatio.Optional("color", default=False): cv.boolean,
-        # Home Assistant's own 1-255 scale (fixtures); wins over `brightness`.
-        probatio.Optional("raw_brightness"): probatio.All(
-            probatio.Coerce(int), probatio.Range(min=1, max=255)
+        # Home Assistant's own 0-255 scale (fixtures); wins over `brightness`, and
+        # None keeps a fixture light without one (it is not made up when turned on).
+        probatio.Optional("raw_brightness"): probatio.Any(
+            None, probatio.All(probatio.Coerce(int), probatio.Range(min=0, max=255))
         ),
     },
     Platform.SWITCH: {
@@ -98,8 +99,13 @@ PLATFORM_FIELDS: dict[Platform, dict[Any, Any]] = {
         probatio.Optional("volume", default=30): PERCENT,
         probatio.Optional("sources", default=[]): probatio.All(cv.ensure_list, [cv.string]),
         probatio.Optional("track", default=1): probatio.All(
-            probatio.Coerce(int), probatio.Range(min=1)
+            probatio.Coerce(int), probatio.Range(min=0)
         ),
+        # A fixture's player (the public format): numbered tracks, no titles, muted
+        # only once muted, the features the fixture lists (empty: all).
+        probatio.Optional("fixture", default=False): cv.boolean,
+        probatio.Optional("muted", default=None): probatio.Any(None, cv.boolean),
+        probatio.Optional("features", default=[]): [cv.string],
     },
     Platform.LOCK: {
         probatio.Optional("locked", default=True): cv.boolean,
@@ -136,6 +142,25 @@ PLATFORM_FIELDS: dict[Platform, dict[Any, Any]] = {
     Platform.BINARY_SENSOR: {
         probatio.Optional("is_on", default=False): cv.boolean,
         probatio.Optional("device_class"): cv.string,
+    },
+    Platform.WEATHER: {
+        probatio.Optional("condition", default=None): probatio.Any(None, cv.string),
+        **{
+            probatio.Optional(key, default=None): probatio.Any(None, probatio.Coerce(float))
+            for key in ("temperature", "humidity", "wind_speed", "pressure")
+        },
+        probatio.Optional("temperature_unit"): probatio.In(["°C", "°F"]),
+    },
+    Platform.CALENDAR: {
+        probatio.Optional("events", default=[]): [
+            probatio.Schema(
+                {
+                    probatio.Required("summary"): cv.string,
+                    probatio.Required("start"): cv.string,
+                    probatio.Required("end"): cv.string,
+                }
+            )
+        ],
     },
 }
 
@@ -260,12 +285,14 @@ def house_from_config(conf: dict[str, Any], config_dir: Path) -> House:
                     )
 
     timer_devices: tuple[str, ...] = ()
+    left_out: tuple[str, ...] = ()
     if fixture := conf.get(CONF_FIXTURES):
         home = load_fixture_home(config_dir / fixture, validate_options)
         floors += home.floors
         areas += home.areas
         entities += home.entities
         timer_devices = home.devices
+        left_out = home.left_out
 
     _unique("floor", [floor.name for floor in floors])
     _unique("area", [area.name for area in areas])
@@ -292,4 +319,5 @@ def house_from_config(conf: dict[str, Any], config_dir: Path) -> House:
             agent_options=dict(hearth["agent_options"]),
         ),
         timer_devices=timer_devices,
+        left_out=left_out,
     )
