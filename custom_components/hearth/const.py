@@ -75,6 +75,9 @@ CHAT_READ_TIMEOUT: Final = 300.0  # seconds between two stream chunks (covers pr
 REPIN_MAX_DELAY_FACTOR: Final = 10
 # While a changed house is being re-pinned, requests keep the pinned (cached) prefix for
 # at most this long; the changed lines travel in the context message meanwhile.
+# A pin that tells changes since its base (house_delta.py) is rendered in full again
+# once the house has been quiet this long (seconds).
+FOLD_QUIET_S: Final = 3600.0
 STALE_PREFIX_MAX_S: Final = 180.0
 
 # Services.

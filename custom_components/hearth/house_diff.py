@@ -30,6 +30,12 @@ class HouseEntity:
     names: str  # all its names, as the static context lists them
     domain: str
     area: str | None
+    areas: str = ""  # its area's names (the area, then its aliases), as listed
+
+    @property
+    def aliases(self) -> str:
+        """Its names other than ``name``, as listed."""
+        return ", ".join(part for part in self.names.split(", ") if part != self.name)
 
 
 @dataclass(frozen=True)
@@ -58,6 +64,7 @@ def capture(hass: HomeAssistant) -> HouseSnapshot:
             names=names,
             domain=str(info.get("domain", "")),
             area=areas.split(", ", 1)[0] if areas else None,
+            areas=areas,
         )
     yaml = yaml_util.dump(list(exposed.values())) if exposed else ""
     return HouseSnapshot(entities=entities, yaml=yaml)
@@ -73,6 +80,8 @@ def describe_changes(old: HouseSnapshot, new: HouseSnapshot) -> list[str]:
             continue
         if after.name != before.name:
             changes.append((after.name, f"{before.name} was renamed to {after.name}."))
+            if after.aliases != before.aliases:
+                changes.append((after.name, f"{after.name} is now also called: {after.names}."))
         elif after.names != before.names:
             changes.append((after.name, f"{after.name} is now also called: {after.names}."))
         if after.area != before.area:
@@ -89,3 +98,20 @@ def describe_changes(old: HouseSnapshot, new: HouseSnapshot) -> list[str]:
             where = f" in area {after.area}" if after.area else ""
             changes.append((after.name, f"{after.name} ({after.domain}) was added{where}."))
     return [sentence for _name, sentence in sorted(changes, key=lambda item: item[0].lower())]
+
+
+def fully_described(old: HouseSnapshot, new: HouseSnapshot) -> bool:
+    """Whether ``describe_changes`` tells every difference of the static context.
+
+    It tells names, aliases, areas, additions and removals; an area that only gained
+    or lost an alias (every entity in it lists the area's names) it does not.
+    """
+    for entity_id, before in old.entities.items():
+        after = new.entities.get(entity_id)
+        if after is None:
+            continue
+        if after.domain != before.domain:
+            return False
+        if after.area == before.area and after.areas != before.areas:
+            return False
+    return True

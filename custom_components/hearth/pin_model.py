@@ -37,6 +37,7 @@ class PinReason(StrEnum):
     RESTARTED = "restarted"  # the engine restarted (new instance_id)
     MISSING = "missing"  # the engine no longer has the pin
     MANUAL = "manual"  # the refresh_prefix action
+    FOLD = "fold"  # the house has been quiet: its told changes are rendered in full
 
 
 class PinState(StrEnum):
@@ -76,10 +77,14 @@ class AgentPin:
     blocked_digest: str | None = None  # refused by the engine for good (e.g. too large)
     blocked_instance: str | None = None  # ... by this engine instance (a restart retries)
     pinned: HousePrefix | None = None  # the prefix the engine holds for this agent
+    # The prefix last rendered in full: ``pinned`` keeps its bytes and tells the changes
+    # since (house_delta.py) until it is folded.
+    base: HousePrefix | None = None
+    used: bool = False  # a request used this pin since it was last pinned
     stale_since: float | None = None  # time.monotonic() a request first saw a newer house
     pinned_at: float | None = None  # time.monotonic() of the last successful PUT
     pending_since: float | None = None
-    timer: CALLBACK_TYPE | None = None
+    fold_timer: CALLBACK_TYPE | None = None  # folds the told changes once the house is quiet
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     @property

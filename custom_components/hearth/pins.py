@@ -13,7 +13,14 @@ Each conversation agent has one pin per device class in use (``device_class.py``
 device, a satellite without timers, one with timers, each rendered with the lines and
 tools HA gives that class. An AI Task has one pin (its fixed instructions). A request
 gets the pin of its class; while a re-pin is pending it keeps the pinned prefix, and
-``request_plan.py`` tells the model what changed since.
+``request_plan.py`` tells the model what changed since. A class pin no request used
+since it was pinned is re-pinned by its next request, not at every change.
+
+A re-pin costs what changed: each pin keeps its *base* (the prefix last rendered in
+full) and re-pins the base's bytes plus a closing message that tells the changes since
+(``house_delta.py``), so the engine prefills that message only. Once the house has been
+quiet for ``FOLD_QUIET_S`` (and on the refresh action) the house is rendered in full
+again; a change that cannot be told is rendered in full at once.
 
 It also keeps what the UI shows of each pin: its state (``PinState``), its tokens and
 last error, the rebuilds by cause (``PinHistory`` makes the first pin after a Home
@@ -40,6 +47,7 @@ from homeassistant.helpers import device_registry as dr
 from homeassistant.helpers import entity_registry as er
 from homeassistant.helpers import floor_registry as fr
 from homeassistant.helpers.debounce import Debouncer
+from homeassistant.helpers.event import async_call_later
 from homeassistant.helpers.start import async_at_started
 from homeassistant.util import dt as dt_util
 
@@ -50,6 +58,7 @@ from .const import (
     CONF_REPIN_DEBOUNCE,
     DEFAULT_REPIN_DEBOUNCE,
     DOMAIN,
+    FOLD_QUIET_S,
     LOGGER,
     REBUILD_ISSUE_COUNT,
     REBUILD_ISSUE_WINDOW,
@@ -61,6 +70,7 @@ from .const import (
 )
 from .coordinator import EngineStatus, HearthCoordinator
 from .device_class import DeviceClass, classes_in_use, device_class, representative
+from .house_delta import compose
 from .house_events import device_registry_filter, entity_registry_filter, state_changed_filter
 from .pin_history import PinHistory
 from .pin_model import (
@@ -127,6 +137,8 @@ class PrefixManager:
         # schedules a re-pin (a state change drops nothing); ``_generation`` counts the
         # drops, so a render that an event overtook is not kept.
         self._renders: dict[_PinKey, tuple[Mapping[str, Any], HousePrefix]] = {}
+        # The prefix each pin tells for its base and the kept render (see ``_told``).
+        self._composed: dict[_PinKey, tuple[HousePrefix, HousePrefix, HousePrefix]] = {}
         self._generation = 0
 
     # ------------------------------------------------------------ lifecycle
@@ -179,6 +191,7 @@ class PrefixManager:
             self._unsubs.pop()()
         for agent in self._pins.values():
             issues.async_delete_all(self.hass, agent.key)
+            _cancel_fold(agent)
         while self._debouncers:
             self._debouncers.popitem()[1].async_shutdown()
 
@@ -196,6 +209,8 @@ class PrefixManager:
             del self._pins[key]
             self._retries.pop(key, None)
             self._renders.pop(key, None)
+            self._composed.pop(key, None)
+            _cancel_fold(agent)
             if (debouncer := self._debouncers.pop(key, None)) is not None:
                 debouncer.async_shutdown()
         for agent in agents:
@@ -260,15 +275,31 @@ class PrefixManager:
             return None
         return pin_state(agent)
 
-    async def _async_render_pin(self, agent: AgentPin) -> HousePrefix | None:
-        """Render what ``agent`` pins (None: no device of its class is left)."""
+    async def _async_render_pin(self, agent: AgentPin, fold: bool = False) -> HousePrefix | None:
+        """Render what ``agent`` pins (None: no device of its class is left): its base
+        and the changes since, or (``fold``) the house in full."""
         device_id = None
         if agent.device_class is not DeviceClass.NONE:
             device_id = representative(self.hass, agent.device_class, agent.device_id)
             if device_id is None:
                 return None
             agent.device_id = device_id
-        return await self.async_render(agent.subentry_id, agent.device_class, device_id)
+        full = await self.async_render(agent.subentry_id, agent.device_class, device_id)
+        return full if fold else self._told(agent, full)
+
+    def _told(self, agent: AgentPin, full: HousePrefix) -> HousePrefix:
+        """What ``agent`` pins for the house rendered as ``full``: its base and the
+        changes since (``house_delta.py``), or ``full`` where they cannot be told.
+        Kept while its base and the render are the same (a turn composes nothing)."""
+        if agent.base is None:
+            return full
+        key = (agent.subentry_id, agent.device_class)
+        kept = self._composed.get(key)
+        if kept is not None and kept[0] is agent.base and kept[1] is full:
+            return kept[2]
+        told = compose(agent.base, full)
+        self._composed[key] = (agent.base, full, told)
+        return told
 
     async def async_render(
         self,
@@ -296,6 +327,7 @@ class PrefixManager:
     @callback
     def _async_drop_renders(self) -> None:
         self._renders.clear()
+        self._composed.clear()
         self._generation += 1
 
     async def _async_render_now(
@@ -335,6 +367,8 @@ class PrefixManager:
             agent.device_id = device_id
         if agent is None or agent.pinned is None:
             return PrefixChoice(prefix, prefix, None)
+        agent.used = True
+        prefix = self._told(agent, prefix)
         if prefix.digest == agent.pinned.digest:
             agent.stale_since = None
             return PrefixChoice(prefix, prefix, agent.name)
@@ -355,7 +389,8 @@ class PrefixManager:
         for (pinned_id, _cls), agent in self._pins.items():
             if pinned_id == subentry_id:
                 agent.debounce = _debounce(self.entry.subentries[subentry_id].data)
-                self._async_schedule(agent)
+                if _repin_now(agent):
+                    self._async_schedule(agent)
 
     async def async_refresh_all(self) -> None:
         """Re-render and re-PUT every agent's prefix now (the refresh_prefix action).
@@ -407,7 +442,8 @@ class PrefixManager:
         if self._started:
             self._async_add_class_pins()  # e.g. a new satellite (scheduled below)
         for agent in self._pins.values():
-            self._async_schedule(agent)
+            if _repin_now(agent):
+                self._async_schedule(agent)
 
     @callback
     def _async_schedule(self, agent: AgentPin) -> None:
@@ -503,11 +539,12 @@ class PrefixManager:
         async with agent.lock:
             if self._pins.get((agent.subentry_id, agent.device_class)) is not agent:
                 return False  # its subentry was removed meanwhile
-            prefix = await self._async_render_pin(agent)
+            fold = reason in (PinReason.FOLD, PinReason.MANUAL)
+            prefix = await self._async_render_pin(agent, fold=fold)
             if prefix is None:
                 return False  # no device of its class is left to render it with
             changed = prefix.digest != agent.digest
-            if reason is PinReason.CHANGED and not changed:
+            if reason in (PinReason.CHANGED, PinReason.FOLD) and not changed:
                 return False
             instance_id = self.coordinator.data.instance_id if self.coordinator.data else None
             # Refused for good by this engine: retried only by the refresh action, or by a
@@ -532,6 +569,8 @@ class PrefixManager:
             cause = self._cause(agent, prefix, reason, changed)
             agent.digest = prefix.digest
             agent.pinned = prefix
+            agent.used = False
+            self._async_keep_base(agent, prefix)
             agent.stale_since = None
             agent.pinned_at = time.monotonic()
             agent.tokens = _int_or_none(info.get("tokens"))
@@ -585,6 +624,26 @@ class PrefixManager:
             return await self.client.async_put_prefix(agent.name, prefix.pin_body())
         return await async_prime(self.client, prefix, server)
 
+    @callback
+    def _async_keep_base(self, agent: AgentPin, pinned: HousePrefix) -> None:
+        """After a PUT: a prefix rendered in full is the new base; one that tells
+        changes is folded once the house has been quiet for ``FOLD_QUIET_S``."""
+        _cancel_fold(agent)
+        if pinned.base is None:
+            agent.base = pinned
+            return
+        key = (agent.subentry_id, agent.device_class)
+        agent.fold_timer = async_call_later(self.hass, FOLD_QUIET_S, partial(self._async_fold, key))
+
+    @callback
+    def _async_fold(self, key: _PinKey, _now: Any = None) -> None:
+        if (agent := self._pins.get(key)) is None:
+            return
+        agent.fold_timer = None
+        if agent.lock.locked() or agent.pending_since is not None:
+            return  # a re-pin is coming; it re-arms the fold
+        self._async_pin_in_background(agent, PinReason.FOLD)
+
     def _cause(
         self, agent: AgentPin, prefix: HousePrefix, reason: PinReason, changed: bool
     ) -> RebuildCause | None:
@@ -596,6 +655,8 @@ class PrefixManager:
         same prefix PUT again after a restart is found cached by the engine: no rebuild.
         """
         if agent.digest is not None:
+            if reason is PinReason.FOLD:
+                return None  # the same house, rendered in full: upkeep, not a change
             if reason is PinReason.RESTARTED:
                 return RebuildCause.ENGINE_RESTARTED
             if reason is PinReason.MISSING:
@@ -658,6 +719,20 @@ class PrefixManager:
         if agent.device_class is not DeviceClass.NONE:
             title = f"{title} ({agent.device_class})"
         return title
+
+
+def _repin_now(agent: AgentPin) -> bool:
+    """Whether a house change re-pins ``agent`` at once: an agent's pin for requests
+    without a device, a pin a request used since it was pinned, or one never pinned.
+    The pin of a device class nobody used since is re-pinned by its next request
+    (which meanwhile gets the pinned prefix and the changes as sentences)."""
+    return agent.device_class is DeviceClass.NONE or agent.used or agent.pinned is None
+
+
+def _cancel_fold(agent: AgentPin) -> None:
+    if agent.fold_timer is not None:
+        agent.fold_timer()
+        agent.fold_timer = None
 
 
 def _debounce(options: Mapping[str, Any]) -> float:

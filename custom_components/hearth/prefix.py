@@ -53,11 +53,18 @@ class HousePrefix:
     # The house this prefix describes (house_diff.py), to tell a request sent with this
     # prefix after the house changed what is different; not part of the prompt.
     house: HouseSnapshot | None = field(default=None, compare=False)
+    # A closing system message: what changed in the house since ``base`` (house_delta.py).
+    tail: str = ""
+    # The digest of the prefix rendered in full whose bytes this one keeps (None: this
+    # one is rendered in full).
+    base: str | None = None
 
     @property
     def messages(self) -> list[dict[str, Any]]:
-        """The prefix messages: the system message, then any worked examples."""
-        return [{"role": "system", "content": self.system}, *self.examples]
+        """The prefix messages: the system message, any worked examples, and the
+        changes since its base."""
+        tail = [{"role": "system", "content": self.tail}] if self.tail else []
+        return [{"role": "system", "content": self.system}, *self.examples, *tail]
 
     def pin_body(self) -> dict[str, Any]:
         """Body of ``PUT /v1/prefixes/{name}``."""

@@ -70,8 +70,8 @@ def plan_request(
     """
     sent = choice.sent
     told: frozenset[str] = frozenset()
-    if choice.stale and choice.fresh.house is not None:
-        told = choice.fresh.house.yaml_lines  # told as sentences below
+    if (choice.stale or sent.base is not None) and choice.fresh.house is not None:
+        told = choice.fresh.house.yaml_lines  # told as sentences (below, or in the prefix)
     if llm_api is not None:  # the pin names tools as the model sees them (tool_names.py)
         system_prompt = with_shown_names(
             system_prompt, model_tool_names(tool.name for tool in llm_api.tools)

@@ -358,7 +358,8 @@ async def test_house_render_is_kept_until_the_house_changes(
     hass: HomeAssistant, entry: MockConfigEntry, puts: PutSpy
 ) -> None:
     """A turn re-uses the house as rendered (a state change keeps it); a rename is in the
-    very next turn's fresh prefix, before any re-pin."""
+    very next turn's fresh prefix, before any re-pin: told after the pinned house's
+    bytes (house_delta.py)."""
     prefixes = entry.runtime_data.prefixes
     first = await prefixes.async_prefix_for_request(_agent(entry))
     again = await prefixes.async_prefix_for_request(_agent(entry))
@@ -371,7 +372,8 @@ async def test_house_render_is_kept_until_the_house_changes(
     er.async_get(hass).async_update_entity(KITCHEN_LIGHT, name="Pantry Lamp")
     await hass.async_block_till_done()  # no time passes: the re-pin is still pending
     renamed = await prefixes.async_prefix_for_request(_agent(entry))
-    assert "- names: Pantry Lamp" in renamed.fresh.system
+    assert renamed.fresh.system == first.fresh.system
+    assert "Kitchen Light was renamed to Pantry Lamp." in renamed.fresh.tail
     assert renamed.sent is first.fresh and renamed.stale  # the pin, told of the rename
     assert puts.names == []
 
