@@ -12,6 +12,7 @@ from typing import Any
 
 import yaml
 from homeassistant.core import HomeAssistant
+from homeassistant.helpers import device_registry as dr
 from homeassistant.helpers import entity_registry as er
 from pytest_homeassistant_custom_component.common import MockConfigEntry
 
@@ -35,6 +36,20 @@ async def _dashboard(hass: HomeAssistant) -> dict[str, Any]:
     )
     assert isinstance(response, dict)
     return response
+
+
+def _headings(dashboard: dict[str, Any]) -> list[str]:
+    """Each section's heading, in order."""
+    return [
+        card["heading"]
+        for section in dashboard["views"][0]["sections"]
+        for card in section["cards"]
+        if card["type"] == "heading"
+    ]
+
+
+def _cards(dashboard: dict[str, Any]) -> list[dict[str, Any]]:
+    return [card for section in dashboard["views"][0]["sections"] for card in section["cards"]]
 
 
 def _entity_ids(node: Any) -> set[str]:
@@ -63,6 +78,34 @@ async def test_shipped_dashboard_is_the_generated_one(
     assert "sensor.hearth_prefix_pin" in _entity_ids(generated)
 
 
+async def test_dashboard_reads_at_a_glance(hass: HomeAssistant, entry: MockConfigEntry) -> None:
+    """Sections are named after what they show (the engine, its cache, the agent by its
+    name); no card repeats the device name before an entity's name; graphs show a window
+    that a short session fills, and a percentage on its whole range."""
+    device = dr.async_get(hass).async_get_device_by_identifier(
+        (DOMAIN, _agent_id(entry)), entry.entry_id
+    )
+    assert device is not None
+    dr.async_get(hass).async_update_device(device.id, name_by_user="Kitchen helper")
+    dashboard = await _dashboard(hass)
+
+    assert _headings(dashboard) == ["Hearth engine", "Hearth cache", "Kitchen helper agent"]
+    cards = _cards(dashboard)
+    tiles = [card for card in cards if card["type"] in ("tile", "gauge")]
+    assert tiles
+    for card in tiles:  # the entity's own name, or a short word of the dashboard's own
+        assert card["name"] == {"type": "entity"} or len(card["name"]) <= 12, card
+    graphs = [card for card in cards if card["type"] == "history-graph"]
+    assert [graph["title"] for graph in graphs] == [
+        "Time to first token, last hour",
+        "Cache hits, last hour",
+        "Pin and TTFT, last hour",
+    ]
+    assert all(graph["hours_to_show"] <= 2 for graph in graphs)
+    hit_rate = next(g for g in graphs if g["entities"][0]["entity"].endswith("cache_hit_rate"))
+    assert (hit_rate["min_y_axis"], hit_rate["max_y_axis"]) == (0, 100)
+
+
 async def test_dashboard_follows_any_install(
     hass: HomeAssistant, house: None, engine: EngineProcess, keyed: EngineProcess
 ) -> None:
@@ -88,4 +131,12 @@ async def test_dashboard_follows_any_install(
     assert shown == enabled
     assert "sensor.assistent_prompt_stift" in shown
     assert "sensor.hearth_prefix_pin_2" in shown  # the second engine's agent
+    headings = _headings(await _dashboard(hass))
+    assert len(headings) == 6
+    assert headings[0].startswith("Hearth (") and headings[0] != headings[3]  # host and port
+
     assert all(hass.states.get(entity_id) is not None for entity_id in shown)
+
+
+def _agent_id(entry: MockConfigEntry) -> str:
+    return next(iter(entry.subentries))
