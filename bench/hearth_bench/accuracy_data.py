@@ -8,7 +8,8 @@ list) and ``tests``: each with ``sentences`` (each one request), an optional ``s
 (attributes, or ``state``, allowed to change as well), ``expect_response`` (a substring,
 or a list of which one must appear in the reply), ``expect_tool_call`` (a tool the model
 must call: ``tool_name``) and ``context_device`` (the device the request comes from).
-Other files (``dataset_card.yaml``...) are skipped.
+Other files (``dataset_card.yaml``...) are skipped. The fixture's ``language`` (as in
+the format; ``en`` when absent or null) is the language the home is spoken to in.
 """
 
 from __future__ import annotations
@@ -71,6 +72,7 @@ class Home:
     fixtures: Path
     entities: dict[str, EntityState]
     tasks: list[Task]
+    language: str = "en"
 
     def states_for(self, task: Task) -> dict[str, dict[str, Any]]:
         """Every fixture entity's state with the task's ``setup`` laid over it."""
@@ -151,7 +153,8 @@ def load_home(folder: Path) -> Home:
         named = set(task.setup) | set(task.expect_changes or {})
         if unknown := sorted(named - set(entities)):
             raise DatasetError(f"{folder / task.record}: not in the fixtures: {unknown}")
-    return Home(folder.name, folder / FIXTURES, entities, tasks)
+    language = str(fixtures.get("language") or "en")
+    return Home(folder.name, folder / FIXTURES, entities, tasks, language)
 
 
 def load_dataset(path: Path) -> list[Home]:

@@ -5,10 +5,17 @@ whose ``house.yaml`` is replaced: no demo floors, the home's ``_fixtures.yaml`` 
 (``hearth_demo`` builds it: areas, entities with the fixture's ids and states), Hearth
 pointed at the engine (through the recording proxy) and the preferred Assist pipeline
 on Hearth with "prefer handling commands locally". The engine is shared by all homes.
+
+Home Assistant speaks the home's language (its ``configuration.yaml`` says so before the
+first start, so the preferred pipeline is made in it; conversation requests name it
+too). A fixture entity the demo cannot build is left out with a warning in Home
+Assistant's log (``left_out``); a home the demo cannot build at all stops the start at
+once with the logged reason (HomeStartError).
 """
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -19,9 +26,28 @@ import aiohttp
 
 from .accuracy_data import Home
 from .server import EngineProcess
-from .stack import Stack
+from .stack import HomeAssistantStartError, Stack
 
 AGENT = "conversation.hearth"
+LANGUAGE_LINE = re.compile(r"^(\s+language:) \S+$", re.MULTILINE)
+# What Home Assistant logs when the demo integration cannot build the home.
+SETUP_FAILED = re.compile(
+    r"Invalid demo house in house\.yaml: .*|Setup failed for custom integration '?hearth_demo.*"
+)
+LEFT_OUT = re.compile(r"Fixture entity left out: (.*)")
+
+
+class HomeStartError(RuntimeError):
+    """The home's Home Assistant cannot start (one line: why)."""
+
+
+def set_language(configuration: Path, language: str) -> None:
+    """Make Home Assistant's own language ``language`` in a copied configuration.yaml."""
+    text = configuration.read_text()
+    new, count = LANGUAGE_LINE.subn(rf"\1 {language}", text, count=1)
+    if count != 1:
+        raise HomeStartError(f"{configuration}: no `language:` line to set to {language}")
+    configuration.write_text(new)
 
 
 def house_yaml(
@@ -59,17 +85,40 @@ class HomeStack:
         self.home = home
         self.stack = Stack(workdir, [], engine_url=engine_url)
         self.stack.engine = engine  # shared: never started or stopped here
-        (workdir / "config" / "house.yaml").write_text(
-            house_yaml(home.fixtures, engine_url, agent_options)
-        )
+        config = workdir / "config"
+        (config / "house.yaml").write_text(house_yaml(home.fixtures, engine_url, agent_options))
+        set_language(config / "configuration.yaml", home.language)
+        self.left_out: list[str] = []  # "<entity id>: <why>", as Home Assistant logged it
+
+    def _log(self) -> str:
+        return self.stack.ha.log_text
+
+    def _setup_failed(self) -> str | None:
+        found = SETUP_FAILED.search(self._log())
+        return f"{self.home.name}: {found.group(0).strip()}" if found else None
 
     async def start(self, timeout: float = 600) -> HomeStack:
-        """Start Home Assistant; return once Hearth's agent and pipeline are wired."""
-        self.stack.ha.start()
-        await self.stack.wait_for(lambda: self.stack.find_state(AGENT), timeout=timeout)
-        await self.stack.wait_for(self._pipeline_wired, timeout=timeout)
-        await self.stack.wait_for(self._pinned, timeout=timeout, interval=1)
+        """Start Home Assistant; return once Hearth's agent and pipeline are wired.
+
+        Raises HomeStartError (one line) when the home cannot be built or Home Assistant
+        does not start."""
+        try:
+            self.stack.ha.start(failed=self._setup_failed)
+        except HomeAssistantStartError as err:
+            raise HomeStartError(str(err)) from None
+        try:
+            await self.stack.wait_for(self._agent_or_failed, timeout=timeout)
+            await self.stack.wait_for(self._pipeline_wired, timeout=timeout)
+            await self.stack.wait_for(self._pinned, timeout=timeout, interval=1)
+        except TimeoutError as err:
+            raise HomeStartError(f"{self.home.name}: Hearth was not wired in: {err}") from None
+        self.left_out = LEFT_OUT.findall(self._log())
         return self
+
+    async def _agent_or_failed(self) -> bool:
+        if why := self._setup_failed():
+            raise HomeStartError(why)
+        return await self.stack.find_state(AGENT) is not None
 
     async def stop(self) -> None:
         await self.stack.close()
@@ -86,9 +135,15 @@ class HomeStack:
         return bool(pins) and all(p["state"] == "ready" for p in pins)
 
     # -- state ---------------------------------------------------------------------------
+    @property
+    def left_out_ids(self) -> set[str]:
+        return {line.split(":", 1)[0].strip() for line in self.left_out}
+
     async def reset(self, states: dict[str, dict[str, Any]]) -> None:
-        """Put every entity of the home in the given fixture states."""
-        await self.stack.api("POST", "/api/services/hearth_demo/set_states", {"states": states})
+        """Put every built entity of the home in the given fixture states."""
+        skip = self.left_out_ids
+        built = {k: v for k, v in states.items() if k not in skip}
+        await self.stack.api("POST", "/api/services/hearth_demo/set_states", {"states": built})
 
     async def snapshot(self) -> dict[str, dict[str, Any]]:
         """The home's entities as ``{entity_id: {state, attributes}}``."""
@@ -102,7 +157,9 @@ class HomeStack:
     # -- requests ------------------------------------------------------------------------
     async def ask_agent(self, text: str, device_id: str | None) -> Answer:
         """Straight to the Hearth agent (``llm`` mode)."""
-        extra = {"device_id": device_id} if device_id else {}
+        extra: dict[str, Any] = {"language": self.home.language}
+        if device_id:
+            extra["device_id"] = device_id
         started = time.perf_counter()
         result = await self.stack.converse(text, agent_id=AGENT, **extra)
         ms = (time.perf_counter() - started) * 1000

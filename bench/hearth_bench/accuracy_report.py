@@ -1,7 +1,14 @@
-"""The accuracy report: one object per run, and the per-request outcomes behind it."""
+"""The accuracy report: one object per run, and the per-request outcomes behind it.
+
+Rates come as the public Home LLM Leaderboard (allenporter/home-assistant-datasets,
+``reports/README.md``) writes them: per category, the share right in percent with the
+count of sentences and a 95 % confidence half-width (normal approximation), e.g.
+``82.9% (n=41, CI: 11.5)``. ``leaderboard_table`` prints one such row per run.
+"""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,6 +39,35 @@ def _rate(part: int, whole: int) -> float:
     return round(part / whole, 4) if whole else 0.0
 
 
+def ci95(part: int, whole: int) -> float:
+    """The 95 % confidence half-width of ``part/whole``, in percentage points."""
+    if not whole:
+        return 0.0
+    rate = part / whole
+    return round(196 * math.sqrt(rate * (1 - rate) / whole), 1)
+
+
+def leaderboard_cell(part: int, whole: int) -> str:
+    """``82.9% (n=41, CI: 11.5)``."""
+    return f"{100 * _rate(part, whole):.1f}% (n={whole}, CI: {ci95(part, whole)})"
+
+
+def leaderboard_table(report: dict[str, Any]) -> str:
+    """A Markdown table in the leaderboard's form: the run, then each category and all."""
+    categories = report["by_category"]
+    head = ["run", *(f"{name} (n={c['sentences']})" for name, c in categories.items()),
+            f"all (n={report['sentences']})"]  # fmt: skip
+    cells = [leaderboard_cell(c["correct"], c["sentences"]) for c in categories.values()]
+    row = [f"{report['mode']} {report['model']}", *cells,
+           leaderboard_cell(report["correct"], report["sentences"])]  # fmt: skip
+    lines = [head, ["---"] * len(head), row]
+    if report["mode"] == "pipeline":  # the matcher alone: what it answered right
+        local = [leaderboard_cell(c["local_correct"], c["sentences"]) for c in categories.values()]
+        lines.append(["matcher alone", *local,
+                      leaderboard_cell(report["local_correct"], report["sentences"])])  # fmt: skip
+    return "\n".join("| " + " | ".join(line) + " |" for line in lines)
+
+
 def _by_category(outcomes: Sequence[Outcome]) -> dict[str, dict[str, Any]]:
     categories = sorted({c for o in outcomes for c in o.categories})
     table = {}
@@ -43,8 +79,10 @@ def _by_category(outcomes: Sequence[Outcome]) -> dict[str, dict[str, Any]]:
             "sentences": len(mine),
             "correct": correct,
             "correct_rate": _rate(correct, len(mine)),
+            "ci95": ci95(correct, len(mine)),
             "invalid_tool_calls": invalid,
             "local_answered": sum(o.path == "local" for o in mine),
+            "local_correct": sum(o.correct for o in mine if o.path == "local"),
         }
     return table
 
@@ -62,6 +100,7 @@ def summarize(outcomes: Sequence[Outcome], mode: str, model: str, dataset: str) 
         "sentences": len(outcomes),
         "correct": correct,
         "correct_rate": _rate(correct, len(outcomes)),
+        "ci95": ci95(correct, len(outcomes)),
         "invalid_tool_calls": invalid,
         "invalid_rate": _rate(invalid, len(outcomes)),
         "local_answered": len(local),
@@ -92,6 +131,7 @@ def print_report(report: dict[str, Any], outcomes: Sequence[Outcome]) -> None:
     if report["mode"] == "pipeline":
         print(f"answered locally: {report['local_answered']}, of which right: "
               f"{report['local_correct']}")  # fmt: skip
+    print("\n" + leaderboard_table(report) + "\n")
     for o in outcomes:
         if not o.correct:
             print(f"  WRONG [{o.path}] {o.sentence!r}: {o.reply[:120]!r}")

@@ -15,6 +15,7 @@ import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +51,10 @@ def copy_config(target: Path) -> Path:
     return target
 
 
+class HomeAssistantStartError(RuntimeError):
+    """Home Assistant did not start (the message says why, in one line)."""
+
+
 class HomeAssistantProcess:
     def __init__(self, config: Path, engine_url: str, port: int | None = None) -> None:
         self.config = config
@@ -59,7 +64,11 @@ class HomeAssistantProcess:
         self.proc: subprocess.Popen[bytes] | None = None
         self.token = ""
 
-    def start(self, timeout: float = 300) -> HomeAssistantProcess:
+    def start(
+        self, timeout: float = 300, failed: Callable[[], str | None] | None = None
+    ) -> HomeAssistantProcess:
+        """Start and wait until Home Assistant runs; ``failed`` (polled while waiting)
+        returns why the start cannot succeed, which stops it at once."""
         http_config = ROOT / "scripts" / "lib" / "ha_http_config.py"
         subprocess.run(
             [str(HA_PYTHON), str(http_config), "--config", str(self.config),
@@ -85,16 +94,19 @@ class HomeAssistantProcess:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(
+                raise HomeAssistantStartError(
                     f"Home Assistant exited; see {self.config / 'home-assistant.log'}"
                 )
+            if failed is not None and (why := failed()):
+                self.stop()
+                raise HomeAssistantStartError(why)
             if token_file.exists() and token_file.read_text().strip():
                 self.token = token_file.read_text().strip()
                 if self._running():
                     return self
             time.sleep(0.5)
         self.stop()
-        raise RuntimeError(f"Home Assistant did not start in {timeout} s")
+        raise HomeAssistantStartError(f"Home Assistant did not start in {timeout} s")
 
     def _running(self) -> bool:
         import json

@@ -7,14 +7,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
-from hearth_bench.accuracy import pick
+from hearth_bench.accuracy import _buildable, pick
 from hearth_bench.accuracy_calls import invalid_calls, parse_reply, rejected_calls
 from hearth_bench.accuracy_data import DatasetError, EntityState, load_dataset
+from hearth_bench.accuracy_home import HomeStartError, set_language
 from hearth_bench.accuracy_judge import judge, same
-from hearth_bench.accuracy_report import Outcome, summarize
+from hearth_bench.accuracy_report import Outcome, ci95, leaderboard_table, summarize
 
-PROJECT_DATASET = Path(__file__).resolve().parents[2] / "bench" / "datasets" / "hearth-house"
+DATASETS = Path(__file__).resolve().parents[2] / "bench" / "datasets"
+PROJECT_DATASET = DATASETS / "hearth-house"
 
 FIXTURES = """
 areas: [{name: Kitchen, id: kitchen}]
@@ -212,3 +215,65 @@ def test_the_report_has_the_promised_fields() -> None:
 def test_limit_spreads_over_the_dataset() -> None:
     assert pick(list(range(10)), 5) == [0, 2, 4, 6, 8]
     assert pick(list(range(3)), None) == [0, 1, 2]
+
+
+def test_a_home_is_spoken_to_in_its_fixture_language(tmp_path: Path) -> None:
+    (english,) = load_dataset(write_home(tmp_path / "one"))
+    assert english.language == "en"  # no `language`: English, as the format's default
+    german = tmp_path / "two"
+    write_home(german)
+    (german / "_fixtures.yaml").write_text("language: de\n" + FIXTURES)
+    assert load_dataset(german)[0].language == "de"
+
+
+def test_the_language_reaches_home_assistants_configuration(tmp_path: Path) -> None:
+    configuration = tmp_path / "configuration.yaml"
+    configuration.write_text("homeassistant:\n  name: x\n  language: en\n  country: NL\n")
+    set_language(configuration, "de")
+    assert configuration.read_text() == "homeassistant:\n  name: x\n  language: de\n  country: NL\n"
+    configuration.write_text("homeassistant:\n  name: x\n")
+    with pytest.raises(HomeStartError, match="no `language:` line"):
+        set_language(configuration, "de")
+
+
+def test_sentences_naming_left_out_entities_are_skipped(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (home,) = load_dataset(write_home(tmp_path / "one"))
+    kept = _buildable("one", home.tasks, {"light.lamp"})
+    assert [t.sentence for t in kept] == ["Is the door locked?"]
+    assert "2 sentences skipped (they name left-out entities)" in capsys.readouterr().err
+    assert _buildable("one", home.tasks, set()) == home.tasks
+
+
+def test_the_new_homes_are_valid_and_cover_what_issue_27_asks() -> None:
+    (english,) = load_dataset(DATASETS / "maple-street")
+    (german,) = load_dataset(DATASETS / "haus-am-hang")
+    assert (len(english.tasks), english.language) >= (40, "en")
+    assert (len(german.tasks), german.language) >= (20, "de")
+    domains = {entity_id.split(".")[0] for entity_id in english.entities}
+    assert {"valve", "todo", "cover", "media_player", "fan", "vacuum", "weather"} <= domains
+    names = yaml.safe_load((DATASETS / "maple-street" / "_fixtures.yaml").read_text())
+    by_name: dict[str, set[str]] = {}
+    for entity in names["entities"]:
+        by_name.setdefault(entity["name"], set()).add(entity["id"].split(".")[0])
+    assert by_name["Garage Door"] == {"cover", "light"}  # a shared name, two domains
+    assert {"lock", "binary_sensor"} <= by_name["Front Door"]
+
+
+def test_reports_rate_categories_as_the_leaderboard_does() -> None:
+    assert (ci95(0, 0), ci95(5, 5), ci95(196 * 98 // 100, 196)) == (0.0, 0.0, 2.0)
+    outcomes = [
+        Outcome("h", "r.yaml", ["light"], "s", True, "local", "", 10),
+        Outcome("h", "r.yaml", ["light"], "s", False, "hearth", "", 10),
+        Outcome("h", "r.yaml", ["fan"], "s", True, "hearth", "", 10),
+    ]
+    report = summarize(outcomes, "pipeline", "default", "ds")
+    assert report["by_category"]["light"]["local_correct"] == 1
+    table = leaderboard_table(report).splitlines()
+    assert table[0] == "| run | fan (n=1) | light (n=2) | all (n=3) |"
+    assert table[2] == (
+        "| pipeline default | 100.0% (n=1, CI: 0.0) | 50.0% (n=2, CI: 69.3)"
+        " | 66.7% (n=3, CI: 53.3) |"
+    )
+    assert table[3].startswith("| matcher alone | 0.0% (n=1, CI: 0.0) | 50.0% (n=2")
