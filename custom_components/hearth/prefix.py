@@ -30,7 +30,7 @@ from homeassistant.helpers import llm, template
 
 from .const import CONF_EXAMPLES, DEFAULT_EXAMPLES, DOMAIN, LOGGER, SUBENTRY_AI_TASK
 from .device_class import DeviceClass, without_area_lines
-from .examples import house_examples
+from .examples import async_house_examples
 from .house_diff import HouseSnapshot, capture
 from .house_values import house_values
 from .tool_names import model_tool_names, with_shown_names
@@ -246,7 +246,7 @@ async def async_render_prefix(
     hearth = house_values(hass, tools) if tools else None
     examples: tuple[dict[str, Any], ...] = ()
     if tools and options.get(CONF_EXAMPLES, DEFAULT_EXAMPLES):
-        examples = house_examples(hass, tools, hass.config.language)
+        examples = await async_house_examples(hass, tools, hass.config.language)
     return HousePrefix(
         system="\n".join(parts), tools=tools, examples=examples, hearth=hearth, house=house
     )
