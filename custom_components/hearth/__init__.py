@@ -8,7 +8,6 @@ from typing import Any
 from homeassistant.const import CONF_API_KEY, CONF_URL, Platform
 from homeassistant.core import HomeAssistant
 from homeassistant.helpers import config_validation as cv
-from homeassistant.helpers import device_registry as dr
 from homeassistant.helpers.aiohttp_client import async_get_clientsession
 from homeassistant.helpers.dispatcher import async_dispatcher_send
 from homeassistant.helpers.typing import ConfigType
@@ -24,7 +23,7 @@ from .const import (
 from .coordinator import HearthCoordinator
 from .data import HearthConfigEntry, HearthData
 from .device_class import DeviceClass
-from .entity import engine_device_info
+from .engine_device import async_register_engine_device
 from .issues import async_delete_all as async_delete_issues
 from .pin_history import PinHistory
 from .pin_model import pin_key, pin_name
@@ -58,10 +57,7 @@ async def async_setup_entry(hass: HomeAssistant, entry: HearthConfigEntry) -> bo
         subentry_options={sid: dict(sub.data) for sid, sub in entry.subentries.items()},
     )
     # The engine's device first: agent devices name it as the device that serves them.
-    engine_device = dr.async_get(hass).async_get_or_create(
-        config_entry_id=entry.entry_id, **engine_device_info(entry)
-    )
-    entry.runtime_data.engine_device_id = engine_device.id
+    entry.async_on_unload(async_register_engine_device(hass, entry))
     await hass.config_entries.async_forward_entry_setups(entry, PLATFORMS)
 
     prefixes.async_start()

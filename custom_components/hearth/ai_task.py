@@ -23,11 +23,10 @@ from homeassistant.helpers import llm
 from homeassistant.helpers.entity_platform import AddConfigEntryEntitiesCallback
 from homeassistant.util import slugify
 
-from .api import HearthAuthError, HearthError
 from .const import DOMAIN, LOGGER, SUBENTRY_AI_TASK
 from .data import HearthConfigEntry
 from .entity import HearthLLMEntity
-from .errors import as_ha_error
+from .errors import BACKEND_ERRORS, as_ha_error, is_auth_error
 from .prefix import ai_task_options, async_render_prefix, canonical_schema
 from .prompt import HearthNative
 from .request_plan import PrefixChoice
@@ -155,14 +154,14 @@ class HearthTaskEntity(ai_task.AITaskEntity, HearthLLMEntity):
         )
         try:
             await self._async_handle_chat_log(chat_log, response_format=fmt)
-        except HearthError as err:
+        except BACKEND_ERRORS as err:
             # Logged when tasks start failing and when they work again, not every task.
             if not self._failing:
                 LOGGER.warning("Hearth engine request failed for an AI Task: %s", err)
             else:
                 LOGGER.debug("Hearth engine request failed again for an AI Task: %s", err)
             self._failing = True
-            if isinstance(err, HearthAuthError):
+            if is_auth_error(err):
                 self.entry.async_start_reauth(self.hass)
             raise as_ha_error(err) from err
         if self._failing:

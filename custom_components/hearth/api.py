@@ -1,25 +1,24 @@
-"""HTTP client for the Hearth engine (see docs/api.md).
+"""The small HTTP client of Hearth's pin API and the probe routes (see docs/api.md).
 
-This module knows nothing about Home Assistant: it speaks the engine's HTTP + JSON
-contract over an aiohttp session and raises its own errors. Every request goes
-through ``_open``, the one place where transport and HTTP errors become
-``HearthError`` subclasses.
+Pins (``PUT``/``DELETE``/``GET /v1/prefixes``), ``/v1/stats``, ``/health``,
+``/v1/models``, the cache and optional routes such as ``/metrics``; chat goes through the
+``openai`` SDK instead (``chat.py``). This module knows nothing about Home Assistant: it
+speaks the engine's HTTP + JSON contract over an aiohttp session and raises its own
+errors. Every request goes through ``_open``, the one place where transport and HTTP
+errors become ``HearthError`` subclasses.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
 
-from .const import CHAT_READ_TIMEOUT, PIN_TIMEOUT, REQUEST_TIMEOUT
-
-SSE_DATA = "data:"
-SSE_DONE = "[DONE]"
+from .const import PIN_TIMEOUT, REQUEST_TIMEOUT
 
 
 class HearthError(Exception):
@@ -197,40 +196,6 @@ class HearthClient:
                 return None
             raise
 
-    async def async_chat(self, body: Mapping[str, Any]) -> dict[str, Any]:
-        """``POST /v1/chat/completions`` without streaming (the priming request)."""
-        data = await self._json(
-            "POST",
-            "/v1/chat/completions",
-            body={**body, "stream": False},
-            client_timeout=aiohttp.ClientTimeout(total=PIN_TIMEOUT),
-        )
-        if not isinstance(data, dict):
-            raise HearthConnectionError("unexpected answer from /v1/chat/completions")
-        return data
-
-    async def async_chat_stream(self, body: Mapping[str, Any]) -> AsyncGenerator[dict[str, Any]]:
-        """``POST /v1/chat/completions`` with ``stream: true``: yield each chunk.
-
-        An error sent inside the stream (``data: {"error": ...}``) is raised as a
-        ``HearthResponseError``; the stream ends at ``data: [DONE]``.
-        """
-        timeout = aiohttp.ClientTimeout(
-            total=None, sock_connect=REQUEST_TIMEOUT, sock_read=CHAT_READ_TIMEOUT
-        )
-        async with self._open(
-            "POST", "/v1/chat/completions", body=body, client_timeout=timeout
-        ) as resp:
-            async for payload in _sse_payloads(resp):
-                if payload == SSE_DONE:
-                    return
-                chunk = _loads(payload)
-                if not isinstance(chunk, dict):
-                    raise HearthConnectionError("unexpected chunk in the chat stream")
-                if isinstance(error := chunk.get("error"), dict):
-                    raise _error_for(500, error.get("code"), str(error.get("message", "")))
-                yield chunk
-
     # ----------------------------------------------------------------- helpers
 
     async def _json(
@@ -296,17 +261,3 @@ def _loads(text: str) -> Any:
         return json.loads(text)
     except ValueError as err:
         raise HearthConnectionError("the engine sent invalid JSON") from err
-
-
-async def _sse_payloads(resp: aiohttp.ClientResponse) -> AsyncIterator[str]:
-    """The ``data:`` payloads of a server-sent event stream, in order."""
-    buffer = b""
-    async for block in resp.content.iter_any():
-        buffer += block
-        *lines, buffer = buffer.split(b"\n")
-        for raw in lines:
-            line = raw.decode("utf-8").strip()
-            if line.startswith(SSE_DATA):
-                yield line[len(SSE_DATA) :].strip()
-    if (tail := buffer.decode("utf-8").strip()).startswith(SSE_DATA):
-        yield tail[len(SSE_DATA) :].strip()

@@ -1,7 +1,7 @@
 """Config flow: the engine (URL + optional API key), its conversation agents and AI Tasks.
 
 The engine may be a Hearth engine or another OpenAI-compatible server (llama.cpp, vLLM,
-SGLang): the flow probes it (``server_info.py``) and says what it found.
+SGLang): the flow probes it (``backends.py``) and says what it found.
 """
 
 from __future__ import annotations
@@ -38,6 +38,8 @@ from homeassistant.helpers.selector import (
 from yarl import URL
 
 from .api import HearthAuthError, HearthClient, HearthConnectionError, HearthError
+from .backend import Backend
+from .backends import async_connect
 from .const import (
     CONF_EXAMPLES,
     CONF_MAX_HISTORY,
@@ -57,7 +59,6 @@ from .const import (
     SUBENTRY_CONVERSATION,
 )
 from .prefix import llm_api_ids
-from .server_info import ServerInfo, async_probe
 
 STEP_USER_SCHEMA = probatio.Schema(
     {
@@ -94,11 +95,11 @@ def normalize_url(url: str) -> str:
 
 async def _async_validate(
     hass: HomeAssistant, url: str, api_key: str | None
-) -> tuple[str | None, ServerInfo | None]:
+) -> tuple[str | None, Backend | None]:
     """Probe the server (``/v1/models`` checks the key): (error key or None, what it is)."""
     client = HearthClient(async_get_clientsession(hass), url, api_key)
     try:
-        server = await async_probe(client)
+        backend = await async_connect(hass, client, api_key)
     except HearthAuthError:
         return "invalid_auth", None
     except HearthConnectionError:
@@ -106,7 +107,7 @@ async def _async_validate(
     except HearthError as err:
         LOGGER.warning("Unexpected answer from the server at %s: %s", url, err)
         return "unknown", None
-    return None, server
+    return None, backend
 
 
 def _engine_data(url: str, api_key: str | None) -> dict[str, str]:
@@ -131,12 +132,12 @@ class HearthConfigFlow(ConfigFlow, domain=DOMAIN):
                 await self.async_set_unique_id(normalize_url(url))
                 self._abort_if_unique_id_configured()
                 return self.async_create_entry(
-                    title=url,
+                    title=server.manufacturer,  # the engine device's name: "Hearth", "vLLM"...
                     data=_engine_data(url, api_key),
                     description="detected",
                     description_placeholders={
-                        "server": server.name,
-                        "model": server.model or "?",
+                        "server": server.info.name,
+                        "model": server.info.model or "?",
                         "features": server.features(),
                     },
                     subentries=[
@@ -170,7 +171,7 @@ class HearthConfigFlow(ConfigFlow, domain=DOMAIN):
                 ):
                     return self.async_abort(reason="already_configured")
                 return self._async_update_engine(
-                    entry, unique_id=unique_id, title=url, data=_engine_data(url, api_key)
+                    entry, unique_id=unique_id, data=_engine_data(url, api_key)
                 )
             errors["base"] = error
         return self.async_show_form(
@@ -220,7 +221,7 @@ class HearthConfigFlow(ConfigFlow, domain=DOMAIN):
 
     async def _async_check_input(
         self, user_input: Mapping[str, Any]
-    ) -> tuple[str, str | None, str | None, ServerInfo | None]:
+    ) -> tuple[str, str | None, str | None, Backend | None]:
         """(url, api key, error key or None, the server) for a user/reconfigure form."""
         api_key = (user_input.get(CONF_API_KEY) or "").strip() or None
         raw_url = str(user_input[CONF_URL]).strip()

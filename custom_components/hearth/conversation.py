@@ -12,11 +12,10 @@ from homeassistant.helpers import intent
 from homeassistant.helpers.dispatcher import async_dispatcher_connect
 from homeassistant.helpers.entity_platform import AddConfigEntryEntitiesCallback
 
-from .api import HearthAuthError, HearthError
 from .const import DOMAIN, LOGGER, SIGNAL_AGENT_OPTIONS_UPDATED, SUBENTRY_CONVERSATION
 from .data import HearthConfigEntry
 from .entity import HearthLLMEntity
-from .errors import async_error_message, error_key
+from .errors import BACKEND_ERRORS, async_spoken, describe, error_key, is_auth_error
 from .prefix import llm_api_ids
 
 # Conversations run concurrently: the engine batches them (and queues beyond its limit).
@@ -96,16 +95,18 @@ class HearthConversationEntity(
 
         try:
             await self._async_handle_chat_log(chat_log, user_input.language)
-        except HearthError as err:
+        except BACKEND_ERRORS as err:
             # Logged when turns start failing and when they work again, not every turn.
             if not self._failing:
                 LOGGER.warning("Hearth engine request failed: %s", err)
             else:
                 LOGGER.debug("Hearth engine request failed again: %s", err)
             self._failing = True
-            if isinstance(err, HearthAuthError):
+            if is_auth_error(err):
                 self.entry.async_start_reauth(self.hass)
-            return await self._async_error_result(user_input, chat_log, error_key(err), str(err))
+            return await self._async_error_result(
+                user_input, chat_log, error_key(err), describe(err)
+            )
         if self._failing:
             LOGGER.info("Hearth engine requests work again")
             self._failing = False
@@ -124,7 +125,7 @@ class HearthConversationEntity(
         response = intent.IntentResponse(language=user_input.language)
         response.async_set_error(
             intent.IntentResponseErrorCode.UNKNOWN,
-            await async_error_message(self.hass, user_input.language, key, error),
+            await async_spoken(self.hass, user_input.language, key, error),
         )
         return conversation.ConversationResult(
             response=response, conversation_id=chat_log.conversation_id

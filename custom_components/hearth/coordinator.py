@@ -1,7 +1,9 @@
-"""Polls the server's counters: a Hearth engine's ``/v1/stats`` and pins
-(``/v1/prefixes``); for other servers what they report (``server_stats.py``).
+"""Polls the server every ``SCAN_INTERVAL`` through its backend (``backend.py``): a
+Hearth engine's ``/health``, ``/v1/stats`` and pins; another server's liveness and what
+it reports (``server_stats.py``).
 
-The server is probed once, before the first poll (``server_info.py``).
+The server is probed once, before the first poll, and its backend chosen
+(``backends.py``).
 """
 
 from __future__ import annotations
@@ -9,44 +11,21 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
-from typing import Any
 
 from homeassistant.config_entries import ConfigEntry
+from homeassistant.const import CONF_API_KEY
 from homeassistant.core import HomeAssistant
 from homeassistant.exceptions import ConfigEntryAuthFailed
 from homeassistant.helpers.update_coordinator import DataUpdateCoordinator, UpdateFailed
 
-from .api import HearthAuthError, HearthClient, HearthError
+from .api import HearthClient
+from .backend import Backend, EngineStatus
+from .backends import async_connect
 from .const import DOMAIN, LOGGER, SCAN_INTERVAL
-from .server_info import ServerInfo, async_probe
-from .server_stats import RequestWindow, parse_metrics, server_stats
+from .errors import BACKEND_ERRORS, describe, is_auth_error
+from .server_stats import RequestWindow
 
-
-@dataclass(frozen=True, slots=True)
-class EngineStatus:
-    """One poll of the engine."""
-
-    stats: dict[str, Any]
-    pins: dict[str, dict[str, Any]]
-    fetched_at: float  # time.monotonic() when the poll started
-
-    @property
-    def instance_id(self) -> str:
-        """Random per engine process: a change means the engine restarted."""
-        return str(self.stats.get("instance_id", ""))
-
-    @property
-    def model(self) -> str | None:
-        """Name of the served model."""
-        model = self.stats.get("model")
-        return str(model) if model is not None else None
-
-    @property
-    def version(self) -> str | None:
-        """The engine's software version (older engines do not report it)."""
-        version = self.stats.get("version")
-        return str(version) if version is not None else None
+__all__ = ["EngineStatus", "HearthCoordinator"]
 
 
 class HearthCoordinator(DataUpdateCoordinator[EngineStatus]):
@@ -66,56 +45,40 @@ class HearthCoordinator(DataUpdateCoordinator[EngineStatus]):
             update_interval=SCAN_INTERVAL,
         )
         self.client = client
-        self.server: ServerInfo | None = None  # probed before the first poll
+        self._backend: Backend | None = None  # chosen before the first poll
         self.requests = RequestWindow()  # this entry's requests, for other servers
+
+    @property
+    def backend(self) -> Backend:
+        """The server's backend (known once the entry's first refresh has run)."""
+        if self._backend is None:
+            raise RuntimeError("the server has not been probed yet")
+        return self._backend
 
     async def _async_setup(self) -> None:
         """Probe the server once (a reload probes again: it may have been replaced)."""
+        api_key = self.config_entry.data.get(CONF_API_KEY)
         async with self._translated_errors():
-            self.server = await async_probe(self.client)
-        LOGGER.debug("%s at %s: %s", self.server.name, self.client.url, self.server.as_dict())
+            self._backend = await async_connect(self.hass, self.client, api_key)
+        info = self._backend.info
+        LOGGER.debug("%s at %s: %s", info.name, self.client.url, info.as_dict())
 
     async def _async_update_data(self) -> EngineStatus:
-        fetched_at = time.monotonic()
         async with self._translated_errors():
-            if self.server is not None and not self.server.pins:
-                return await self._async_poll_other(self.server, fetched_at)
-            # /health first: an engine whose worker stopped still answers the other
-            # routes, but serves nothing (503 here): it counts as disconnected.
-            await self.client.async_health()
-            stats = await self.client.async_stats()
-            pins = await self.client.async_list_prefixes()
-        return EngineStatus(
-            stats=stats,
-            pins={str(pin["name"]): pin for pin in pins if isinstance(pin, dict) and "name" in pin},
-            fetched_at=fetched_at,
-        )
-
-    async def _async_poll_other(self, server: ServerInfo, fetched_at: float) -> EngineStatus:
-        """A server without the pin API: alive, and what its metrics say."""
-        if server.health:
-            await self.client.async_optional_text("/health")
-        else:
-            await self.client.async_models()
-        metrics = None
-        if server.metrics and (text := await self.client.async_optional_text("/metrics")):
-            metrics = parse_metrics(text)
-        stats = server_stats(server.kind, metrics, self.requests)
-        stats["model"] = server.model
-        return EngineStatus(stats=stats, pins={}, fetched_at=fetched_at)
+            return await self.backend.async_poll(time.monotonic(), self.requests)
 
     @asynccontextmanager
     async def _translated_errors(self) -> AsyncIterator[None]:
         """Client errors as the coordinator's errors (re-auth, or the poll failed)."""
         try:
             yield
-        except HearthAuthError as err:
-            raise ConfigEntryAuthFailed(
-                translation_domain=DOMAIN, translation_key="invalid_auth"
-            ) from err
-        except HearthError as err:
+        except BACKEND_ERRORS as err:
+            if is_auth_error(err):
+                raise ConfigEntryAuthFailed(
+                    translation_domain=DOMAIN, translation_key="invalid_auth"
+                ) from err
             raise UpdateFailed(
                 translation_domain=DOMAIN,
                 translation_key="update_failed",
-                translation_placeholders={"error": str(err)},
+                translation_placeholders={"error": describe(err)},
             ) from err

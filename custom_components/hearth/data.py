@@ -17,6 +17,7 @@ from homeassistant.config_entries import ConfigEntry
 from .api import HearthClient, RequestUsage
 
 if TYPE_CHECKING:
+    from .backend import Backend
     from .coordinator import HearthCoordinator
     from .pins import PrefixManager
 
@@ -88,3 +89,8 @@ class HearthData:
     last_turn: TurnUsage | None = None
     agents: dict[str, AgentStats] = field(default_factory=dict)  # by subentry id
     engine_device_id: str | None = None  # the engine's device: agents' ``via_device_id``
+
+    @property
+    def backend(self) -> Backend:
+        """What the server can do, and how to reach it (``backend.py``)."""
+        return self.coordinator.backend

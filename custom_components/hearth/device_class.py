@@ -10,15 +10,21 @@ text and tools than one without (``homeassistant/components/intent/llm.py``):
   timer tools (``HassStartTimer``, ...).
 
 So each agent pins one prefix per *class* (no device, a device without timers, a device
-with timers), rendered as HA renders it for a device of that class, with the area line
-taken out: it is the only device-specific line, and it travels in the request's context
-message. Every device of a class then sends the same prefix tokens, and gets exactly
-the lines and tools HA would give it.
+with timers), rendered as HA renders it for one device of that class, with the lines
+about where that device is taken out: they go to the request's context message, where
+every request has its own device's lines. Every device of a class then sends the same
+prefix tokens, and gets exactly the lines and tools HA would give it.
+
+The area lines are found without reading HA's wording (which may change, or be
+translated): they are the lines of the device's render that the render for no device
+lacks (``without_device_lines``). A device without an area gets the same line as no
+device; so the class is rendered with a device that has an area where one of the class
+does (``representative``: picked from the device registry), and that line leaves the
+prefix too.
 """
 
 from __future__ import annotations
 
-import re
 from enum import StrEnum
 
 from homeassistant.components.intent.timers import async_device_supports_timers
@@ -26,11 +32,6 @@ from homeassistant.core import HomeAssistant
 from homeassistant.helpers import device_registry as dr
 from homeassistant.helpers import entity_registry as er
 
-# HA's area lines (intent/llm.py). The API prompt is not translated: English only.
-_AREA_LINES = (
-    re.compile(r"^You are in area .+ should target this area\.$"),
-    re.compile(r"^When a user asks to turn on all devices of a specific type, ask the user to"),
-)
 _SATELLITE_DOMAIN = "assist_satellite"
 
 
@@ -51,35 +52,50 @@ def device_class(hass: HomeAssistant, device_id: str | None) -> DeviceClass:
     return DeviceClass.NO_TIMERS
 
 
-def is_area_line(line: str) -> bool:
-    """Whether ``line`` is HA's line about the speaking device's area."""
-    return any(pattern.match(line) for pattern in _AREA_LINES)
+def device_lines(prompt: str, no_device_prompt: str) -> list[str]:
+    """The lines of ``prompt`` (HA's API prompt for a device) that its render for no
+    device lacks: where the device is (its area and floor), in HA's own words."""
+    common = set(no_device_prompt.split("\n"))
+    return [line for line in prompt.split("\n") if line not in common]
 
 
-def without_area_lines(text: str) -> str:
-    """``text`` without the device's area line (kept in the context message instead)."""
-    return "\n".join(line for line in text.split("\n") if not is_area_line(line))
+def without_device_lines(prompt: str, no_device_prompt: str) -> str:
+    """``prompt`` without its ``device_lines`` (kept in the context message instead)."""
+    common = set(no_device_prompt.split("\n"))
+    return "\n".join(line for line in prompt.split("\n") if line in common)
 
 
 def representative(hass: HomeAssistant, cls: DeviceClass, preferred: str | None) -> str | None:
     """A device id of class ``cls`` to render its prefix with (None: none exists).
 
-    ``preferred`` (the device last seen speaking in that class) wins while it still
-    has that class; otherwise, for the pins rendered at start, the first device with an
-    Assist satellite (or, for timers, any timer device), by id for a stable choice.
+    The same for every request of the class, whichever device speaks: among the devices
+    with an Assist satellite (or, for timers, any timer device), one in an area first
+    (its area lines then all leave the prefix), by id. ``preferred`` (the device
+    speaking) only where the class has no such device.
     """
     if cls is DeviceClass.NONE:
         return None
+    registry = dr.async_get(hass)
+    found = [
+        (not _has_area(hass, registry, device_id), device_id)
+        for device_id in _candidates(hass, cls)
+        if device_class(hass, device_id) is cls
+    ]
+    if found:
+        return min(found)[1]
     if (
         preferred is not None
-        and dr.async_get(hass).async_get(preferred) is not None
+        and registry.async_get(preferred) is not None
         and device_class(hass, preferred) is cls
     ):
         return preferred
-    for device_id in sorted(_candidates(hass, cls)):
-        if device_class(hass, device_id) is cls:
-            return device_id
     return None
+
+
+def _has_area(hass: HomeAssistant, registry: dr.DeviceRegistry, device_id: str) -> bool:
+    """Whether the device is in an area (its own, or its satellite entity's)."""
+    device = registry.async_get(device_id)
+    return device is not None and dr.async_get_effective_area_id(hass, device) is not None
 
 
 def classes_in_use(hass: HomeAssistant) -> set[DeviceClass]:

@@ -18,7 +18,7 @@ from homeassistant.helpers.entity import Entity
 from homeassistant.helpers.update_coordinator import CoordinatorEntity
 from homeassistant.util.ulid import ulid_now
 
-from .api import HearthError, RequestUsage
+from .api import RequestUsage
 from .const import (
     CONF_MAX_HISTORY,
     CONF_MAX_TOKENS,
@@ -27,7 +27,6 @@ from .const import (
     CONF_TOOL_FIRST,
     DEFAULT_MAX_HISTORY,
     DEFAULT_MAX_TOKENS,
-    DEFAULT_NAME,
     DEFAULT_READ_FIRST,
     DEFAULT_TEMPERATURE,
     DEFAULT_TOOL_FIRST,
@@ -36,7 +35,8 @@ from .const import (
 )
 from .coordinator import HearthCoordinator
 from .data import AgentStats, HearthConfigEntry, TurnUsage
-from .errors import async_error_message
+from .engine_device import engine_device_info
+from .errors import BACKEND_ERRORS, async_spoken, describe
 from .hints import Hint, house_hint
 from .house_values import allowed_for, command_values, scoped_arguments, tool_domains
 from .prompt import HearthNative, build_messages
@@ -45,22 +45,6 @@ from .request_plan import PrefixChoice, RequestPlan, plan_request
 from .speech import MarkupFilter
 
 MANUFACTURER = "Hearth"
-
-
-def engine_device_info(entry: HearthConfigEntry) -> dr.DeviceInfo:
-    """The service device of an engine entry (named "Hearth"): the served model, and
-    the software serving it (Hearth, or llama.cpp, vLLM, SGLang...)."""
-    coordinator = entry.runtime_data.coordinator
-    data, server = coordinator.data, coordinator.server
-    return dr.DeviceInfo(
-        identifiers={(DOMAIN, entry.entry_id)},
-        name=DEFAULT_NAME,
-        manufacturer=MANUFACTURER if server is None or server.pins else server.name,
-        model=data.model if data else None,
-        sw_version=data.version if data else None,
-        configuration_url=entry.runtime_data.client.url,
-        entry_type=dr.DeviceEntryType.SERVICE,
-    )
 
 
 def agent_device_info(
@@ -316,6 +300,17 @@ class HearthLLMEntity(Entity):
         self._attr_unique_id = subentry.subentry_id
         self._attr_device_info = agent_device_info(entry, subentry, self._device_model)
 
+    @property
+    def available(self) -> bool:
+        """Unavailable while the engine does not answer its polls."""
+        return self.entry.runtime_data.coordinator.last_update_success
+
+    async def async_added_to_hass(self) -> None:
+        """Follow the engine's polls (availability)."""
+        await super().async_added_to_hass()
+        coordinator = self.entry.runtime_data.coordinator
+        self.async_on_remove(coordinator.async_add_listener(self.async_write_ha_state))
+
     # Whether a question's turn reads the house first when the options do not say
     # (questions.py); an AI Task's instructions are no spoken question (ai_task.py).
     _read_first_default = DEFAULT_READ_FIRST
@@ -377,10 +372,7 @@ class HearthLLMEntity(Entity):
                 }
             elif first and (command or options.get(CONF_TOOL_FIRST, DEFAULT_TOOL_FIRST)):
                 body["tool_choice"] = "required"
-        prefixes = self.entry.runtime_data.prefixes
-        if plan.hearth and prefixes.pins_supported:
-            body["hearth"] = plan.hearth  # Hearth's grammar values; other servers: none
-        body.update(prefixes.request_extras())
+        body.update(self.entry.runtime_data.backend.request_extensions(plan.hearth))
         if response_format is not None:
             body["response_format"] = dict(response_format)
         return body
@@ -417,17 +409,18 @@ class HearthLLMEntity(Entity):
         # A command may call only the tools that act on what it names (Hearth's engine
         # takes OpenAI's allowed_tools; the prompt still shows every tool).
         allowed = None
-        if hint and not question and chat_log.llm_api and data.prefixes.pins_supported:
+        narrows = data.backend.narrows_tools
+        if hint and not question and chat_log.llm_api and narrows:
             domains = tool_domains(self.hass, chat_log.llm_api)
             allowed = allowed_for(plan.tools, domains, hint.domains)
             # ... and its on/off calls may name only things of the domains it names.
             plan = replace(plan, hearth=command_values(self.hass, plan.hearth, hint.domains))
-        markup_only = await async_error_message(self.hass, language, "markup_only")
-        done = await async_error_message(self.hass, language, "action_done")
+        markup_only = await async_spoken(self.hass, language, "markup_only")
+        done = await async_spoken(self.hass, language, "action_done")
         requests: list[RequestUsage] = []
         client_ttfts: list[float | None] = []
         seen_calls: set[str] = set()
-        error: HearthError | None = None
+        error: Exception | None = None
         try:
             for iteration in range(MAX_TOOL_ITERATIONS):
                 messages = build_messages(
@@ -435,14 +428,14 @@ class HearthLLMEntity(Entity):
                 )
                 reply = _Reply()
                 stream = _transform_stream(
-                    data.client.async_chat_stream(
+                    data.backend.chat.async_chat_stream(
                         self._request_body(
                             plan,
                             messages,
                             response_format,
                             iteration == 0,
                             question=question,
-                            command=bool(hint) and not question and data.prefixes.pins_supported,
+                            command=bool(hint) and not question and narrows,
                             allowed=allowed,
                         )
                     ),
@@ -463,7 +456,7 @@ class HearthLLMEntity(Entity):
                     requests.append(reply.usage)
                 if not chat_log.unresponded_tool_results:
                     break
-        except HearthError as err:
+        except BACKEND_ERRORS as err:
             error = err
             raise
         finally:
@@ -486,14 +479,14 @@ class HearthLLMEntity(Entity):
         return turn
 
     @callback
-    def _async_record_turn(self, turn: TurnUsage, error: HearthError | None) -> None:
+    def _async_record_turn(self, turn: TurnUsage, error: Exception | None) -> None:
         """Push the turn's figures to the sensors; refresh the engine's counters soon."""
         data = self.entry.runtime_data
         stats = data.agents.setdefault(self.subentry_id, AgentStats())
         stats.requests += 1
         if error is not None:
             stats.errors += 1
-            stats.last_error = str(error)
+            stats.last_error = describe(error)
         if turn.requests:
             stats.last_turn = data.last_turn = turn
             data.coordinator.requests.record(turn.requests)

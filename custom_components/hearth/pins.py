@@ -52,7 +52,7 @@ from homeassistant.helpers.start import async_at_started
 from homeassistant.util import dt as dt_util
 
 from . import issues
-from .api import HearthClient, HearthError, HearthResponseError
+from .api import HearthClient, HearthError
 from .const import (
     CONF_EXAMPLES,
     CONF_REPIN_DEBOUNCE,
@@ -70,6 +70,7 @@ from .const import (
 )
 from .coordinator import EngineStatus, HearthCoordinator
 from .device_class import DeviceClass, classes_in_use, device_class, representative
+from .errors import BACKEND_ERRORS, describe, error_code, http_status
 from .house_delta import compose
 from .house_events import device_registry_filter, entity_registry_filter, state_changed_filter
 from .pin_history import PinHistory
@@ -83,7 +84,6 @@ from .pin_model import (
     pin_state,
 )
 from .prefix import HousePrefix, async_render_prefix, render_options
-from .priming import async_prime, request_extras
 from .request_plan import PrefixChoice
 
 __all__ = ["PinState", "PrefixManager", "pin_key", "pin_name"]  # re-exported from pin_model
@@ -219,8 +219,8 @@ class PrefixManager:
         for subentry_id in removed:
             for cls in DeviceClass:
                 try:
-                    await self.client.async_delete_prefix(pin_name(subentry_id, cls))
-                except HearthError as err:
+                    await self.coordinator.backend.async_unpin(pin_name(subentry_id, cls))
+                except BACKEND_ERRORS as err:
                     LOGGER.debug("Could not delete the pin of %s (%s): %s", subentry_id, cls, err)
 
     @callback
@@ -258,16 +258,6 @@ class PrefixManager:
     def agent(self, subentry_id: str, cls: DeviceClass = DeviceClass.NONE) -> AgentPin | None:
         """Pin bookkeeping of an agent (its pin for requests without a device by default)."""
         return self._pins.get((subentry_id, cls))
-
-    def request_extras(self) -> dict[str, Any]:
-        """Server-specific fields of every request (llama.cpp: ``cache_prompt``)."""
-        return request_extras(self.coordinator.server)
-
-    @property
-    def pins_supported(self) -> bool:
-        """Whether the server pins prefixes (else they are primed)."""
-        server = self.coordinator.server
-        return server is None or server.pins
 
     def state(self, subentry_id: str) -> PinState | None:
         """What the UI shows of the agent's pin (None: not an agent of this entry)."""
@@ -357,7 +347,9 @@ class PrefixManager:
         cls = DeviceClass.NONE
         if subentry.subentry_type == SUBENTRY_CONVERSATION:
             cls = device_class(self.hass, device_id)
-        prefix = await self.async_render(subentry_id, cls, device_id)
+        # Rendered with the class's device, whichever device speaks (device_class.py).
+        rendered_with = representative(self.hass, cls, device_id)
+        prefix = await self.async_render(subentry_id, cls, rendered_with)
         agent = self._pins.get((subentry_id, cls))
         if agent is None and (subentry_id, DeviceClass.NONE) in self._pins:
             agent = self._add_pin(subentry_id, cls, device_id)
@@ -507,7 +499,7 @@ class PrefixManager:
             pin = status.pins.get(agent.name)
             if restarted:
                 self._async_pin_in_background(agent, PinReason.RESTARTED)
-            elif not self.pins_supported:
+            elif not self.coordinator.backend.lists_pins:
                 continue  # a primed prefix cannot be looked up
             elif (pin is None or pin.get("state") == "failed") and self._retry_due(agent):
                 self._async_pin_in_background(agent, PinReason.MISSING)
@@ -558,7 +550,7 @@ class PrefixManager:
             self.coordinator.async_update_listeners()
             try:
                 info, prefix = await self._async_put_fitting(agent, prefix)
-            except HearthError as err:
+            except BACKEND_ERRORS as err:
                 self._async_pin_failed(agent, prefix, instance_id, err)
                 if reason is PinReason.MANUAL:
                     raise
@@ -602,8 +594,8 @@ class PrefixManager:
         than the model's context, once more without them (what was pinned is returned)."""
         try:
             return await self._async_put(agent, prefix), prefix
-        except HearthResponseError as err:
-            if err.code != "context_length_exceeded" or not prefix.examples:
+        except BACKEND_ERRORS as err:
+            if error_code(err) != "context_length_exceeded" or not prefix.examples:
                 raise
         self._without_examples.add(agent.key)
         self._async_drop_renders()
@@ -619,10 +611,7 @@ class PrefixManager:
 
     async def _async_put(self, agent: AgentPin, prefix: HousePrefix) -> Mapping[str, Any]:
         """Pin ``prefix`` in the engine, or prime a server's cache with it."""
-        server = self.coordinator.server
-        if server is None or server.pins:
-            return await self.client.async_put_prefix(agent.name, prefix.pin_body())
-        return await async_prime(self.client, prefix, server)
+        return await self.coordinator.backend.async_pin(agent.name, prefix)
 
     @callback
     def _async_keep_base(self, agent: AgentPin, pinned: HousePrefix) -> None:
@@ -669,10 +658,10 @@ class PrefixManager:
 
     @callback
     def _async_pin_failed(
-        self, agent: AgentPin, prefix: HousePrefix, instance_id: str | None, err: HearthError
+        self, agent: AgentPin, prefix: HousePrefix, instance_id: str | None, err: Exception
     ) -> None:
-        agent.error = str(err)
-        agent.refused = isinstance(err, HearthResponseError) and err.status in _REFUSED_FOR_GOOD
+        agent.error = describe(err)
+        agent.refused = http_status(err) in _REFUSED_FOR_GOOD
         if agent.refused:
             agent.blocked_digest = prefix.digest  # e.g. larger than the KV budget
             agent.blocked_instance = instance_id

@@ -29,7 +29,7 @@ from homeassistant.exceptions import HomeAssistantError, TemplateError
 from homeassistant.helpers import llm, template
 
 from .const import CONF_EXAMPLES, DEFAULT_EXAMPLES, DOMAIN, LOGGER, SUBENTRY_AI_TASK
-from .device_class import DeviceClass, without_area_lines
+from .device_class import DeviceClass, without_device_lines
 from .examples import async_house_examples
 from .house_diff import HouseSnapshot, capture
 from .house_values import house_values
@@ -232,7 +232,12 @@ async def async_render_prefix(
         else:
             shown = model_tool_names(tool.name for tool in api.tools)
             api_prompt = with_shown_names(api.api_prompt, shown)
-            parts.append(api_prompt if cls is DeviceClass.NONE else without_area_lines(api_prompt))
+            if cls is not DeviceClass.NONE:  # without where the device is (device_class.py)
+                alone = await llm.async_get_api(hass, api_ids, canonical_llm_context(hass))
+                api_prompt = without_device_lines(
+                    api_prompt, with_shown_names(alone.api_prompt, shown)
+                )
+            parts.append(api_prompt)
             tools = tuple(
                 sorted(
                     (

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .api import HearthClient
+from .chat import ChatClient
 from .prefix import HousePrefix
 from .server_info import ServerInfo, ServerKind
 
@@ -46,13 +46,11 @@ def priming_body(prefix: HousePrefix, server: ServerInfo) -> dict[str, Any]:
     return body
 
 
-async def async_prime(
-    client: HearthClient, prefix: HousePrefix, server: ServerInfo
-) -> dict[str, Any]:
+async def async_prime(chat: ChatClient, prefix: HousePrefix, server: ServerInfo) -> dict[str, Any]:
     """Send the priming request; answer like a pin (``tokens``: its prompt tokens).
 
-    Raises ``HearthError`` as a refused or failed pin would.
+    Raises the SDK's ``openai.OpenAIError`` as a refused or failed pin would.
     """
-    answer = await client.async_chat(priming_body(prefix, server))
+    answer = await chat.async_chat(priming_body(prefix, server))
     usage = answer.get("usage") or {}
     return {"tokens": usage.get("prompt_tokens")}

@@ -245,9 +245,9 @@ class HearthSensor(HearthCoordinatorEntity, SensorEntity):
         """Connected, and the server reports this figure."""
         stat = self.entity_description.stat
         status = self.coordinator.data
-        if stat is None or status is None or self.entry.runtime_data.prefixes.pins_supported:
+        if stat is None or status is None:
             return super().available
-        return super().available and stat in status.stats
+        return super().available and self.entry.runtime_data.backend.reports(stat, status)
 
     @property
     def native_value(self) -> StateType:

@@ -3,12 +3,12 @@
 An engine entry can point at any OpenAI-compatible server. The integration adapts:
 
 * a **Hearth engine** has the pin API (``/v1/stats`` with an ``instance_id``,
-  ``/v1/prefixes``): each agent's house prefix is pinned, as always;
+  ``/v1/prefixes``);
 * **llama.cpp** (``llama-server``), **vLLM** and **SGLang** cache prompt prefixes on
-  their own: the integration keeps the same stable-prefix / volatile-suffix layout and
-  warms their cache with a priming request after each house change (``pins.py``);
-  on llama.cpp every request sets ``cache_prompt`` (``priming.py``);
-* any **other** OpenAI-compatible server gets the same layout and priming.
+  their own, and tell themselves apart by their routes and metric names;
+* any **other** OpenAI-compatible server is just that.
+
+What each kind can do is its backend's business (``backend.py``, ``backends.py``).
 
 The kind comes from what the server answers: the Hearth routes, the metric names on
 ``/metrics`` (``vllm:``, ``sglang:``, ``llamacpp:``), llama.cpp's ``/props``, and the
@@ -63,25 +63,9 @@ class ServerInfo:
     slots: int = 0  # llama.cpp's slots (0: unknown or not llama.cpp)
 
     @property
-    def pins(self) -> bool:
-        """Whether prefixes are pinned (the Hearth pin API) rather than primed."""
-        return self.kind is ServerKind.HEARTH
-
-    @property
     def name(self) -> str:
         """The kind in words."""
         return KIND_NAMES[self.kind]
-
-    def features(self) -> str:
-        """What was detected, for the config flow and diagnostics (English, short)."""
-        if self.pins:
-            return "pinned house prefixes, cache and latency counters"
-        found = ["priming of the house prefix after each change"]
-        if self.metrics:
-            found.append("Prometheus metrics")
-        if self.slots:
-            found.append(f"{self.slots} slots")
-        return ", ".join(found)
 
     def as_dict(self) -> dict[str, Any]:
         """For diagnostics."""

@@ -14,7 +14,6 @@ from homeassistant.exceptions import ServiceValidationError
 from homeassistant.helpers import config_validation as cv
 from homeassistant.helpers import service
 
-from .api import HearthError
 from .const import (
     ATTR_CONFIG_ENTRY_ID,
     DOMAIN,
@@ -24,7 +23,7 @@ from .const import (
 )
 from .dashboard import build_dashboard
 from .data import HearthConfigEntry
-from .errors import as_ha_error
+from .errors import BACKEND_ERRORS, as_ha_error
 
 SERVICE_SCHEMA = probatio.Schema({probatio.Optional(ATTR_CONFIG_ENTRY_ID): cv.string})
 
@@ -42,7 +41,7 @@ async def _async_refresh_prefix(call: ServiceCall) -> None:
     """Re-render every agent's house prefix and pin it again."""
     try:
         await _entry(call).runtime_data.prefixes.async_refresh_all()
-    except HearthError as err:
+    except BACKEND_ERRORS as err:
         raise as_ha_error(err) from err
 
 
@@ -50,15 +49,16 @@ async def _async_clear_cache(call: ServiceCall) -> ServiceResponse:
     """Drop every cached prefix that is neither pinned nor in use."""
     entry = _entry(call)
     data = entry.runtime_data
-    if (server := data.coordinator.server) is not None and not server.pins:
+    backend = data.backend
+    if not backend.clears_cache:
         raise ServiceValidationError(
             translation_domain=DOMAIN,
             translation_key="cache_clear_unsupported",
-            translation_placeholders={"server": server.name, "url": data.client.url},
+            translation_placeholders={"server": backend.info.name, "title": entry.title},
         )
     try:
-        freed = await data.client.async_clear_cache()
-    except HearthError as err:
+        freed = await backend.async_clear_cache()
+    except BACKEND_ERRORS as err:
         raise as_ha_error(err) from err
     await data.coordinator.async_request_refresh()
     return {"freed_bytes": freed}

@@ -31,7 +31,7 @@ from homeassistant.const import CONF_API_KEY, CONF_URL
 from homeassistant.core import Context, HomeAssistant
 from pytest_homeassistant_custom_component.common import MockConfigEntry
 
-from custom_components.hearth.api import HearthClient
+from custom_components.hearth.chat import ChatClient
 from custom_components.hearth.const import (
     CONF_EXAMPLES,
     CONF_READ_FIRST,
@@ -162,7 +162,7 @@ def make_entry(url: str, api_key: str | None = None, **options: Any) -> MockConf
         data[CONF_API_KEY] = api_key
     return MockConfigEntry(
         domain=DOMAIN,
-        title=url,
+        title="Hearth",
         data=data,
         unique_id=url,
         subentries_data=[
@@ -238,12 +238,12 @@ class ChatSpy:
     def __init__(self) -> None:
         self.bodies: list[dict[str, Any]] = []
         self.replies: list[str] = []  # the streamed text of each reply
-        self._original = HearthClient.async_chat_stream
+        self._original = ChatClient.async_chat_stream
 
     def __enter__(self) -> ChatSpy:
         spy = self
 
-        async def wrapper(client: HearthClient, body: Any) -> Any:
+        async def wrapper(client: ChatClient, body: Any) -> Any:
             spy.bodies.append(json.loads(json.dumps(body)))
             spy.replies.append("")
             async for chunk in spy._original(client, body):
@@ -251,7 +251,7 @@ class ChatSpy:
                     spy.replies[-1] += (choice.get("delta") or {}).get("content") or ""
                 yield chunk
 
-        self._patch = patch.object(HearthClient, "async_chat_stream", wrapper)
+        self._patch = patch.object(ChatClient, "async_chat_stream", wrapper)
         self._patch.start()
         return self
 

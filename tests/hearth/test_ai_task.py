@@ -69,7 +69,7 @@ def _entry(url: str, **task_options: Any) -> MockConfigEntry:
     """A Hearth entry with its default agent ("Hearth") and one AI Task."""
     return MockConfigEntry(
         domain=DOMAIN,
-        title=url,
+        title="Hearth",
         data={CONF_URL: url},
         unique_id=url,
         subentries_data=[
@@ -233,7 +233,7 @@ async def test_engine_down_is_a_translated_error(
 
     assert err.value.translation_domain == DOMAIN
     assert err.value.translation_key == "cannot_connect"
-    assert "cannot reach the Hearth engine" in str(err.value)
+    assert "Cannot reach the Hearth engine" in str(err.value)
 
 
 async def test_attachments_are_refused(hass: HomeAssistant, task_entry: MockConfigEntry) -> None:

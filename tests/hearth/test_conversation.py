@@ -25,7 +25,7 @@ from homeassistant.setup import async_setup_component
 from homeassistant.util import dt as dt_util
 from pytest_homeassistant_custom_component.common import MockConfigEntry, async_fire_time_changed
 
-from custom_components.hearth.api import HearthClient
+from custom_components.hearth.chat import ChatClient
 from custom_components.hearth.const import CONF_MAX_TOKENS, CONF_TOOL_FIRST
 from custom_components.hearth.device_class import DeviceClass
 from custom_components.hearth.pins import pin_name
@@ -105,36 +105,44 @@ async def test_history_is_resent_verbatim(hass: HomeAssistant, entry: MockConfig
 
 
 async def test_tool_loop_turns_on_the_light(hass: HomeAssistant, entry: MockConfigEntry) -> None:
-    """The model calls HassTurnOn; HA runs the intent; the light really turns on."""
+    """The model calls HassTurnOn; HA runs the intent; the light really turns on; the
+    turn says what HA reports, in HA's own words (not the model's "Done, ...")."""
     assert hass.states.get(KITCHEN_LIGHT).state == "off"
     with ChatSpy() as spy:
         result = await converse(hass, "turn on the kitchen light")
 
-    assert speech(result) == DONE
+    assert speech(result) == "Turned on the light"
     assert hass.states.get(KITCHEN_LIGHT).state == "on"
     assert hass.states.get(KITCHEN_SWITCH).state == "on"
     assert result.response.response_type is intent.IntentResponseType.ACTION_DONE
     assert [target.id for target in result.response.success_results] == [KITCHEN_LIGHT]
 
-    # Two requests: the call, then the answer after the tool result.
-    assert len(spy.bodies) == 2
-    call_message, tool_message = spy.bodies[1]["messages"][-2:]
-    assert call_message["tool_calls"][0]["function"] == {
-        # The model is shown, and calls, the bare name; HA's own name runs (below).
-        "name": "HassTurnOn",
-        "arguments": '{"name": "Kitchen Light"}',
-    }
-    assert tool_message["role"] == "tool"
-    assert tool_message["tool_call_id"] == call_message["tool_calls"][0]["id"]
-    assert json.loads(tool_message["content"])["data"]["success"][0]["id"] == KITCHEN_LIGHT
+    # One request: the call. After the action, the turn says HA's result.
+    (body,) = spy.bodies
+    assert body["tool_choice"]["type"] == "allowed_tools"  # a command acts (policy.py)
+    assert spy.replies == [""]
 
     events = conversation_trace.async_get_traces()[-1].as_dict()["events"]
     calls = [e["data"] for e in events if e["event_type"] == "tool_call"]
     assert calls == [{"tool_name": "intent__HassTurnOn", "tool_args": {"name": "Kitchen Light"}}]
     turn = hearth_traces()[-1]
-    assert len(turn["requests"]) == 2
-    # The second request reuses the first one's prompt and generated tool call.
-    assert turn["requests"][1]["cached_tokens"] >= turn["requests"][0]["prompt_tokens"]
+    assert len(turn["requests"]) == 1
+    assert turn["command"] and turn["named"] == ["kitchen", "kitchen light"]
+
+    # The next turn re-sends the call, its result and the spoken reply.
+    with ChatSpy() as spy:
+        await converse(hass, "hello", result.conversation_id)
+    sent = spy.bodies[0]["messages"]
+    at = next(i for i, message in enumerate(sent) if message.get("tool_calls"))
+    call_message, tool_message, said = sent[at : at + 3]
+    assert call_message["tool_calls"][0]["function"] == {
+        # The model is shown, and calls, the bare name; HA's own name runs (above).
+        "name": "HassTurnOn",
+        "arguments": '{"name": "Kitchen Light"}',
+    }
+    assert tool_message["role"] == "tool"
+    assert json.loads(tool_message["content"])["data"]["success"][0]["id"] == KITCHEN_LIGHT
+    assert said == {"role": "assistant", "content": "Turned on the light"}
 
 
 async def test_prefix_is_identical_across_time_and_satellites(
@@ -206,17 +214,18 @@ async def test_tool_first_makes_the_first_request_call_a_tool(
     hass: HomeAssistant, house: None, engine: EngineProcess
 ) -> None:
     """With "Start each turn with a tool call", "hello" (which tiny-tools answers in
-    words) must start with a call: the engine's grammar forces one. The request after
-    the tool result is free again, so the turn still ends in words."""
+    words) must start with a call: the engine's grammar forces one. No later request
+    is forced to call, so the turn still ends in words (HA's, after an action)."""
     config_entry = make_entry(engine.url, **{CONF_TOOL_FIRST: True})
     await async_setup_entry(hass, config_entry)
     with ChatSpy() as spy:
         result = await converse(hass, "hello")
     first, *rest = spy.bodies
     assert first["tool_choice"] == "required"
-    assert rest and all("tool_choice" not in body for body in rest)
-    call = rest[0]["messages"][-2]["tool_calls"][0]["function"]
-    assert call["name"] in {tool["function"]["name"] for tool in first["tools"]}
+    assert all(body.get("tool_choice") in {None, "none"} for body in rest)
+    events = conversation_trace.async_get_traces()[-1].as_dict()["events"]
+    (call, *_) = [e["data"] for e in events if e["event_type"] == "tool_call"]
+    assert call["tool_name"].endswith(tuple(t["function"]["name"] for t in first["tools"]))
     assert speech(result)
 
 
@@ -308,10 +317,10 @@ async def test_invalid_tool_arguments_are_a_tool_error_the_model_reads(
 ) -> None:
     """A call whose arguments are not JSON is not run with no arguments: the model gets
     a tool result saying so, and the loop goes on to its next request."""
-    original = HearthClient.async_chat_stream
+    original = ChatClient.async_chat_stream
     bodies: list[dict[str, Any]] = []
 
-    async def broken_first_call(client: HearthClient, body: Any) -> Any:
+    async def broken_first_call(client: ChatClient, body: Any) -> Any:
         bodies.append(json.loads(json.dumps(body)))
         async for chunk in original(client, body):
             if len(bodies) == 1:  # the engine's call, its JSON cut short
@@ -321,7 +330,7 @@ async def test_invalid_tool_arguments_are_a_tool_error_the_model_reads(
                             call["function"]["arguments"] = args[:-1]
             yield chunk
 
-    with patch.object(HearthClient, "async_chat_stream", broken_first_call):
+    with patch.object(ChatClient, "async_chat_stream", broken_first_call):
         await converse(hass, "turn on the kitchen light")
 
     assert hass.states.get(KITCHEN_LIGHT).state == "off"  # nothing ran

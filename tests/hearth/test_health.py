@@ -1,28 +1,37 @@
-"""An engine whose worker stopped answers ``/health`` with 503: connectivity goes off.
+"""An engine whose worker stopped answers ``/health`` with 503: connectivity goes off,
+and the entities that need the engine (sensors, the agent, the AI Task) go unavailable.
 
 A real engine's worker cannot be made to die on demand (every known way to kill it is
 fixed), so a small loopback proxy in front of the real shared engine forwards every
 route unchanged and answers ``/health`` the way a stopped worker makes the engine
-answer (503). Everything else is the real engine and the real integration.
+answer (503), or (``stats``) changes what ``/v1/stats`` says of the engine, as an
+upgraded engine would. Everything else is the real engine and the real integration.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from datetime import timedelta
+from typing import Any
 
 import aiohttp
 import pytest
 from aiohttp import web
+from homeassistant.const import STATE_UNAVAILABLE
 from homeassistant.core import HomeAssistant
+from homeassistant.helpers import device_registry as dr
 from homeassistant.util import dt as dt_util
 from pytest_homeassistant_custom_component.common import async_fire_time_changed
 
 import custom_components.hearth  # noqa: F401 - resolve the real package first
+from custom_components.hearth.const import DOMAIN
 
 from .common import EngineProcess, async_setup_entry, make_entry
 
 CONNECTED = "binary_sensor.hearth_engine_connected"
+AGENT = "conversation.hearth"
+KV_USAGE = "sensor.hearth_kv_cache_usage"
 
 
 class HealthProxy:
@@ -31,6 +40,7 @@ class HealthProxy:
     def __init__(self, target: str) -> None:
         self.target = target
         self.stopped = False
+        self.stats: dict[str, Any] = {}  # fields that replace the engine's in /v1/stats
         self.url = ""
         self._runner: web.AppRunner | None = None
         self._session: aiohttp.ClientSession | None = None
@@ -46,6 +56,8 @@ class HealthProxy:
             headers={k: v for k, v in request.headers.items() if k.lower() != "host"},
         ) as upstream:
             body = await upstream.read()
+            if request.path == "/v1/stats" and self.stats:
+                body = json.dumps({**json.loads(body), **self.stats}).encode()
             return web.Response(
                 body=body, status=upstream.status, content_type=upstream.content_type
             )
@@ -87,9 +99,37 @@ async def test_a_stopped_worker_turns_connectivity_off(
     entry = make_entry(proxy.url)
     await async_setup_entry(hass, entry)
     assert hass.states.get(CONNECTED).state == "on"
+    assert hass.states.get(AGENT).state != STATE_UNAVAILABLE
     proxy.stopped = True
     await _poll(hass)
     assert hass.states.get(CONNECTED).state == "off"
+    assert hass.states.get(AGENT).state == STATE_UNAVAILABLE
+    assert hass.states.get(KV_USAGE).state == STATE_UNAVAILABLE
     proxy.stopped = False
     await _poll(hass)
     assert hass.states.get(CONNECTED).state == "on"
+    assert hass.states.get(AGENT).state != STATE_UNAVAILABLE
+    assert hass.states.get(KV_USAGE).state != STATE_UNAVAILABLE
+
+
+async def test_the_engine_device_follows_the_engine_and_the_entry(
+    hass: HomeAssistant, house: None, proxy: HealthProxy
+) -> None:
+    """Named after the entry; model and version as the engine reports them at each poll
+    (an engine restarted with another model, or upgraded), not frozen at set-up."""
+    entry = make_entry(proxy.url)
+    await async_setup_entry(hass, entry)
+    devices = dr.async_get(hass)
+    device = devices.async_get_device_by_identifier((DOMAIN, entry.entry_id), entry.entry_id)
+    assert device is not None
+    assert (device.name, device.manufacturer, device.model) == ("Hearth", "Hearth", "tiny-tools")
+    proxy.stats = {"version": "9.9.9", "model": "another-model"}
+    hass.config_entries.async_update_entry(entry, title="Attic engine")
+    await _poll(hass)
+    device = devices.async_get(device.id)
+    assert device is not None
+    assert (device.name, device.model, device.sw_version) == (
+        "Attic engine",
+        "another-model",
+        "9.9.9",
+    )

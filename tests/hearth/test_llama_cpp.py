@@ -103,7 +103,7 @@ async def test_tool_loop_streams_with_a_warm_prefix(
     other kernels); it may even be a broken call, which llama.cpp answers with an error:
     the turn then ends in Home Assistant's error speech. Either way the turn ends.
     """
-    server = llama_entry.runtime_data.coordinator.server
+    server = llama_entry.runtime_data.backend.info
     assert server is not None and server.kind is ServerKind.LLAMA_CPP
     pin = hass.states.get(PIN)
     assert pin is not None and pin.state == "ready"

@@ -128,7 +128,7 @@ async def test_vllm_is_primed_and_its_figures_shown(
     """Probed as vLLM; the house is primed (one token, the prefix, no Hearth fields);
     a turn streams and reuses the primed prefix; sensors show what vLLM reports."""
     entry = await _entry(hass, vllm)
-    server = entry.runtime_data.coordinator.server
+    server = entry.runtime_data.backend.info
     assert server is not None and server.kind is ServerKind.VLLM and server.metrics
     device = hass.states.get("sensor.hearth_kv_cache_usage")
     assert device is not None and float(device.state) == 25.0
@@ -188,12 +188,12 @@ async def test_sglang_and_a_plain_openai_server(
         await server.start()
     try:
         entry = await _entry(hass, sglang)
-        info = entry.runtime_data.coordinator.server
+        info = entry.runtime_data.backend.info
         assert info is not None and info.kind is ServerKind.SGLANG
         assert float(hass.states.get("sensor.hearth_kv_cache_usage").state) == 10.0
         assert await hass.config_entries.async_unload(entry.entry_id)
         other = await _entry(hass, plain)
-        info = other.runtime_data.coordinator.server
+        info = other.runtime_data.backend.info
         assert info is not None and info.kind is ServerKind.OPENAI and not info.metrics
         assert len(plain.bodies) == 1  # primed all the same
     finally:

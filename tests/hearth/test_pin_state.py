@@ -308,7 +308,7 @@ async def test_refresh_answers_once_every_pin_is_answered(
         for title in ("Hearth", "Second")
     ]
     entry = MockConfigEntry(
-        domain=DOMAIN, title=engine.url, data={CONF_URL: engine.url}, subentries_data=agents
+        domain=DOMAIN, title="Hearth", data={CONF_URL: engine.url}, subentries_data=agents
     )
     await async_setup_entry(hass, entry)
     first_name, second_name = (pin_name(sid) for sid in entry.subentries)

@@ -25,8 +25,9 @@ from homeassistant.setup import async_setup_component
 from pytest_homeassistant_custom_component.common import MockConfigEntry
 
 from custom_components.hearth.api import HearthClient, RequestUsage
+from custom_components.hearth.chat import ChatClient, async_create_chat_client
 from custom_components.hearth.const import CONF_EXAMPLES
-from custom_components.hearth.device_class import DeviceClass, is_area_line, without_area_lines
+from custom_components.hearth.device_class import DeviceClass, device_lines
 from custom_components.hearth.pins import pin_name
 from custom_components.hearth.prefix import async_render_prefix, canonical_llm_context
 
@@ -53,12 +54,12 @@ class ScriptedToolCall:
     def __init__(self, name: str, arguments: dict[str, Any]) -> None:
         self.call = {"name": name, "arguments": json.dumps(arguments)}
         self.bodies: list[dict[str, Any]] = []
-        self._original = HearthClient.async_chat_stream
+        self._original = ChatClient.async_chat_stream
 
     def __enter__(self) -> ScriptedToolCall:
         spy = self
 
-        async def wrapper(client: HearthClient, body: Any) -> AsyncIterator[dict[str, Any]]:
+        async def wrapper(client: ChatClient, body: Any) -> AsyncIterator[dict[str, Any]]:
             spy.bodies.append(json.loads(json.dumps(body)))
             scripted = len(spy.bodies) == 1
             async for chunk in spy._original(client, body):
@@ -67,7 +68,7 @@ class ScriptedToolCall:
                 delta = {"tool_calls": [{"index": 0, "id": "call_timer", "function": spy.call}]}
                 yield {"choices": [{"index": 0, "delta": delta, "finish_reason": "tool_calls"}]}
 
-        self._patch = patch.object(HearthClient, "async_chat_stream", wrapper)
+        self._patch = patch.object(ChatClient, "async_chat_stream", wrapper)
         self._patch.start()
         return self
 
@@ -146,7 +147,7 @@ async def test_no_device_keeps_its_own_pin(
     assert START_TIMER not in [tool["function"]["name"] for tool in pinned.tools]
 
 
-async def _reuse(client: HearthClient, system: str, tools: list[Any], context: str) -> float:
+async def _reuse(client: ChatClient, system: str, tools: list[Any], context: str) -> float:
     """The share of a request's prompt (after ``system`` and ``tools``) served from the cache."""
     usage: RequestUsage | None = None
     messages = [{"role": "system", "content": system}]
@@ -178,10 +179,15 @@ async def test_class_pins_reuse_more_than_device_tools_in_the_suffix(
     none = await async_render_prefix(hass, options)
     timers = await async_render_prefix(hass, options, DeviceClass.TIMERS, device_id)
     api = await llm.async_get_api(hass, "assist", canonical_llm_context(hass, device_id))
-    area_line = next(line for line in api.api_prompt.splitlines() if is_area_line(line))
-    no_device_lines = [line for line in none.system.splitlines() if is_area_line(line)]
+    alone = await llm.async_get_api(hass, "assist", canonical_llm_context(hass))
+    (area_line,) = device_lines(api.api_prompt, alone.api_prompt)
+    # The no-device lines a device in an area does not get (HA's "ask for the area").
+    no_device_lines = device_lines(alone.api_prompt, api.api_prompt)
+    no_device_lines = [line for line in no_device_lines if line != NO_TIMERS_LINE]
     shared = "\n".join(
-        line for line in without_area_lines(none.system).splitlines() if line != NO_TIMERS_LINE
+        line
+        for line in none.system.splitlines()
+        if line not in no_device_lines and line != NO_TIMERS_LINE
     )
     timer_tools = [tool for tool in timers.tools if tool not in none.tools]
     assert timer_tools
@@ -196,13 +202,14 @@ async def test_class_pins_reuse_more_than_device_tools_in_the_suffix(
     ):
         body = {"messages": [{"role": "system", "content": system}], "tools": list(tools)}
         await client.async_put_prefix(pin, body)
+    chat = await async_create_chat_client(hass, engine.url, None, None)
 
     b_no_device_context = "\n".join([*no_device_lines, NO_TIMERS_LINE])
     reuse = {
-        "a_timer_device": await _reuse(client, a_timers, list(timers.tools), area_line),
-        "a_no_device": await _reuse(client, a_none, list(none.tools), ""),
-        "b_timer_device": await _reuse(client, b_shared, [*none.tools, *timer_tools], area_line),
-        "b_no_device": await _reuse(client, b_shared, list(none.tools), b_no_device_context),
+        "a_timer_device": await _reuse(chat, a_timers, list(timers.tools), area_line),
+        "a_no_device": await _reuse(chat, a_none, list(none.tools), ""),
+        "b_timer_device": await _reuse(chat, b_shared, [*none.tools, *timer_tools], area_line),
+        "b_no_device": await _reuse(chat, b_shared, list(none.tools), b_no_device_context),
     }
     print("reuse", {key: round(value, 4) for key, value in reuse.items()})
     assert reuse["a_timer_device"] >= 0.95
@@ -214,14 +221,19 @@ async def test_new_class_is_pinned_at_its_first_request(
     hass: HomeAssistant, house: None, engine: EngineProcess
 ) -> None:
     """A device HA did not know as a satellite: its first request goes without a pin (the
-    trace says so), and pins its class for the next ones."""
+    trace says so), and pins its class for the next ones. (In an area: a class whose
+    devices are in none renders as no device does, the same tokens as that pin.)"""
     entry = make_entry(engine.url)
     await async_setup_entry(hass, entry)
     satellites = MockConfigEntry(domain="test")
     satellites.add_to_hass(hass)
+    kitchen = ar.async_get(hass).async_get_area_by_name("Kitchen")
+    assert kitchen is not None
     device = dr.async_get(hass).async_get_or_create(
         config_entry_id=satellites.entry_id, identifiers={("test", "phone")}
     )
+    dr.async_get(hass).async_update_device(device.id, area_id=kitchen.id)
+    await hass.async_block_till_done(wait_background_tasks=True)
     name = pin_name(next(iter(entry.subentries)), DeviceClass.NO_TIMERS)
     assert name not in engine.pins()
 

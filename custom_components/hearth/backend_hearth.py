@@ -1,0 +1,69 @@
+"""Hearth's engine as a ``Backend``: pinned prefixes, ``/v1/stats`` and its extension."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from .api import HearthClient
+from .backend import EngineStatus
+from .chat import ChatClient
+from .prefix import HousePrefix
+from .server_info import ServerInfo
+from .server_stats import RequestWindow
+
+MANUFACTURER = "Hearth"
+
+
+class HearthBackend:
+    """A Hearth engine: every capability the integration knows."""
+
+    narrows_tools = True
+    lists_pins = True
+    clears_cache = True
+    manufacturer = MANUFACTURER
+
+    def __init__(self, info: ServerInfo, client: HearthClient, chat: ChatClient) -> None:
+        """Pin through ``client`` (the pin API), chat through ``chat``."""
+        self.info = info
+        self.client = client
+        self.chat = chat
+
+    def request_extensions(self, values: Mapping[str, Any] | None) -> dict[str, Any]:
+        """The ``hearth`` field: the house's argument values for the tool-call grammar."""
+        return {"hearth": dict(values)} if values else {}
+
+    def reports(self, stat: str, status: EngineStatus) -> bool:
+        """The engine reports every figure the sensors show."""
+        return True
+
+    def features(self) -> str:
+        """What a Hearth engine offers."""
+        return "pinned house prefixes, cache and latency counters"
+
+    async def async_poll(self, fetched_at: float, requests: RequestWindow) -> EngineStatus:
+        """``/health``, ``/v1/stats`` and ``/v1/prefixes``.
+
+        ``/health`` first: an engine whose worker stopped still answers the other
+        routes but serves nothing (503 there), so it counts as disconnected.
+        """
+        await self.client.async_health()
+        stats = await self.client.async_stats()
+        pins = await self.client.async_list_prefixes()
+        return EngineStatus(
+            stats=stats,
+            pins={str(pin["name"]): pin for pin in pins if isinstance(pin, dict) and "name" in pin},
+            fetched_at=fetched_at,
+        )
+
+    async def async_pin(self, name: str, prefix: HousePrefix) -> Mapping[str, Any]:
+        """``PUT /v1/prefixes/{name}?wait=true``: answered once the pin is ready."""
+        return await self.client.async_put_prefix(name, prefix.pin_body())
+
+    async def async_unpin(self, name: str) -> None:
+        """``DELETE /v1/prefixes/{name}``."""
+        await self.client.async_delete_prefix(name)
+
+    async def async_clear_cache(self) -> int:
+        """``POST /v1/cache/clear``."""
+        return await self.client.async_clear_cache()

@@ -1,0 +1,55 @@
+"""The engine entry's service device: named after the entry, and kept current.
+
+Its model and software version are what the server reports at each poll (a restarted
+engine may serve another model or run a newer release), so the device registry is
+updated from the coordinator rather than frozen at set-up.
+"""
+
+from __future__ import annotations
+
+from homeassistant.core import CALLBACK_TYPE, HomeAssistant, callback
+from homeassistant.helpers import device_registry as dr
+
+from .const import DOMAIN
+from .data import HearthConfigEntry
+
+
+def engine_device_info(entry: HearthConfigEntry) -> dr.DeviceInfo:
+    """The service device of an engine entry: the entry's title, the served model, and
+    the software serving it (Hearth, or llama.cpp, vLLM, SGLang...)."""
+    data = entry.runtime_data
+    status = data.coordinator.data
+    return dr.DeviceInfo(
+        identifiers={(DOMAIN, entry.entry_id)},
+        name=entry.title,
+        manufacturer=data.backend.manufacturer,
+        model=status.model if status else None,
+        sw_version=status.version if status else None,
+        configuration_url=data.client.url,
+        entry_type=dr.DeviceEntryType.SERVICE,
+    )
+
+
+@callback
+def async_register_engine_device(hass: HomeAssistant, entry: HearthConfigEntry) -> CALLBACK_TYPE:
+    """Register the engine's device and keep it current; returns the unsubscribe."""
+    registry = dr.async_get(hass)
+    device = registry.async_get_or_create(
+        config_entry_id=entry.entry_id, **engine_device_info(entry)
+    )
+    entry.runtime_data.engine_device_id = device.id
+
+    @callback
+    def _async_update() -> None:
+        if (current := registry.async_get(device.id)) is None:
+            return  # removed by the user
+        info = engine_device_info(entry)
+        changes = {
+            key: info.get(key)
+            for key in ("name", "model", "sw_version", "manufacturer")
+            if info.get(key) is not None and getattr(current, key) != info.get(key)
+        }
+        if changes:
+            registry.async_update_device(device.id, **changes)
+
+    return entry.runtime_data.coordinator.async_add_listener(_async_update)
