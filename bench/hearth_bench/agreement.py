@@ -33,10 +33,10 @@ from pathlib import Path
 from typing import Any
 
 from hearth_engine.config import MIB, CacheMode, EngineConfig
-from hearth_engine.engine import Engine
-from hearth_engine.models.corpus import corpus_lines
-from hearth_engine.runner import ModelRunner
-from hearth_engine.sampling import SamplingParams
+from hearth_engine.model.prepare.corpus import corpus_lines
+from hearth_engine.model.runner import ModelRunner
+from hearth_engine.serving.engine import Engine
+from hearth_engine.serving.sampling import SamplingParams
 
 from .common import print_table, write_json
 

@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hearth_engine.config import EngineConfig
-from hearth_engine.engine import Engine
-from hearth_engine.sampling import SamplingParams
-from hearth_engine.sequence import TokenEvent
+from hearth_engine.serving.engine import Engine
+from hearth_engine.serving.sampling import SamplingParams
+from hearth_engine.serving.sequence import TokenEvent
 
 if TYPE_CHECKING:
     from typing import Self
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 def resolve_spec(model: str | None, shape: str | None) -> str:
     if shape:
-        from hearth_engine.models.shapes import prepare_shape_model
+        from hearth_engine.model.prepare.shapes import prepare_shape_model
 
         return str(prepare_shape_model(shape))
     return model or "default"
@@ -33,7 +33,7 @@ def model_spec(name: str) -> str:
 
     ``default``, ``tiny``, ``tiny-tools`` and folders pass through unchanged.
     """
-    from hearth_engine.models.shapes import SHAPES
+    from hearth_engine.model.prepare.shapes import SHAPES
 
     return resolve_spec(None, name) if name in SHAPES else name
 

@@ -1,7 +1,7 @@
 """``scripts/bench compile``: the lean decode step eager against compiled, side by side.
 
 One process loads the model (``--model``, bf16 by default), compiles its one-token step
-(``hearth_engine.compiled``) and times both on the same KV, interleaved step by step
+(``hearth_engine.model.compiled``) and times both on the same KV, interleaved step by step
 (eager, compiled, eager, ...), so that the load of a shared 2-core machine hits both
 alike. For each context (``--contexts``) the context is a shared prefix part read in
 place (as a pinned house is served) and each of ``B`` rows (``--batches``) has one own
@@ -23,9 +23,9 @@ from typing import Any
 import psutil
 import torch
 
-from hearth_engine.attention import PrefixPart
-from hearth_engine.compiled import CompiledStep, inductor_cache_dir
-from hearth_engine.runner import ModelRunner
+from hearth_engine.model.attention import PrefixPart
+from hearth_engine.model.compiled import CompiledStep, inductor_cache_dir
+from hearth_engine.model.runner import ModelRunner
 
 from .common import median, percentile, print_table, write_json
 from .overhead import VOCAB, skeleton

@@ -15,9 +15,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hearth_engine.engine import Engine
-from hearth_engine.sampling import SamplingParams
-from hearth_engine.sequence import TokenEvent
+from hearth_engine.serving.engine import Engine
+from hearth_engine.serving.sampling import SamplingParams
+from hearth_engine.serving.sequence import TokenEvent
 
 from .common import (
     load_engine,

@@ -1,7 +1,7 @@
 """``scripts/bench decode``: decode ms/token by context, batch, model and dtype; reply ms.
 
 For each model (``--models``: ``default`` is SmolLM2-135M with real weights, a name of
-``hearth_engine.models.shapes`` is that shape with random weights) and dtype
+``hearth_engine.model.prepare.shapes`` is that shape with random weights) and dtype
 (``--dtypes``), one engine is loaded in process. For each context (``--contexts``):
 
 * the context (random tokens) is pinned once: the engine's chunked prefill, timed by
@@ -53,14 +53,14 @@ from typing import Any
 
 import torch
 
-from hearth_engine import native
-from hearth_engine.attention import PrefixPart
-from hearth_engine.engine import Engine
-from hearth_engine.hardware import cpu_has_native_bf16
-from hearth_engine.kv import KVBuffer
-from hearth_engine.runner import ModelRunner
-from hearth_engine.sampling import SamplingParams
-from hearth_engine.sequence import ErrorEvent, FinishEvent
+from hearth_engine.model import native
+from hearth_engine.model.attention import PrefixPart
+from hearth_engine.model.hardware import cpu_has_native_bf16
+from hearth_engine.model.kv import KVBuffer
+from hearth_engine.model.runner import ModelRunner
+from hearth_engine.serving.engine import Engine
+from hearth_engine.serving.sampling import SamplingParams
+from hearth_engine.serving.sequence import ErrorEvent, FinishEvent
 
 from .capture import FIXTURE, FixtureMissingError, load_fixture
 from .common import (

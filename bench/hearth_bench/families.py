@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hearth_engine.models.cache_dir import build_once, models_dir
+from hearth_engine.model.prepare.cache_dir import build_once, models_dir
 
 BUILD_VERSION = "family/1"
 EXACT_VOCAB = 0  # a ``vocab`` of 0 means: the test tokenizer's own size
@@ -173,10 +173,10 @@ BY_NAME = {f.name: f for f in FAMILIES}
 
 
 def tokenizer() -> Any:
-    """The test tokenizer (``models.tiny``): benchmarks feed token ids, any vocabulary does."""
+    """The test tokenizer (``model.prepare.tiny``): benchmarks feed token ids (any vocabulary)."""
     from transformers import AutoTokenizer
 
-    from hearth_engine.models.tiny import prepare_tiny_model
+    from hearth_engine.model.prepare.tiny import prepare_tiny_model
 
     return AutoTokenizer.from_pretrained(prepare_tiny_model())
 

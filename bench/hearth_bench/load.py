@@ -72,7 +72,7 @@ class RssSampler(Periodic):
 
 def model_bytes(spec: str, dtype: str) -> int:
     """Parameter bytes of the model as the engine holds it (safetensors headers x dtype)."""
-    from hearth_engine.loader import resolve_model
+    from hearth_engine.model.loader import resolve_model
 
     folder = resolve_model(spec)
     params = 0

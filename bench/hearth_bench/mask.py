@@ -16,11 +16,11 @@ from typing import Any
 
 import torch
 
-from hearth_engine.chat import ChatFormatter
+from hearth_engine.chat.formatter import ChatFormatter
 from hearth_engine.constraints.compiler import ConstraintCompiler
 from hearth_engine.constraints.grammar import ConstraintRequest
 from hearth_engine.constraints.mask import Masker
-from hearth_engine.engine import Engine
+from hearth_engine.serving.engine import Engine
 
 from .capture import FIXTURE
 from .common import median

@@ -39,10 +39,10 @@ from pathlib import Path
 from typing import Any
 
 from hearth_engine.config import MIB
-from hearth_engine.engine import Engine
-from hearth_engine.errors import ModelLoadError
-from hearth_engine.layer_types import check_layer_types
-from hearth_engine.sampling import SamplingParams
+from hearth_engine.model.errors import ModelLoadError
+from hearth_engine.model.layer_types import check_layer_types
+from hearth_engine.serving.engine import Engine
+from hearth_engine.serving.sampling import SamplingParams
 
 from .common import load_engine, print_table, random_tokens, token_range, write_json
 from .families import (

@@ -17,11 +17,11 @@ import time
 import torch
 from transformers import AutoModelForCausalLM
 
-from hearth_engine import attention
-from hearth_engine.attention import PrefixPart
-from hearth_engine.linear import Quantization
-from hearth_engine.loader import LoadedModel
-from hearth_engine.runner import Forward, ModelRunner
+from hearth_engine.model import attention
+from hearth_engine.model.attention import PrefixPart
+from hearth_engine.model.linear import Quantization
+from hearth_engine.model.loader import LoadedModel
+from hearth_engine.model.runner import Forward, ModelRunner
 
 HEAD_DIM = 16  # the smallest head the native decode attention takes
 VOCAB = 256

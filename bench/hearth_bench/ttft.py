@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from hearth_engine.config import MIB
-from hearth_engine.engine import Engine
+from hearth_engine.serving.engine import Engine
 
 from .common import (
     load_engine,

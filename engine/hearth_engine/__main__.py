@@ -9,7 +9,7 @@ import sys
 from collections.abc import Sequence
 
 from .cli import add_engine_args, add_serve_args, engine_config_from_args
-from .errors import ModelLoadError
+from .model.errors import ModelLoadError
 
 _LOGGER = logging.getLogger("hearth_engine")
 
@@ -48,8 +48,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _prepare(models: Sequence[str]) -> int:
-    from . import native
-    from .loader import resolve_model
+    from .model import native
+    from .model.loader import resolve_model
 
     for name in models:
         if name == "native":
@@ -64,10 +64,10 @@ def _prepare(models: Sequence[str]) -> int:
 
 
 async def _generate(args: argparse.Namespace) -> int:
-    from .chat import ChatFormatter
-    from .engine import Engine
-    from .sampling import SamplingParams
-    from .sequence import FinishEvent, TokenEvent
+    from .chat.formatter import ChatFormatter
+    from .serving.engine import Engine
+    from .serving.sampling import SamplingParams
+    from .serving.sequence import FinishEvent, TokenEvent
 
     engine = await asyncio.to_thread(Engine.load, engine_config_from_args(args))
     engine.start()

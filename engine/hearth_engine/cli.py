@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from .config import MIB, CacheMode, EngineConfig
-from .models.templates import read_chat_template
+from .model.prepare.templates import read_chat_template
 
 
 def _positive(value: str) -> int:

@@ -50,7 +50,7 @@ def main() -> int:
 
     from transformers import AutoTokenizer
 
-    from hearth_engine.loader import resolve_model
+    from hearth_engine.model.loader import resolve_model
 
     tokenizer = AutoTokenizer.from_pretrained(str(resolve_model(args.model)))
     prompt, tools = rendered["prompt"], rendered["tools"]

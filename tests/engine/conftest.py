@@ -23,8 +23,8 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from hearth_engine.config import EngineConfig
-from hearth_engine.engine import Engine
-from hearth_engine.runner import ModelRunner
+from hearth_engine.model.runner import ModelRunner
+from hearth_engine.serving.engine import Engine
 
 
 @pytest.fixture(scope="session")

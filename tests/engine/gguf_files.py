@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from hearth_engine.models.templates import HERMES_CHATML_TEMPLATE
-from hearth_engine.models.tiny import prepare_tiny_model
+from hearth_engine.model.prepare.templates import HERMES_CHATML_TEMPLATE
+from hearth_engine.model.prepare.tiny import prepare_tiny_model
 
 HIDDEN, LAYERS, HEADS, KV_HEADS, FFN = 64, 2, 4, 2, 128
 EPS = float(np.float32(1e-6))  # GGUF stores it as float32: the source model uses the same

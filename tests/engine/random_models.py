@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from hearth_engine.models.tiny import prepare_tiny_model
+from hearth_engine.model.prepare.tiny import prepare_tiny_model
 
 
 def tiny_tokenizer() -> Any:

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from hearth_engine.cache import CacheFullError, RadixCache, common_prefix
+from hearth_engine.cache.radix import CacheFullError, RadixCache, common_prefix
 
 BPT = 10  # bytes per token
 

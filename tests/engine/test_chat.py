@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from transformers import AutoTokenizer
 
-from hearth_engine.chat import (
+from hearth_engine.chat.formatter import (
     ChatFormatter,
     ChatTemplateError,
     StreamSplitter,
@@ -17,9 +17,9 @@ from hearth_engine.chat import (
     detect_tool_format,
     parse_tool_calls,
 )
-from hearth_engine.detok import TextStream
-from hearth_engine.models.default import default_model_dir
-from hearth_engine.models.tiny import prepare_tiny_model
+from hearth_engine.model.prepare.default import default_model_dir
+from hearth_engine.model.prepare.tiny import prepare_tiny_model
+from hearth_engine.serving.detok import TextStream
 
 TOOLS = [
     {

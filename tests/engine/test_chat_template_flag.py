@@ -14,17 +14,17 @@ from pathlib import Path
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from hearth_engine.chat import ChatFormatter
+from hearth_engine.chat.formatter import ChatFormatter
 from hearth_engine.config import EngineConfig
-from hearth_engine.engine import Engine
-from hearth_engine.loader import ModelLoadError
-from hearth_engine.models.templates import (
+from hearth_engine.model.loader import ModelLoadError
+from hearth_engine.model.prepare.templates import (
     HERMES_CHATML_TEMPLATE,
     ChatTemplateFileError,
     read_chat_template,
 )
-from hearth_engine.runner import ModelRunner
+from hearth_engine.model.runner import ModelRunner
 from hearth_engine.server.app import create_app
+from hearth_engine.serving.engine import Engine
 
 from .gguf_files import PLAIN_CHATML, write_gguf
 from .test_gguf import _cli

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from hearth_engine.attention import PrefixPart
-from hearth_engine.runner import ModelRunner
-from hearth_engine.sampling import SamplingParams
+from hearth_engine.model.attention import PrefixPart
+from hearth_engine.model.runner import ModelRunner
+from hearth_engine.model.step_compiler import CompileState, StepCompiler
 from hearth_engine.server.metrics import engine_stats
-from hearth_engine.step_compiler import CompileState, StepCompiler
+from hearth_engine.serving.sampling import SamplingParams
 
 GREEDY = SamplingParams(max_tokens=12)
 PROMPT = [5, 17, 99, 3, 250, 42, 7, 8, 900, 31, 64, 12]
@@ -89,7 +89,7 @@ def test_a_failing_compiled_step_falls_back_to_the_exact_eager_step(
         raise RuntimeError("simulated kernel failure")
 
     step.run = half_then_fail  # type: ignore[method-assign]
-    with caplog.at_level(logging.WARNING, logger="hearth_engine.step_compiler"):
+    with caplog.at_level(logging.WARNING, logger="hearth_engine.model.step_compiler"):
         got = compiled_runner.decode(compiled_kv, [77], [len(PROMPT)], None)
     expected = tiny_runner.decode(eager_kv, [77], [len(PROMPT)], None)
     assert torch.equal(got, expected)
@@ -120,7 +120,7 @@ async def test_broken_cache_folder_serves_eager(
     runner = ModelRunner.load("tiny", dtype="float32")
     assert runner.lean is not None
     runner.compiler = StepCompiler(runner.lean, runner.layout, (1,), cache_root=blocked)
-    with caplog.at_level(logging.WARNING, logger="hearth_engine.step_compiler"):
+    with caplog.at_level(logging.WARNING, logger="hearth_engine.model.step_compiler"):
         runner.start_compile()
         assert runner.compiler.wait(60) == CompileState.FAILED
     assert "compiling the decode step failed" in caplog.text

@@ -13,7 +13,7 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
-from hearth_engine.chat import ChatFormatter, ToolFormat
+from hearth_engine.chat.formatter import ChatFormatter, ToolFormat
 from hearth_engine.constraints.compiler import MAX_RUNAWAYS, ConstraintCompiler
 from hearth_engine.constraints.grammar import (
     ConstraintRequest,
@@ -25,7 +25,7 @@ from hearth_engine.constraints.grammar import (
 )
 from hearth_engine.constraints.limits import GrammarLimits
 from hearth_engine.constraints.mask import Constraint, Masker, apply_numpy
-from hearth_engine.models.tiny import prepare_tiny_model
+from hearth_engine.model.prepare.tiny import prepare_tiny_model
 
 pytest.importorskip("llguidance")
 

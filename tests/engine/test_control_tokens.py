@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 from transformers import AutoTokenizer
 
-from hearth_engine.chat import ChatFormatter
-from hearth_engine.control_tokens import ZERO_WIDTH_SPACE, ControlTokens
-from hearth_engine.loader import resolve_model
-from hearth_engine.models.tiny import prepare_tiny_model
+from hearth_engine.chat.control_tokens import ZERO_WIDTH_SPACE, ControlTokens
+from hearth_engine.chat.formatter import ChatFormatter
+from hearth_engine.model.loader import resolve_model
+from hearth_engine.model.prepare.tiny import prepare_tiny_model
 
 from .gguf_files import PLAIN_CHATML, write_gguf
 from .test_prompts import LLAMA3_SPECIALS, LLAMA3_TEMPLATE, _with_template

@@ -27,14 +27,14 @@ from transformers import (
     Qwen3ForCausalLM,
 )
 
-from hearth_engine import attention
-from hearth_engine.attention import PARTS_KWARG, PrefixPart
-from hearth_engine.decoder import LeanDecoder, UnsupportedModelError, unsupported_reason
-from hearth_engine.engine import Engine
-from hearth_engine.kv import KVBuffer, KVLayout
-from hearth_engine.linear import FrozenLinear, Quantization, quantize_int8
-from hearth_engine.runner import ModelRunner
-from hearth_engine.sampling import SamplingParams
+from hearth_engine.model import attention
+from hearth_engine.model.attention import PARTS_KWARG, PrefixPart
+from hearth_engine.model.decoder import LeanDecoder, UnsupportedModelError, unsupported_reason
+from hearth_engine.model.kv import KVBuffer, KVLayout
+from hearth_engine.model.linear import FrozenLinear, Quantization, quantize_int8
+from hearth_engine.model.runner import ModelRunner
+from hearth_engine.serving.engine import Engine
+from hearth_engine.serving.sampling import SamplingParams
 
 from .conftest import free_port, run_serve
 

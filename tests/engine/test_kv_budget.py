@@ -10,9 +10,9 @@ import random
 
 import pytest
 
-from hearth_engine.budget import Demand, batch_tokens, reserved_bytes
-from hearth_engine.engine import NeverFitsError
-from hearth_engine.sampling import SamplingParams
+from hearth_engine.cache.budget import Demand, batch_tokens, reserved_bytes
+from hearth_engine.serving.engine import NeverFitsError
+from hearth_engine.serving.sampling import SamplingParams
 
 
 def tokens(seed: int, n: int, vocab: int = 1000) -> list[int]:

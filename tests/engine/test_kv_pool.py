@@ -6,8 +6,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hearth_engine.cache import CacheFullError, RadixCache
-from hearth_engine.kv import BufferPool, KVLayout, segment_nbytes, segment_tokens, split_segment
+from hearth_engine.cache.radix import CacheFullError, RadixCache
+from hearth_engine.model.kv import (
+    BufferPool,
+    KVLayout,
+    segment_nbytes,
+    segment_tokens,
+    split_segment,
+)
 
 LAYOUT = KVLayout(layers=2, kv_heads=2, head_dim=8, dtype=torch.float32, device=torch.device("cpu"))
 

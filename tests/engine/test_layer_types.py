@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 import torch
 
-from hearth_engine.errors import ModelLoadError
-from hearth_engine.layer_types import sliding_layers, state_layers
-from hearth_engine.loader import load_model
+from hearth_engine.model.errors import ModelLoadError
+from hearth_engine.model.layer_types import sliding_layers, state_layers
+from hearth_engine.model.loader import load_model
 
 from .random_models import save_random_model
 

@@ -16,10 +16,10 @@ import random
 import pytest
 import torch
 
-from hearth_engine.attention import PrefixPart
-from hearth_engine.runner import ModelRunner
-from hearth_engine.sampling import SamplingParams
+from hearth_engine.model.attention import PrefixPart
+from hearth_engine.model.runner import ModelRunner
 from hearth_engine.server.metrics import engine_stats
+from hearth_engine.serving.sampling import SamplingParams
 
 
 def tokens(seed: int, n: int) -> list[int]:

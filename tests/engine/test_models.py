@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from hearth_engine.loader import ModelLoadError, fingerprint, resolve_model
-from hearth_engine.models.cache_dir import build_once, is_built
-from hearth_engine.models.templates import HERMES_CHATML_TEMPLATE
-from hearth_engine.runner import ModelRunner
+from hearth_engine.model.loader import ModelLoadError, fingerprint, resolve_model
+from hearth_engine.model.prepare.cache_dir import build_once, is_built
+from hearth_engine.model.prepare.templates import HERMES_CHATML_TEMPLATE
+from hearth_engine.model.runner import ModelRunner
 
 TOOLS = [
     {

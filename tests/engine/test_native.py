@@ -27,9 +27,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hearth_engine import attention, native
-from hearth_engine.attention import PrefixPart
-from hearth_engine.decoder import _rotate, rms_norm
+from hearth_engine.model import attention, native
+from hearth_engine.model.attention import PrefixPart
+from hearth_engine.model.decoder import _rotate, rms_norm
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -215,7 +215,7 @@ def test_a_call_the_kernel_refuses_falls_back_to_torch_and_logs_once(
     bad = PrefixPart(torch.randn(2, 2, 1, 5, 32))  # 32-wide prefix keys
     with pytest.raises(RuntimeError, match="head size"):
         native_call(kernels, query, own_k, own_v, None, [bad], 0.125)
-    caplog.set_level(logging.WARNING, logger="hearth_engine.native")
+    caplog.set_level(logging.WARNING, logger="hearth_engine.model.native")
     try:
         assert attention.native_decode(query, own_k, own_v, None, 0.125, [bad], 1) is None
         assert native.module() is None and native.state() == "failed"
@@ -235,8 +235,8 @@ def test_without_a_compiler_the_engine_serves_with_torchs_kernels(tmp_path: Path
         """
         import json, logging, sys
         logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(message)s")
-        from hearth_engine import native
-        from hearth_engine.runner import ModelRunner
+        from hearth_engine.model import native
+        from hearth_engine.model.runner import ModelRunner
         runner = ModelRunner.load("tiny", dtype="float32")
         native.wait()  # a build started in the background: its outcome
         buffer = runner.new_buffer(1, 64)
@@ -363,7 +363,7 @@ def test_the_kernels_refuse_what_they_cannot_take_instead_of_crashing(kernels: o
     script = textwrap.dedent(
         """
         import json, torch
-        from hearth_engine import native
+        from hearth_engine.model import native
         k = native.load()
         q, kv = torch.randn(1, 2, 64), torch.randn(1, 1, 4, 64)
         calls = {

@@ -17,9 +17,9 @@ from hypothesis import strategies as st
 from tokenizers import AddedToken
 from transformers import AutoTokenizer
 
-from hearth_engine.chat import ChatFormatter
-from hearth_engine.models.default import default_model_dir
-from hearth_engine.models.tiny import prepare_tiny_model
+from hearth_engine.chat.formatter import ChatFormatter
+from hearth_engine.model.prepare.default import default_model_dir
+from hearth_engine.model.prepare.tiny import prepare_tiny_model
 from hearth_engine.server.prompts import PromptEncoder
 
 # Simplified Llama 3.1 and Mistral (v3) templates: their layout and special tokens are

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import torch
 
-from hearth_engine.sampling import GREEDY_BELOW, Sampler, SamplingError, SamplingParams
+from hearth_engine.serving.sampling import GREEDY_BELOW, Sampler, SamplingError, SamplingParams
 
 from .conftest import Client, ServerProcess
 

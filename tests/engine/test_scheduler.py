@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from hearth_engine.scheduler import PIN_SHARE, Scheduler
-from hearth_engine.sequence import Kind, Sequence, State
+from hearth_engine.serving.scheduler import PIN_SHARE, Scheduler
+from hearth_engine.serving.sequence import Kind, Sequence, State
 
 
 def _seq(kind: Kind, tokens: int) -> Sequence:

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from hearth_engine.models.corpus import filler_text
+from hearth_engine.model.prepare.corpus import filler_text
 
 from .conftest import Client, ServerProcess
 

@@ -19,8 +19,8 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from hearth_engine.engine import Engine
 from hearth_engine.server.app import create_app
+from hearth_engine.serving.engine import Engine
 
 CHAT = "/v1/chat/completions"
 LONG = 20000  # tokens: a minute or more of decoding for tiny, so it is cut short

@@ -21,15 +21,15 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from transformers import AutoTokenizer
 
-from hearth_engine.engine import (
+from hearth_engine.model.prepare.tiny import prepare_tiny_model
+from hearth_engine.server.app import create_app
+from hearth_engine.serving.engine import (
     ContextLengthError,
     EngineClosedError,
     EngineFailedError,
     QueueFullError,
 )
-from hearth_engine.models.tiny import prepare_tiny_model
-from hearth_engine.sequence import ErrorEvent, FinishEvent, RequestStats, TokenEvent
-from hearth_engine.server.app import create_app
+from hearth_engine.serving.sequence import ErrorEvent, FinishEvent, RequestStats, TokenEvent
 
 from .conftest import assert_error, parse_sse
 

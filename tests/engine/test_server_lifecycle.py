@@ -336,7 +336,7 @@ class InlineExecutor(concurrent.futures.Executor):
 
 async def test_every_pin_is_restored_after_a_restart(tiny_runner: Any, tmp_path: Path) -> None:
     from hearth_engine.config import EngineConfig
-    from hearth_engine.engine import Engine
+    from hearth_engine.serving.engine import Engine
 
     def engine() -> Engine:
         config = EngineConfig(model="tiny", kv_cache_bytes=64 << 20, prefix_store=tmp_path)

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from hearth_engine.engine import Engine
 from hearth_engine.server.app import create_app
+from hearth_engine.serving.engine import Engine
 
 from .conftest import assert_error
 

@@ -22,7 +22,6 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from hearth_engine.engine import Engine
 from hearth_engine.server.app import create_app
 from hearth_engine.server.guard import (
     Guard,
@@ -33,6 +32,7 @@ from hearth_engine.server.guard import (
 )
 from hearth_engine.server.main import StartupError, allowed_hosts, check_guard
 from hearth_engine.server.state import ServerState
+from hearth_engine.serving.engine import Engine
 
 from .conftest import ServerProcess, assert_error, free_port, run_serve
 

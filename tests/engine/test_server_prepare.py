@@ -17,7 +17,7 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from transformers import AutoTokenizer
 
-from hearth_engine.models.tiny import prepare_tiny_model
+from hearth_engine.model.prepare.tiny import prepare_tiny_model
 from hearth_engine.server.app import create_app
 from hearth_engine.server.state import ServerState
 

@@ -13,12 +13,12 @@ import random
 import pytest
 import torch
 
-from hearth_engine import attention
 from hearth_engine.config import CacheMode
-from hearth_engine.runner import ModelRunner
-from hearth_engine.sampling import SamplingParams
-from hearth_engine.sequence import Kind, Sequence
+from hearth_engine.model import attention
+from hearth_engine.model.runner import ModelRunner
 from hearth_engine.server.metrics import engine_stats
+from hearth_engine.serving.sampling import SamplingParams
+from hearth_engine.serving.sequence import Kind, Sequence
 
 
 def _tokens(seed: int, n: int, vocab: int = 1000) -> list[int]:

@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from hearth_engine import attention
 from hearth_engine.config import CacheMode
-from hearth_engine.runner import ModelRunner
-from hearth_engine.sampling import SamplingParams
+from hearth_engine.model import attention
+from hearth_engine.model.runner import ModelRunner
+from hearth_engine.serving.sampling import SamplingParams
 
 from .random_models import save_random_model
 from .sliding_model import WINDOW, save_sliding_model
@@ -239,7 +239,7 @@ def test_windowed_merge_equals_windowed_attention_over_the_concatenated_kv(q_len
 
 def test_the_store_keeps_only_the_window_of_sliding_layers(tmp_path: Path) -> None:
     """Full layers keep every token, sliding layers their last ``window`` (bytes too)."""
-    from hearth_engine.store import PrefixStore, prefix_key
+    from hearth_engine.cache.store import PrefixStore, prefix_key
 
     layers, heads, dim, total = 4, 2, 4, 40
     tokens = list(range(100, 100 + total))
@@ -269,7 +269,7 @@ def test_the_store_keeps_only_the_window_of_sliding_layers(tmp_path: Path) -> No
 
 
 def test_a_short_prefix_keeps_all_its_tokens(tmp_path: Path) -> None:
-    from hearth_engine.store import PrefixStore
+    from hearth_engine.cache.store import PrefixStore
 
     kv = torch.randn(4, 2, 2, 5, 4)
     store = PrefixStore(tmp_path)
@@ -346,7 +346,7 @@ async def test_a_window_larger_than_the_unpinned_snapshot_budget_is_kept(
 async def test_a_pin_that_fits_only_without_its_window_is_refused(
     make_engine, sliding64: ModelRunner
 ) -> None:
-    from hearth_engine.cache import PinTooLargeError
+    from hearth_engine.cache.radix import PinTooLargeError
 
     layout = sliding64.layout
     house = tokens(random.Random(10), 6 * WINDOW)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from hearth_engine.state import Snapshot, SnapshotTable
+from hearth_engine.model.state import Snapshot, SnapshotTable
 
 
 def _snapshot(tokens: int, nbytes: int = 400) -> Snapshot:

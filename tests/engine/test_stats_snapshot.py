@@ -16,12 +16,12 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from hearth_engine.cache import RadixCache
+from hearth_engine.cache.radix import RadixCache
 from hearth_engine.config import EngineConfig
-from hearth_engine.engine import Engine
-from hearth_engine.kv_manager import KVManager, KVUsage
-from hearth_engine.runner import ModelRunner
+from hearth_engine.model.runner import ModelRunner
 from hearth_engine.server.app import create_app
+from hearth_engine.serving.engine import Engine
+from hearth_engine.serving.kv_manager import KVManager, KVUsage
 
 # How long the holder keeps the lock if nobody tells it to let go: a scrape that waits
 # for the lock returns only after this (and the test fails); one that does not returns

@@ -17,8 +17,8 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hearth_engine import store as store_module
-from hearth_engine.store import ManifestEntry, PrefixStore, prefix_key
+from hearth_engine.cache import store as store_module
+from hearth_engine.cache.store import ManifestEntry, PrefixStore, prefix_key
 
 NS = "tiny:float32:abc"
 OTHER = "tiny:bfloat16:abc"
@@ -507,7 +507,8 @@ def test_another_process_holding_the_folder_makes_a_store_read_only(tmp_path: Pa
         [
             sys.executable,
             "-c",
-            "import sys; from pathlib import Path; from hearth_engine.store_lock import FolderLock;"
+            "import sys; from pathlib import Path;"
+            "from hearth_engine.cache.store_lock import FolderLock;"
             "lock = FolderLock(Path(sys.argv[1])); print(lock.acquire(), flush=True);"
             "sys.stdin.read()",
             str(folder),

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from hearth_engine import store as store_module
-from hearth_engine.engine import Engine
-from hearth_engine.store import prefix_key
+from hearth_engine.cache import store as store_module
+from hearth_engine.cache.store import prefix_key
+from hearth_engine.serving.engine import Engine
 
 from .test_engine import tokens
 

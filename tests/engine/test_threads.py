@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from hearth_engine import engine as engine_module
 from hearth_engine.config import EngineConfig
-from hearth_engine.engine import Engine
-from hearth_engine.hardware import on_passing_thread
+from hearth_engine.model.hardware import on_passing_thread
+from hearth_engine.serving import engine as engine_module
+from hearth_engine.serving.engine import Engine
 
 
 def test_on_passing_thread_returns_the_result_and_raises_the_error() -> None:

@@ -17,9 +17,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hearth_engine import linear, native
-from hearth_engine.linear import FrozenLinear, Quantization
-from hearth_engine.runner import ModelRunner
+from hearth_engine.model import linear, native
+from hearth_engine.model.linear import FrozenLinear, Quantization
+from hearth_engine.model.runner import ModelRunner
 
 
 @pytest.fixture(scope="module")
@@ -114,7 +114,7 @@ def test_a_call_the_tiles_refuse_is_computed_by_torch(
     x = torch.randn(2, 64)
     with pytest.raises(RuntimeError, match="tiles must be"):
         kernels.tiled_linear(x, layer.tiles, 32, None, None)
-    caplog.set_level(logging.WARNING, logger="hearth_engine.native")
+    caplog.set_level(logging.WARNING, logger="hearth_engine.model.native")
     try:
         assert torch.equal(layer(x), torch.nn.functional.linear(x, weight))
         assert native.state() == "failed" and "tiles must be" in (native.error() or "")
@@ -142,7 +142,7 @@ def test_tiles_are_skipped_where_the_copy_would_not_fit(
     with native.paused():
         assert not linear.tiles_fit(weights, torch.device("cpu"))
     monkeypatch.setattr(linear, "TILES_RAM_SHARE", 1e-12)
-    with caplog.at_level(logging.WARNING, logger="hearth_engine.linear"):
+    with caplog.at_level(logging.WARNING, logger="hearth_engine.model.linear"):
         assert not linear.tiles_fit(weights, torch.device("cpu"))
     assert "Decode tiles skipped" in caplog.text
 

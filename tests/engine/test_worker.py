@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
-from hearth_engine.engine import Engine, EngineFailedError
-from hearth_engine.sampling import SamplingParams
-from hearth_engine.sequence import ErrorEvent, FinishEvent, Kind
 from hearth_engine.server.metrics import engine_stats
+from hearth_engine.serving.engine import Engine, EngineFailedError
+from hearth_engine.serving.sampling import SamplingParams
+from hearth_engine.serving.sequence import ErrorEvent, FinishEvent, Kind
 
 from .test_engine import GREEDY, assert_baseline, settle, tokens
 

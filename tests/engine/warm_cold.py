@@ -5,8 +5,8 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from hearth_engine.engine import Engine
-from hearth_engine.sampling import SamplingParams
+from hearth_engine.serving.engine import Engine
+from hearth_engine.serving.sampling import SamplingParams
 
 
 def tokens(rng: random.Random, n: int) -> list[int]:

@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
 
-from ..chat import ToolFormat
+from ..chat.formatter import ToolFormat
 from .grammar import MARKUP, ConstraintRequest, GrammarError, build_grammar, json_rule
 from .limits import DEFAULT_LIMITS, GrammarLimits
 from .mask import Constraint

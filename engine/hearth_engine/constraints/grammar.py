@@ -39,7 +39,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from ..chat import ToolFormat
+from ..chat.formatter import ToolFormat
 
 # Spacing of JSON in the grammar: as json.dumps and the chat templates write it.
 JSON_STYLE = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}

@@ -9,8 +9,8 @@ from collections.abc import Awaitable, Callable, Iterable
 
 from aiohttp import web
 
-from ..chat import ChatFormatter
-from ..engine import Engine, EngineFailedError
+from ..chat.formatter import ChatFormatter
+from ..serving.engine import Engine, EngineFailedError
 from . import prefixes
 from .completions import chat_completions
 from .errors import APIError, from_http_exception

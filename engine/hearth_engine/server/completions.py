@@ -14,12 +14,12 @@ from typing import Any
 
 from aiohttp import web
 
-from ..chat import ChatTemplateError, StreamSplitter, ToolCall
+from ..chat.formatter import ChatTemplateError, StreamSplitter, ToolCall
 from ..constraints.grammar import ConstraintRequest, GrammarError, allowed_tools, tool_aliases
 from ..constraints.mask import Constraint
-from ..engine import ContextLengthError, EngineClosedError, QueueFullError
-from ..sampling import SamplingParams
-from ..sequence import ErrorEvent, Event, FinishEvent, RequestStats, TokenEvent
+from ..serving.engine import ContextLengthError, EngineClosedError, QueueFullError
+from ..serving.sampling import SamplingParams
+from ..serving.sequence import ErrorEvent, Event, FinishEvent, RequestStats, TokenEvent
 from .errors import APIError, bad_request, overloaded
 from .schemas import CHAT_REQUEST, check_tool_references, read_json, validate
 from .state import ServerState

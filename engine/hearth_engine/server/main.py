@@ -14,7 +14,7 @@ from aiohttp import web
 
 from ..cli import engine_config_from_args
 from ..config import MIB
-from ..engine import Engine
+from ..serving.engine import Engine
 from .app import create_app
 from .guard import Guard
 

@@ -20,11 +20,11 @@ from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from .. import native
+from ..model import native
 
 if TYPE_CHECKING:
-    from ..engine import Engine
-    from ..sequence import RequestStats
+    from ..serving.engine import Engine
+    from ..serving.sequence import RequestStats
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.2, 0.35, 0.5, 0.75, 1, 2, 5, 10, 20, 40, 80, 160)

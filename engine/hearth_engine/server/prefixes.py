@@ -8,9 +8,9 @@ from typing import Any
 
 from aiohttp import web
 
-from ..cache import CacheFullError, PinTooLargeError
-from ..chat import ChatTemplateError
-from ..engine import ContextLengthError, EngineClosedError, QueueFullError
+from ..cache.radix import CacheFullError, PinTooLargeError
+from ..chat.formatter import ChatTemplateError
+from ..serving.engine import ContextLengthError, EngineClosedError, QueueFullError
 from .completions import constraint_for
 from .errors import APIError, bad_request, not_found, overloaded
 from .schemas import PIN_REQUEST, check_pin_name, read_json, validate

@@ -32,7 +32,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
-from ..chat import ChatFormatter, ChatTemplateError
+from ..chat.formatter import ChatFormatter, ChatTemplateError
 
 _LOGGER = logging.getLogger(__name__)
 

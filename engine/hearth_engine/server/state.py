@@ -11,9 +11,9 @@ from typing import ClassVar, TypeVar
 
 from aiohttp import web
 
-from ..chat import ChatFormatter
+from ..chat.formatter import ChatFormatter
 from ..constraints.compiler import ConstraintCompiler
-from ..engine import Engine
+from ..serving.engine import Engine
 from .metrics import Metrics
 from .prompts import PromptEncoder
 

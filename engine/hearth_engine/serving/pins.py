@@ -28,13 +28,13 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from .cache import CacheFullError, PinTooLargeError
-from .config import CacheMode, EngineConfig
+from ..cache.radix import CacheFullError, PinTooLargeError
+from ..cache.store import ManifestEntry, PrefixStore, StoredPrefix, prefix_key
+from ..config import CacheMode, EngineConfig
+from ..model.state import Snapshot
 from .kv_manager import KVManager
 from .output import Counters
 from .sequence import Kind, Sequence
-from .state import Snapshot
-from .store import ManifestEntry, PrefixStore, StoredPrefix, prefix_key
 
 _LOGGER = logging.getLogger(__name__)
 

@@ -39,15 +39,15 @@ from dataclasses import dataclass
 
 import torch
 
-from .attention import PrefixPart
+from ..cache.budget import Demand, KVBudgetError, reserved_bytes
+from ..cache.radix import Match, RadixCache
+from ..config import CacheMode, EngineConfig
+from ..model.attention import PrefixPart
+from ..model.kv import BufferPool, KVBuffer, kv_range, segment_nbytes, segment_tokens, split_segment
+from ..model.runner import ModelRunner
+from ..model.state import Snapshot, SnapshotTable
 from .batch import DecodeBatch
-from .budget import Demand, KVBudgetError, reserved_bytes
-from .cache import Match, RadixCache
-from .config import CacheMode, EngineConfig
-from .kv import BufferPool, KVBuffer, kv_range, segment_nbytes, segment_tokens, split_segment
-from .runner import ModelRunner
 from .sequence import Kind, Sequence
-from .state import Snapshot, SnapshotTable
 
 # A cache hit reads at most this many segments (radix-tree nodes) in place; the KV of
 # any further ones is copied into the working buffer (each part costs a few small

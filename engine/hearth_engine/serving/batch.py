@@ -20,10 +20,10 @@ from dataclasses import replace
 
 import torch
 
-from .attention import PrefixPart
-from .budget import GROWTH_TOKENS
-from .kv import BufferPool, KVBuffer
-from .runner import ModelRunner
+from ..cache.budget import GROWTH_TOKENS
+from ..model.attention import PrefixPart
+from ..model.kv import BufferPool, KVBuffer
+from ..model.runner import ModelRunner
 from .sequence import Sequence
 
 __all__ = ["GROWTH_TOKENS", "DecodeBatch"]

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 import torch
 
-from .config import EngineConfig
-from .runner import ModelRunner
+from ..config import EngineConfig
+from ..model.runner import ModelRunner
 from .sequence import FinishEvent, RequestStats, Sequence, TokenEvent
 
 
@@ -35,7 +35,7 @@ class Counters:
     generated_tokens: int = 0
     decode_seconds: float = 0.0
     decode_steps: int = 0
-    mixed_steps: int = 0  # decode steps that also ran a prefill chunk (engine.MIX_MAX_TOKENS)
+    mixed_steps: int = 0  # decode steps that also ran a prefill chunk (worker.MIX_MAX_TOKENS)
     pin_rebuilds: int = 0
     pin_restores: int = 0
     pin_reuses: int = 0

@@ -12,9 +12,9 @@ from typing import Any
 
 from .errors import ModelLoadError
 from .layer_types import check_layer_types
-from .models.default import ModelPrepareError, prepare_default_model
-from .models.gguf import prepare_gguf_model, renders_tools
-from .models.tiny import prepare_tiny_model, prepare_tiny_tools_model
+from .prepare.default import ModelPrepareError, prepare_default_model
+from .prepare.gguf import prepare_gguf_model, renders_tools
+from .prepare.tiny import prepare_tiny_model, prepare_tiny_tools_model
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -24,7 +24,7 @@ _WEIGHT_SUFFIXES = (".safetensors", ".bin")
 
 def resolve_model(spec: str, *, own_template: bool = False) -> Path:
     """Map ``default``/``tiny``/``tiny-tools`` to their prepared folders, convert a
-    ``.gguf`` file once into the cache (``models.gguf``), or check a folder.
+    ``.gguf`` file once into the cache (``prepare.gguf``), or check a folder.
 
     ``own_template``: a ``--chat-template`` replaces the model's, so a GGUF file
     without one is accepted."""
@@ -124,7 +124,7 @@ def _has_experts(config: Any) -> bool:
 def apply_chat_template_override(tokenizer: Any, template: str, path: Path) -> None:
     """Install a ``--chat-template`` into the tokenizer, checked as a file's own template:
     it must render a plain conversation (else one line), and one that shows the model no
-    tools gets the same one-line warning (``models.gguf.renders_tools``)."""
+    tools gets the same one-line warning (``prepare.gguf.renders_tools``)."""
     from jinja2 import TemplateError
 
     tokenizer.chat_template = template

@@ -43,7 +43,7 @@ from types import ModuleType
 import torch
 
 from .hardware import host_key
-from .models.cache_dir import cache_root
+from .prepare.cache_dir import cache_root
 
 _LOGGER = logging.getLogger(__name__)
 

@@ -1,0 +1,1 @@
+"""The prefix cache: radix tree, KV budget, prefix store on disk. No request knowledge."""

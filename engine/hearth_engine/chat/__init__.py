@@ -1,0 +1,1 @@
+"""Chat templates, tool-call parsing and control-token escaping."""

@@ -1,0 +1,1 @@
+"""The engine loop: requests, scheduling, batching, sampling, pins, output."""
