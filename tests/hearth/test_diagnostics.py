@@ -1,4 +1,4 @@
-"""Diagnostics redact the API key and every prompt text."""
+"""Diagnostics redact the URL, the title, the API key and every prompt text."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from .common import ENGINE_KEY, EngineProcess, async_setup_entry, converse, make
 async def test_diagnostics_redact(hass: HomeAssistant, house: None, keyed: EngineProcess) -> None:
     entry = make_entry(keyed.url, api_key=ENGINE_KEY, prompt="Secret house rules: be kind.")
     await async_setup_entry(hass, entry)
+    hass.config_entries.async_update_entry(entry, title=keyed.url)  # as the config flow once did
     await converse(hass, "hello")
     prefix = await entry.runtime_data.prefixes.async_render(next(iter(entry.subentries)))
 
@@ -21,6 +22,9 @@ async def test_diagnostics_redact(hass: HomeAssistant, house: None, keyed: Engin
     text = json.dumps(diagnostics, default=str)
 
     assert ENGINE_KEY not in text
+    assert keyed.url not in text  # credentials can sit in the URL
+    assert diagnostics["entry"]["title"] == diagnostics["entry"]["data"]["url"] == "**REDACTED**"
+    assert "kv_cache_nodes" not in diagnostics["engine"]["stats"]  # chosen figures, not a dump
     assert "Secret house rules" not in text
     assert "Kitchen Light" not in text  # the static context of the prefix
     assert prefix.system.splitlines()[-1] not in text
