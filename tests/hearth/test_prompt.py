@@ -1,10 +1,11 @@
-"""Pure functions: the volatile split, history, tool names, SSE parsing, error keys."""
+"""Pure functions: the volatile split, history, tool names, error keys."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
+import httpx
+import openai
 import pytest
 from homeassistant.components import conversation
 from homeassistant.helpers import llm
@@ -13,7 +14,6 @@ from custom_components.hearth.api import (
     HearthAuthError,
     HearthConnectionError,
     HearthResponseError,
-    _sse_payloads,
 )
 from custom_components.hearth.entity import parse_tool_args, resolve_tool_name
 from custom_components.hearth.errors import error_key
@@ -156,28 +156,13 @@ def test_parse_tool_args() -> None:
     assert parse_tool_args("[1, 2]") is None
 
 
-class _Content:
-    def __init__(self, blocks: list[bytes]) -> None:
-        self._blocks = blocks
-
-    async def iter_any(self) -> AsyncIterator[bytes]:
-        for block in self._blocks:
-            yield block
+_REQUEST = httpx.Request("POST", "http://127.0.0.1/v1/chat/completions")
 
 
-class _Response:
-    """Only the stream of a response (chunk boundaries cannot be chosen with a real
-    engine)."""
-
-    def __init__(self, blocks: list[bytes]) -> None:
-        self.content = _Content(blocks)
-
-
-async def test_sse_payloads_across_chunk_boundaries() -> None:
-    stream = 'data: {"a": "é"}\n\n: comment\ndata: [DONE]\n\n'.encode()
-    blocks = [stream[:3], stream[3:9], stream[9:13], stream[13:]]
-    payloads = [p async for p in _sse_payloads(_Response(blocks))]  # type: ignore[arg-type]
-    assert payloads == ['{"a": "é"}', "[DONE]"]
+def _status(cls: type[openai.APIStatusError], status: int, code: str) -> openai.APIStatusError:
+    """An SDK status error as the SDK builds it from an OpenAI-style error body."""
+    body = {"message": code, "type": "error", "code": code}
+    return cls(code, response=httpx.Response(status, request=_REQUEST), body=body)
 
 
 @pytest.mark.parametrize(
@@ -188,6 +173,23 @@ async def test_sse_payloads_across_chunk_boundaries() -> None:
         (HearthResponseError(422, "context_length_exceeded", "long"), "context_length_exceeded"),
         (HearthResponseError(503, "overloaded", "busy"), "engine_busy"),
         (HearthResponseError(500, "engine_error", "boom"), "engine_error"),
+        # The openai SDK's errors (chat): the same keys.
+        (openai.APIConnectionError(request=_REQUEST), "cannot_connect"),
+        (openai.APITimeoutError(request=_REQUEST), "cannot_connect"),
+        (_status(openai.AuthenticationError, 401, "invalid_api_key"), "invalid_auth"),
+        (
+            _status(openai.BadRequestError, 400, "context_length_exceeded"),
+            "context_length_exceeded",
+        ),
+        (_status(openai.RateLimitError, 429, "rate_limit"), "engine_busy"),
+        (_status(openai.InternalServerError, 503, "overloaded"), "engine_busy"),
+        (_status(openai.InternalServerError, 500, "engine_error"), "engine_error"),
+        # Sent inside a stream (no status): its code still counts.
+        (
+            openai.APIError("long", _REQUEST, body={"code": "context_length_exceeded"}),
+            "context_length_exceeded",
+        ),
+        (openai.APIError("boom", _REQUEST, body={"code": "engine_error"}), "engine_error"),
     ],
 )
 def test_error_keys(error: Exception, key: str) -> None:
