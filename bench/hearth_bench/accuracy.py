@@ -153,6 +153,7 @@ async def run(
     """Run the dataset; the report object and the per-request outcomes (each also passed
     to ``on_outcome`` as soon as it is known)."""
     homes = load_dataset(dataset)
+    workdir.mkdir(parents=True, exist_ok=True)
     tasks = pick([t for h in homes for t in h.tasks], limit)
     args = ["--model", model_spec(model), *engine_args]
     engine = EngineProcess(args, workdir / "engine.log").start()

@@ -26,15 +26,15 @@ entities:
   - {name: Den Lamp, id: light.den_lamp, area: den, state: "off",
      attributes: {supported_color_modes: [brightness], color_mode: brightness}}
   - {name: Forecast, id: weather.forecast, state: sunny, attributes: {temperature: 18}}
-  - {name: Guest Mode, id: input_boolean.guest_mode, state: "off"}
+  - {name: Porch Camera, id: camera.porch_camera, state: idle}
 """
 TESTS = """
 category: light
 tests:
   - sentences: ["Turn on the den lamp"]
     expect_changes: {light.den_lamp: {state: "on"}}
-  - sentences: ["Turn on guest mode"]
-    expect_changes: {input_boolean.guest_mode: {state: "on"}}
+  - sentences: ["Show me the porch camera"]
+    setup: {camera.porch_camera: {state: streaming}}
 """
 
 
@@ -54,8 +54,7 @@ async def test_weather_builds_and_an_unbuildable_entity_is_left_out(
     )
     err = capsys.readouterr().err
     assert (
-        "[den] warning: left out input_boolean.guest_mode: the demo cannot build"
-        " input_boolean entities"
+        "[den] warning: left out camera.porch_camera: the demo cannot build camera entities"
     ) in err
     assert "[den] warning: 1 sentences skipped (they name left-out entities)" in err
     assert report["errors"] == 0, [o.error for o in outcomes]

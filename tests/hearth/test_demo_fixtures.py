@@ -179,7 +179,8 @@ async def test_set_states_puts_the_home_back(home: HomeAssistant) -> None:
         "set_states",
         {"states": {
             "light.kitchen_light": {"state": "off"},
-            "fan.bedroom_fan": {"state": "on", "attributes": {"percentage": 40}},
+            "fan.bedroom_fan": {"state": "on", "attributes": {
+                "percentage": 40, "supported_features": ["fan.FanEntityFeature.SET_SPEED"]}},
             "todo.shopping": {"attributes": {"todo_items": ["a", "b", "c"]}},
         }},
         blocking=True,

@@ -8,9 +8,10 @@ muted player keeps its volume and track and only gains ``is_volume_muted``; a pl
 tracks are numbered; covers and valves report where they are. One test per device kind,
 each through Assist's own intents in a real Home Assistant, with the format's judge rule:
 the states before, with the expected change laid over them, must equal the states after.
-Also: every domain the format uses is built (weather and calendar included), an entity
-the demo cannot build is one warning and is left out, and floors are read as the format
-writes them (a ``floors`` list, areas naming a floor by id).
+Also: every domain the format uses is built (weather and calendar included; input_*
+helpers and scripts by Home Assistant's own integrations), an entity the demo cannot
+build is one warning and is left out, and floors are read as the format writes them (a
+``floors`` list, areas naming a floor by id).
 """
 
 from __future__ import annotations
@@ -67,7 +68,14 @@ FIXTURE: dict[str, Any] = {
         {"name": "Family", "id": "calendar.family",
          "attributes": {"events": [{"summary": "Dentist", "start": "2030-01-02T10:00:00",
                                     "end": "2030-01-02T11:00:00"}]}},
-        {"name": "Guest Mode", "id": "input_boolean.guest_mode", "state": "on"},
+        {"name": "Guest Mode", "id": "input_boolean.guest_mode", "area": "den", "state": "on"},
+        {"name": "Fan Level", "id": "input_number.fan_level", "state": "3",
+         "attributes": {"min": 0, "max": 5, "step": 1}},
+        {"name": "House Mode", "id": "input_select.house_mode", "state": "Home",
+         "attributes": {"options": ["Home", "Away", "Night"]}},
+        {"name": "Welcome Text", "id": "input_text.welcome_text", "state": "Hello"},
+        {"name": "Good Night", "id": "script.good_night", "state": "off"},
+        {"name": "Porch Camera", "id": "camera.porch_camera", "state": "idle"},
         {"name": "Outdoor", "id": "sensor.outdoor", "area": "den", "state": "7.5",
          "attributes": {"device_class": "sensor.SensorDeviceClass.TEMPERATURE",
                         "native_unit_of_measurement": "°C"}},
@@ -75,7 +83,7 @@ FIXTURE: dict[str, Any] = {
          "attributes": {"device_class": "binary_sensor.BinarySensorDeviceClass.WINDOW"}},
     ],
 }  # fmt: skip
-BUILT = [e["id"] for e in FIXTURE["entities"] if not e["id"].startswith("input_boolean.")]
+BUILT = [e["id"] for e in FIXTURE["entities"] if not e["id"].startswith("camera.")]
 
 
 @pytest.fixture
@@ -256,12 +264,11 @@ async def test_weather_calendar_and_sensors_are_built(home: HomeAssistant) -> No
 async def test_an_entity_the_demo_cannot_build_is_one_warning_and_left_out(
     home: HomeAssistant, caplog: pytest.LogCaptureFixture
 ) -> None:
-    assert home.states.get("input_boolean.guest_mode") is None
+    assert home.states.get("camera.porch_camera") is None
     records = caplog.get_records("setup")
     warnings = [r.getMessage() for r in records if "left out" in r.getMessage()]
     assert warnings == [
-        "Fixture entity left out: input_boolean.guest_mode: the demo cannot build"
-        " input_boolean entities"
+        "Fixture entity left out: camera.porch_camera: the demo cannot build camera entities"
     ]
     assert all(home.states.get(entity_id) is not None for entity_id in BUILT)
 
@@ -271,3 +278,45 @@ async def test_areas_name_their_floor_by_id(home: HomeAssistant) -> None:
     area = ar.async_get(home).async_get_area(entry.area_id or "")
     floor = fr.async_get(home).async_get_floor(area.floor_id or "")
     assert (area.name, floor.name) == ("Den", "Ground Floor")
+
+
+async def test_helpers_and_scripts_are_built_placed_exposed_and_reset(home: HomeAssistant) -> None:
+    helpers = ("input_boolean", "input_number", "input_select", "input_text", "script")
+    states = {e: home.states.get(e).state for e in BUILT if e.split(".")[0] in helpers}
+    assert states == {
+        "input_boolean.guest_mode": "on",
+        "input_number.fan_level": "3.0",
+        "input_select.house_mode": "Home",
+        "input_text.welcome_text": "Hello",
+        "script.good_night": "off",
+    }
+    entry = er.async_get(home).async_get("input_boolean.guest_mode")
+    assert (
+        entry is not None and entry.area_id == ar.async_get(home).async_get_area_by_name("Den").id
+    )
+    assert entry.options["conversation"]["should_expose"] is True
+    await acts_as_the_format_expects(
+        home, "HassTurnOff", {"name": "Guest Mode"}, {"input_boolean.guest_mode": {"state": "off"}}
+    )
+    await home.services.async_call(
+        "hearth_demo",
+        "set_states",
+        {"states": {
+            "input_boolean.guest_mode": {"state": "on"},
+            "input_number.fan_level": {"state": "1"},
+            "input_select.house_mode": {"state": "Night"},
+            "input_text.welcome_text": {"state": "Hi there"},
+            "light.desk_lamp": {"state": "on"},
+        }},
+        blocking=True,
+    )  # fmt: skip
+    got = {e: home.states.get(e).state for e in ("input_boolean.guest_mode",
+           "input_number.fan_level", "input_select.house_mode", "input_text.welcome_text",
+           "light.desk_lamp")}  # fmt: skip
+    assert got == {
+        "input_boolean.guest_mode": "on",
+        "input_number.fan_level": "1.0",
+        "input_select.house_mode": "Night",
+        "input_text.welcome_text": "Hi there",
+        "light.desk_lamp": "on",
+    }

@@ -23,6 +23,7 @@ from homeassistant.helpers.typing import ConfigType
 
 from .access import async_ensure_access
 from .const import DATA_HOUSE, DOMAIN, PLATFORMS
+from .helpers import async_setup_helpers
 from .house import async_build_house
 from .prompt import async_register_services
 from .schema import CONFIG_SCHEMA, house_from_config
@@ -46,10 +47,11 @@ async def async_setup(hass: HomeAssistant, config: ConfigType) -> bool:
         _LOGGER.error("Invalid demo house in house.yaml: %s", err)
         return False
     hass.data[DATA_HOUSE] = house
-    for reason in house.left_out:
-        _LOGGER.warning("Fixture entity left out: %s", reason)
 
     async_build_house(hass, house)
+    left_out = [*house.left_out, *await async_setup_helpers(hass, list(house.helpers))]
+    for reason in left_out:
+        _LOGGER.warning("Fixture entity left out: %s", reason)
     for platform in PLATFORMS:
         hass.async_create_task(
             discovery.async_load_platform(hass, platform, DOMAIN, {}, config),

@@ -21,6 +21,7 @@ import yaml
 from homeassistant.const import Platform
 
 from .fixture_states import options_from_fixture
+from .helpers import HELPER_DOMAINS, HelperSpec
 from .model import AreaSpec, EntitySpec, FloorSpec
 
 Validate = Callable[[Platform, dict[str, Any]], dict[str, Any]]
@@ -35,6 +36,7 @@ class FixtureHome:
     entities: list[EntitySpec]
     devices: tuple[str, ...]
     left_out: tuple[str, ...] = ()  # "<entity id>: <why>" for each entity not built
+    helpers: tuple[HelperSpec, ...] = ()  # input_*, script: Home Assistant's own
 
 
 def _platform(entity_id: str) -> Platform:
@@ -97,12 +99,22 @@ def load_fixture_home(path: Path, validate: Validate) -> FixtureHome:
     device_areas = {str(device["id"]): device.get("area") for device in data.get("devices") or []}
     entities = []
     left_out = []
+    helpers = []
     for item in data["entities"]:
         area_id = item.get("area") or device_areas.get(str(item.get("device")))
         if area_id is not None and str(area_id) not in area_names:
             raise probatio.Invalid(f"fixture entity {item.get('id')}: unknown area {area_id}")
+        domain, _, object_id = str(item["id"]).partition(".")
+        if domain in HELPER_DOMAINS:
+            name = str(item.get("name") or object_id)
+            attributes = dict(item.get("attributes") or {})
+            area = area_names.get(str(area_id))
+            helpers.append(HelperSpec(domain, object_id, name, area, item.get("state"), attributes))
+            continue
         try:
             entities.append(entity_spec(item, area_names.get(str(area_id)), validate))
         except probatio.Invalid as err:
             left_out.append(f"{item.get('id')}: {err}")
-    return FixtureHome(floors, areas, entities, tuple(device_areas), tuple(left_out))
+    return FixtureHome(
+        floors, areas, entities, tuple(device_areas), tuple(left_out), tuple(helpers)
+    )

@@ -9,6 +9,8 @@ from typing import Any
 
 from homeassistant.const import Platform
 
+from .helpers import HelperSpec
+
 
 @dataclass(frozen=True, slots=True)
 class EntitySpec:
@@ -75,6 +77,7 @@ class House:
     hearth: HearthSpec
     timer_devices: tuple[str, ...] = ()  # device ids that take timers (fixture devices)
     left_out: tuple[str, ...] = ()  # fixture entities not built: "<entity id>: <why>"
+    helpers: tuple[HelperSpec, ...] = ()  # a fixture's input_* and scripts
 
     def entities_of(self, platform: Platform) -> list[EntitySpec]:
         """Return the entity specs of one platform, in file order."""

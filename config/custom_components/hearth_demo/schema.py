@@ -20,6 +20,7 @@ from .const import (
     ENV_ENGINE_URL,
 )
 from .fixtures import load_fixture_home
+from .helpers import HelperSpec
 from .model import AccessSpec, AreaSpec, EntitySpec, FloorSpec, HearthSpec, House
 from .sensor import KINDS as SENSOR_KINDS
 
@@ -286,6 +287,7 @@ def house_from_config(conf: dict[str, Any], config_dir: Path) -> House:
 
     timer_devices: tuple[str, ...] = ()
     left_out: tuple[str, ...] = ()
+    helpers: tuple[HelperSpec, ...] = ()
     if fixture := conf.get(CONF_FIXTURES):
         home = load_fixture_home(config_dir / fixture, validate_options)
         floors += home.floors
@@ -293,6 +295,7 @@ def house_from_config(conf: dict[str, Any], config_dir: Path) -> House:
         entities += home.entities
         timer_devices = home.devices
         left_out = home.left_out
+        helpers = home.helpers
 
     _unique("floor", [floor.name for floor in floors])
     _unique("area", [area.name for area in areas])
@@ -320,4 +323,5 @@ def house_from_config(conf: dict[str, Any], config_dir: Path) -> House:
         ),
         timer_devices=timer_devices,
         left_out=left_out,
+        helpers=helpers,
     )

@@ -17,6 +17,7 @@ from homeassistant.helpers import config_validation as cv
 
 from .const import DATA_ENTITIES, DOMAIN, SERVICE_SET_STATES
 from .fixture_states import options_from_fixture
+from .helpers import HELPER_DOMAINS, async_set_helper_state
 from .schema import validate_options
 
 STATE_SCHEMA = probatio.Schema(
@@ -26,6 +27,19 @@ STATE_SCHEMA = probatio.Schema(
     }
 )
 SET_STATES_SCHEMA = probatio.Schema({probatio.Required("states"): {cv.entity_id: STATE_SCHEMA}})
+
+
+def _is_helper(hass: HomeAssistant, entity_id: str) -> bool:
+    return entity_id.split(".", 1)[0] in HELPER_DOMAINS and hass.states.get(entity_id) is not None
+
+
+async def async_set_states(hass: HomeAssistant, states: dict[str, dict[str, Any]]) -> None:
+    """Apply fixture states (``{entity_id: {state, attributes}}``) to demo entities and
+    to a fixture's helpers (through their own actions)."""
+    helpers = {k: v for k, v in states.items() if _is_helper(hass, k)}
+    set_states(hass, {k: v for k, v in states.items() if k not in helpers})
+    for entity_id, data in helpers.items():
+        await async_set_helper_state(hass, entity_id, data.get("state"))
 
 
 def set_states(hass: HomeAssistant, states: dict[str, dict[str, Any]]) -> None:
@@ -50,6 +64,6 @@ def async_register_set_states(hass: HomeAssistant) -> None:
     """Register the action (admin-free: the demo house is a test bench)."""
 
     async def _handle(call: ServiceCall) -> None:
-        set_states(hass, call.data["states"])
+        await async_set_states(hass, call.data["states"])
 
     hass.services.async_register(DOMAIN, SERVICE_SET_STATES, _handle, schema=SET_STATES_SCHEMA)
