@@ -134,6 +134,25 @@ async def test_pinning_cached_tokens_again_costs_no_prefill(client: Client) -> N
     await client.request("DELETE", f"/v1/prefixes/{name}")
 
 
+async def test_a_re_pin_that_keeps_the_old_bytes_computes_only_what_follows(
+    client: Client,
+) -> None:
+    """The plugin re-pins a changed house as the pinned messages plus one message that
+    tells the change: the engine prefills that message, not the house again."""
+    name = pin_name()
+    house = system(words=200)
+    first = await client.put_pin(name, messages=[house])
+    assert first["prefilled_tokens"] > 0.8 * first["tokens"]  # (the template's start is shared)
+    told = {"role": "system", "content": "Changes: Lamp was renamed to Desk Lamp."}
+    repin = await client.put_pin(name, messages=[house, told])
+    added = repin["tokens"] - first["tokens"]
+    assert 0 < repin["prefilled_tokens"] <= added + 8  # a few tokens of the old tail
+    assert repin["prefilled_tokens"] < 0.15 * repin["tokens"]
+    again = await client.put_pin(name, messages=[house, told])
+    assert (again["prefilled_tokens"], again["prefill_ms"]) == (0, 0)
+    await client.request("DELETE", f"/v1/prefixes/{name}")
+
+
 async def test_repinning_the_same_prefix_keeps_counting_hits(client: Client) -> None:
     name = pin_name()
     house = system(words=20)

@@ -46,6 +46,9 @@ class PinStatus:
     hash: str
     state: str = "warming"  # warming | ready | failed
     prefill_ms: float = 0.0
+    # Tokens this pin computed (its tokens less those it found cached): a re-pin that
+    # keeps the pinned house's bytes computes only what follows them.
+    prefilled_tokens: int = 0
     restored: bool = False
     error: str | None = None
     created_at: float = field(default_factory=time.time)
@@ -59,6 +62,7 @@ class PinStatus:
             "hash": self.hash,
             "state": self.state,
             "prefill_ms": round(self.prefill_ms, 3),
+            "prefilled_tokens": self.prefilled_tokens,
             "restored": self.restored,
             "error": self.error,
             "created_at": self.created_at,
@@ -226,13 +230,16 @@ class PinManager:
         seq.pin_generation = generation
         return seq
 
-    def complete(self, seq: Sequence, computed: bool, prefill_ms: float) -> None:
-        """A pin sequence's KV is in the cache (``KVManager.store``): pin and persist it."""
+    def complete(self, seq: Sequence, computed: bool, prefill_ms: float, prefilled: int) -> None:
+        """A pin sequence's KV is in the cache (``KVManager.store``): pin and persist it.
+        ``prefilled``: the tokens it computed (the rest were cached)."""
         name, generation = seq.pin_name, seq.pin_generation
         if name is None:
             raise ValueError("not a pin sequence")
         if self.mode is CacheMode.LAST_PROMPT:
-            self._resolve(name, generation, state="ready", prefill_ms=prefill_ms)
+            self._resolve(
+                name, generation, state="ready", prefill_ms=prefill_ms, prefilled=prefilled
+            )
             return
         if computed:
             self.counters.pin_rebuilds += 1
@@ -241,7 +248,9 @@ class PinManager:
         if not self.kv.cache.contains(seq.namespace, seq.prompt):
             self.fail(name, generation, "the KV cache budget is in use by other pins")
             return
-        self._activate(name, generation, seq.prompt, prefill_ms, restored=False, save=True)
+        self._activate(
+            name, generation, seq.prompt, prefill_ms, restored=False, save=True, prefilled=prefilled
+        )
 
     def release(self, name: str) -> None:
         """Unpin ``name`` in the cache (its KV stays cached, unpinned, until evicted)."""
@@ -268,6 +277,7 @@ class PinManager:
         *,
         restored: bool,
         save: bool,
+        prefilled: int = 0,
     ) -> None:
         with self._lock:
             superseded = self._generation.get(name) != generation
@@ -285,7 +295,14 @@ class PinManager:
             self._save_kv(tokens)
         # Queue the manifest before anyone hears "ready": a flush after that sees it.
         self._save_manifest()
-        self._resolve(name, generation, state="ready", prefill_ms=prefill_ms, restored=restored)
+        self._resolve(
+            name,
+            generation,
+            state="ready",
+            prefill_ms=prefill_ms,
+            restored=restored,
+            prefilled=prefilled,
+        )
 
     def _resolve(
         self,
@@ -296,6 +313,7 @@ class PinManager:
         prefill_ms: float = 0.0,
         restored: bool = False,
         error: str | None = None,
+        prefilled: int = 0,
     ) -> None:
         with self._lock:
             status = self._pending.get(name)
@@ -304,6 +322,7 @@ class PinManager:
                 return
             status.state = state
             status.prefill_ms = prefill_ms
+            status.prefilled_tokens = prefilled
             status.restored = restored
             status.error = error
             status.ready_at = time.time()

@@ -327,9 +327,10 @@ class WorkerLoop:
         """A pin sequence has all its KV: cache it, then pin and persist it."""
         computed = seq.kv_len > seq.cached
         prefill_ms = (time.monotonic() - seq.prefill_started) * 1000 if computed else 0.0
+        prefilled = max(0, seq.kv_len - seq.cached)
         self.kv.store(seq)
         self._release(seq)
-        self.pins.complete(seq, computed, prefill_ms)
+        self.pins.complete(seq, computed, prefill_ms, prefilled)
 
     def _start_pin(self, name: str, generation: int, tokens: list[int]) -> None:
         if self._closing:
