@@ -85,3 +85,17 @@ def test_a_home_that_cannot_be_built_stops_the_run_with_one_line(tmp_path: Path)
     assert last.startswith("scripts/bench accuracy: broken: Invalid demo house"), last
     assert "unknown area attic" in last
     print(last, file=sys.stderr)
+
+
+async def test_the_german_home_is_spoken_to_in_german(tmp_path: Path) -> None:
+    """Home Assistant runs in German, so its own (German) matcher answers plain commands."""
+    home = ROOT / "bench" / "datasets" / "haus-am-hang"
+    report, outcomes = await run(
+        home, "pipeline", "tiny-tools", tmp_path, limit=4, engine_args=["--dtype", "float32"]
+    )
+    assert report["errors"] == 0, [o.error for o in outcomes]
+    configuration = (tmp_path / "haus-am-hang" / "config" / "configuration.yaml").read_text()
+    assert "  language: de\n" in configuration
+    local = [o for o in outcomes if o.path == "local"]
+    assert local, [(o.sentence, o.reply) for o in outcomes]  # "Mach die Stehlampe aus"
+    assert all(o.correct for o in local), [(o.sentence, o.reply, o.why) for o in local]
