@@ -97,9 +97,9 @@ async def test_dashboard_reads_at_a_glance(hass: HomeAssistant, entry: MockConfi
         assert card["name"] == {"type": "entity"} or len(card["name"]) <= 12, card
     graphs = [card for card in cards if card["type"] == "history-graph"]
     assert [graph["title"] for graph in graphs] == [
-        "Time to first token, last hour",
-        "Cache hits, last hour",
-        "Pin and TTFT, last hour",
+        "Time to first token",
+        "Cache hits",
+        "Pin and TTFT",
     ]
     assert all(graph["hours_to_show"] <= 2 for graph in graphs)
     hit_rate = next(g for g in graphs if g["entities"][0]["entity"].endswith("cache_hit_rate"))
