@@ -25,6 +25,7 @@ from homeassistant.helpers import entity_registry as er
 from homeassistant.helpers import floor_registry as fr
 from homeassistant.helpers import intent, llm
 
+from .house_names import HouseNames, Named
 from .tool_names import bare_name, model_tool_names
 
 # Arguments of the intent tools that name a part of the house.
@@ -135,7 +136,7 @@ def _clean(values: Iterable[object]) -> list[str]:
     return sorted(v for v in texts if v and len(v) <= MAX_VALUE_LEN)[:MAX_VALUES]
 
 
-def _names_by_domain(hass: HomeAssistant) -> dict[str, list[object]]:
+def names_by_domain(hass: HomeAssistant) -> dict[str, list[object]]:
     """Exposed entities' names and aliases, by domain."""
     entities = er.async_get(hass)
     by_domain: dict[str, list[object]] = {}
@@ -149,22 +150,41 @@ def _names_by_domain(hass: HomeAssistant) -> dict[str, list[object]]:
     return by_domain
 
 
-def command_values(
-    hass: HomeAssistant, hearth: dict[str, Any] | None, about: frozenset[str] | None
-) -> dict[str, Any] | None:
-    """``hearth`` (see ``house_values``) for a command about the domains ``about``: the
-    on/off intents, which act on any domain, may name only things of those (asked to turn
-    off all the lights in the office, the default model turned off its thermostat)."""
-    if not hearth or not about:
-        return hearth
-    by_domain = _names_by_domain(hass)
-    names = _clean(name for domain in about for name in by_domain.get(domain, ()))
-    tools = hearth.get("argument_tools") or ()
-    keys = {f"{bare_name(t)}.name" for t in tools if bare_name(t) in AREA_WIDE}
-    if not names or not keys:
-        return hearth
-    values = {**hearth["argument_values"], **dict.fromkeys(sorted(keys), names)}
-    return {**hearth, "argument_values": values}
+def house_names(hass: HomeAssistant) -> HouseNames:
+    """What the house calls its exposed things (their names and aliases as HA's intent
+    matching reads them), its areas and its floors (house_names.py)."""
+    entities = er.async_get(hass)
+    things: list[tuple[list[str], Named]] = []
+    for state in hass.states.async_all():
+        if not async_should_expose(hass, conversation.DOMAIN, state.entity_id):
+            continue
+        names = [state.name]
+        entry = entities.async_get(state.entity_id)
+        device_class = state.attributes.get("device_class")
+        main = False
+        if entry is not None:
+            names += intent.async_get_entity_aliases(hass, entry, state=state)
+            device_class = entry.device_class or entry.original_device_class or device_class
+            # The device's own entity: it is named by its device alone.
+            main = bool(entry.device_id and entry.has_entity_name and not entry.original_name)
+            main = main and entry.name is None
+        things.append((names, Named(state.entity_id, _text(device_class), main)))
+    areas = ar.async_get(hass).async_list_areas()
+    floors = fr.async_get(hass).async_list_floors()
+    return HouseNames.of(
+        things,
+        [name for area in areas for name in (area.name, *area.aliases)],
+        [name for floor in floors for name in (floor.name, *floor.aliases)],
+    )
+
+
+def _text(value: object) -> str | None:
+    return str(value) if value else None
+
+
+def domain_names(hass: HomeAssistant) -> dict[str, list[str]]:
+    """Exposed entities' names and aliases by domain, as the engine takes values."""
+    return {domain: _clean(names) for domain, names in names_by_domain(hass).items()}
 
 
 def house_values(hass: HomeAssistant, tools: Iterable[Mapping[str, Any]]) -> dict[str, Any] | None:
@@ -172,7 +192,7 @@ def house_values(hass: HomeAssistant, tools: Iterable[Mapping[str, Any]]) -> dic
     scoped = entity_tools(tools)
     if not scoped:
         return None
-    by_domain = _names_by_domain(hass)
+    by_domain = names_by_domain(hass)
     names = [name for own in by_domain.values() for name in own]
     domains = set(by_domain)
     areas = [

@@ -83,7 +83,17 @@ class TurnPolicy:
     read_first: bool = False
     command: bool = False
     max_requests: int = MAX_REQUESTS
-    trace: dict[str, Any] = field(default_factory=dict)
+    request: dict[str, Any] = field(default_factory=dict)  # what it read: named, question
+
+    def as_trace(self) -> dict[str, Any]:
+        """What the conversation trace shows of the policy."""
+        return {
+            "hint": self.hint[0]["content"] if self.hint else None,
+            "allowed_tools": self.allowed,
+            "read_first": self.read_first,
+            "command": self.command,
+            **self.request,
+        }
 
     def tool_choice(self, iteration: int, has_tools: bool) -> str | dict[str, Any] | None:
         """The ``tool_choice`` of request ``iteration`` (None: the server's default)."""
@@ -106,12 +116,14 @@ def decide(
     tool_domains: Mapping[str, frozenset[str]] | None = None,
     values: dict[str, Any] | None = None,
     names_by_domain: Mapping[str, Sequence[str]] | None = None,
+    max_requests: int | None = None,
 ) -> TurnPolicy:
     """This turn's policy. ``tools``: the OpenAI tools its requests offer;
     ``live_tool``: the live-context tool's name among them; ``tool_domains``: tool ->
     the domains it acts on (house_values.tool_domains); ``values``: the house's
     argument values (house_values.house_values); ``names_by_domain``: the exposed
-    names and aliases of each domain."""
+    names and aliases of each domain; ``max_requests``: where not ``MAX_REQUESTS``
+    (an AI Task's structured reply may take more)."""
     about = request.about
     read_first = bool(
         tools and request.question and options.read_first and live_tool and request.names_house
@@ -141,7 +153,8 @@ def decide(
         about=about,
         read_first=read_first,
         command=command,
-        trace={"named": sorted(request.named), "question": request.question},
+        max_requests=max_requests or MAX_REQUESTS,
+        request={"named": sorted(request.named), "question": request.question},
     )
 
 

@@ -178,10 +178,54 @@ class Responses:
     intents: Templates
     errors: Mapping[str, str]
 
+    def error(self, hass: HomeAssistant, outcome: Outcome) -> str | None:
+        """The sentence Assist says for the error ``outcome`` got (None: not an error)."""
+        if not outcome.error:
+            return None
+        key, slots = error_key(outcome)
+        text = self.errors.get(key) or self.errors.get("handle_error")
+        return _render(hass, text, slots) if text else None
+
     def failed(self, hass: HomeAssistant, names: list[str]) -> str:
         """That the things ``names`` failed: HA's "unexpected error" sentence, then them."""
         said = _render(hass, self.errors.get("handle_error") or "", {}) or "Error"
         return f"{said.rstrip('.!。')}: {', '.join(names)}."
+
+
+# HA's reasons for a failed match (helpers/intent.py, in the tool's error text) -> the
+# key of the sentence Assist says for it, and whether it needs the call's name.
+ERROR_KEYS = (
+    ("Multiple entities share the name", "duplicate_entities"),
+    ("No entities matched the name", "no_entity"),
+    ("The area does not exist", "no_area"),
+    ("The floor does not exist", "no_floor"),
+    ("No matching entities are exposed", "no_entity_exposed"),
+    ("No entities matched the domain", "no_domain"),
+    ("No entities matched the device class", "no_device_class"),
+    ("No entities were in the area", "no_entity_in_area"),
+    ("No entities were on the floor", "no_entity_in_floor"),
+    ("No entities supported the required features", "feature_not_supported"),
+)
+
+
+def error_key(outcome: Outcome) -> tuple[str, dict[str, Any]]:
+    """The key of Assist's error sentence for ``outcome`` and its slots (``entity``,
+    ``area``, ``floor``, ``domain``, ``device_class``, from the call)."""
+    arguments = outcome.arguments
+    slots = {
+        "entity": arguments.get("name"),
+        "area": arguments.get("area"),
+        "floor": arguments.get("floor"),
+        "domain": _slot(arguments.get("domain") or ""),
+        "device_class": _slot(arguments.get("device_class") or ""),
+    }
+    told = str(outcome.result.get("error_text") or "")
+    key = next((key for reason, key in ERROR_KEYS if told.startswith(reason)), "handle_error")
+    if key in {"no_entity_in_area", "no_entity_in_floor"} and not slots["entity"]:
+        key = key.replace("entity", "domain") if slots["domain"] else "handle_error"
+    if key == "no_entity_exposed" and not slots["entity"]:
+        key = "handle_error"
+    return key, slots
 
 
 @cache

@@ -4,7 +4,9 @@ The words are held to the end of the reply and spoken only if they are speech
 (speech.py: no tool markup, code, JSON or HTML); otherwise the turn says ``fallback``.
 A call the turn already made (same tool, same arguments: small models repeat
 themselves, adding the same item ten times) is not run again; when nothing new is left,
-the reply is ``repeat_speech`` (what Home Assistant reported of the last calls). Each
+the reply is ``repeat_speech`` (what Home Assistant reported of the last calls). After
+calls that failed, words that do not ask the user anything are ``instead`` (what Home
+Assistant says of the failure), never the model's own "Done.". Each
 call's arguments pass through ``resolve`` (the turn policy: a shared name gets what
 tells its things apart, an area-wide on/off call keeps to the domains the request
 named) before Home Assistant runs it; the raw call goes to the history unchanged.
@@ -145,6 +147,8 @@ async def transform_stream(
     seen_calls: set[str],
     repeat_speech: str | None = None,
     resolve: Resolve | None = None,
+    instead: str | None = None,
+    asks: Callable[[str], bool] | None = None,
 ) -> AsyncGenerator[
     conversation.AssistantContentDeltaDict | conversation.ToolResultContentDeltaDict
 ]:
@@ -182,6 +186,8 @@ async def transform_stream(
         text = "" if raw_calls else fallback
     elif not raw_calls and not text.strip():
         text = fallback  # nothing to say (or only markup): never silence
+    elif not raw_calls and instead and not (asks and asks(text)):
+        text = instead  # after an error, what went wrong; a question for the user stays
     if text.strip():
         yield {"content": text.strip()}
     invalid: list[dict[str, Any]] = []

@@ -15,11 +15,11 @@ from custom_components.hearth.api import (
     HearthConnectionError,
     HearthResponseError,
 )
-from custom_components.hearth.entity import parse_tool_args, resolve_tool_name
 from custom_components.hearth.errors import error_key
 from custom_components.hearth.prefix import HousePrefix, canonical_schema, format_tool
 from custom_components.hearth.prompt import HearthNative, build_messages, volatile_context
 from custom_components.hearth.tool_names import model_tool_names, with_shown_names
+from custom_components.hearth.turn_stream import parse_tool_args, resolve_tool_name
 
 PREFIX = HousePrefix(system="Be brief.\nStatic Context:\n- names: Lamp", tools=())
 

@@ -1,0 +1,171 @@
+"""A turn's inputs, read from Home Assistant for the turn policy (policy.py), and what
+the turn says after its tools ran (result_speech.py).
+
+``async_prepare_turn`` reads the request (its text, whether it asks, what of this house
+it names, its nearest example), the house (its names, what each tool acts on) and the
+agent's options, and asks ``policy.decide``; the ``Turn`` it returns also resolves each
+call's arguments (house_names.resolve_call) and says what Home Assistant reported.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+from homeassistant.components import conversation
+from homeassistant.core import HomeAssistant, callback
+
+from .const import (
+    CONF_READ_FIRST,
+    CONF_TOOL_FIRST,
+    DEFAULT_TOOL_FIRST,
+    MAX_TOOL_ITERATIONS,
+)
+from .errors import async_spoken
+from .hints import Hint, house_hint
+from .house_names import HouseNames, resolve_call
+from .house_values import domain_names, house_names, scoped_arguments, tool_domains
+from .intents_data import async_language_data
+from .policy import Capabilities, Options, Request, TurnPolicy, decide
+from .prompt import HearthNative
+from .questions import is_question, live_context_tool
+from .request_plan import RequestPlan
+from .result_speech import (
+    Responses,
+    async_responses,
+    last_outcomes,
+    render_response,
+    spoken_outcomes,
+)
+from .tool_names import bare_name
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    """One turn's policy and what it needs to run: the user's ``text``, the house's
+    ``names``, each tool's arguments and domains, and the agent's phrases."""
+
+    policy: TurnPolicy
+    text: str
+    names: HouseNames
+    accepts: Mapping[str, tuple[str, ...]]  # tool (as shown) -> its arguments
+    platforms: Mapping[str, frozenset[str]]  # tool (as shown) -> the domains it acts on
+    responses: Responses
+    done: str  # "Done.": where HA has no sentence of its own for an action
+    fallback: str  # what is said in place of a reply that is not speech
+    spoken: bool  # a conversation (speech); an AI Task's reply is structured data
+    language: str
+
+    def resolve(self, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        """A call's arguments as Home Assistant should run them (see resolve_call)."""
+        key = tool if tool in self.accepts else _shown(tool, self.accepts)
+        arguments = scoped_arguments(tool, arguments, self.policy.about)
+        return resolve_call(
+            tool,
+            arguments,
+            self.names,
+            accepts=self.accepts.get(key, ()),
+            platforms=self.platforms.get(key),
+            about=self.policy.about,
+        )
+
+    def speech(self, hass: HomeAssistant, content: Sequence[conversation.Content]) -> str | None:
+        """What the turn says after its last tool calls (None: the model goes on)."""
+        if not self.spoken:
+            return None
+        return spoken_outcomes(
+            last_outcomes(content),
+            self.text,
+            partial(render_response, hass, self.responses.intents),
+            self.done,
+            partial(self.responses.failed, hass),
+        )
+
+    def error_speech(
+        self, hass: HomeAssistant, content: Sequence[conversation.Content]
+    ) -> str | None:
+        """What Assist says for the errors of the turn's last tool calls (None: none)."""
+        if not self.spoken:
+            return None
+        said = [self.responses.error(hass, outcome) for outcome in last_outcomes(content)]
+        return " ".join(dict.fromkeys(s for s in said if s)) or None
+
+    def asks(self, text: str) -> bool:
+        """Whether the model's ``text`` asks the user something (a clarifying question)."""
+        return is_question(text, self.language)
+
+
+def _shown(tool: str, accepts: Mapping[str, Any]) -> str:
+    """The tool as the model is shown it, for a call by another of its names."""
+    return next((name for name in accepts if bare_name(name) == bare_name(tool)), tool)
+
+
+async def async_prepare_turn(
+    hass: HomeAssistant,
+    chat_log: conversation.ChatLog,
+    plan: RequestPlan,
+    *,
+    language: str,
+    options: Mapping[str, Any],
+    caps: Capabilities,
+    read_first: bool,
+    spoken: bool,
+) -> Turn:
+    """This turn's policy, from its request, the house, the options and ``caps``."""
+    asked = [c for c in chat_log.content if isinstance(c, conversation.UserContent)]
+    text = asked[-1].content if asked else ""
+    await async_language_data(hass, language)  # hints and questions read it
+    names = house_names(hass)
+    by_domain = domain_names(hass)
+    pairs = [(name, domain) for domain, found in by_domain.items() for name in found]
+    question = bool(text) and is_question(text, language, names=pairs)
+    hint = house_hint(hass, plan.tools, language, text) if text and plan.prefix.examples else Hint()
+    platforms = tool_domains(hass, chat_log.llm_api) if chat_log.llm_api else {}
+    request = Request(
+        text, question, frozenset(names.mentioned(text)), tuple(hint.messages), hint.domains
+    )
+    policy = decide(
+        request,
+        plan.tools,
+        Options(
+            read_first=bool(options.get(CONF_READ_FIRST, read_first)),
+            tool_first=bool(options.get(CONF_TOOL_FIRST, DEFAULT_TOOL_FIRST)),
+        ),
+        caps,
+        live_tool=live_context_tool(plan.tools),
+        tool_domains=platforms,
+        values=plan.hearth,
+        names_by_domain=by_domain,
+        max_requests=None if spoken else MAX_TOOL_ITERATIONS,
+    )
+    accepts = {
+        str(function.get("name", "")): tuple(
+            (function.get("parameters") or {}).get("properties") or {}
+        )
+        for function in (tool.get("function") or {} for tool in plan.tools)
+    }
+    return Turn(
+        policy=policy,
+        text=text,
+        names=names,
+        accepts=accepts,
+        platforms=platforms,
+        responses=await async_responses(hass, language),
+        done=await async_spoken(hass, language, "action_done"),
+        fallback=await async_spoken(hass, language, "markup_only"),
+        spoken=spoken,
+        language=language,
+    )
+
+
+@callback
+def say(chat_log: conversation.ChatLog, agent_id: str, said: str) -> None:
+    """End the turn saying ``said`` (not the model's words; kept in the history)."""
+    message = {"role": "assistant", "content": said}
+    chat_log.async_add_assistant_content_without_tools(
+        conversation.AssistantContent(
+            agent_id=agent_id, content=said, native=HearthNative(context=None, message=message)
+        )
+    )
