@@ -32,7 +32,9 @@ AGENT = "conversation.hearth"
 LANGUAGE_LINE = re.compile(r"^(\s+language:) \S+$", re.MULTILINE)
 # What Home Assistant logs when the demo integration cannot build the home.
 SETUP_FAILED = re.compile(
-    r"Invalid demo house in house\.yaml: .*|Setup failed for custom integration '?hearth_demo.*"
+    r"Invalid demo house in house\.yaml: .*"
+    r"|Setup failed for custom integration '?hearth_demo.*"
+    r"|Error during setup of component hearth_demo.*"
 )
 LEFT_OUT = re.compile(r"Fixture entity left out: (.*)")
 
