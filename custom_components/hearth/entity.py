@@ -189,7 +189,7 @@ class HearthLLMEntity(Entity):
                     reply,
                     tool_names,
                     plan.context if iteration == 0 else None,
-                    turn.fallback if turn.spoken else "",
+                    turn.fallback if turn.spoken else None,
                     seen_calls=seen_calls,
                     repeat_speech=turn.speech(self.hass, chat_log.content) or failure,
                     resolve=turn.resolve,

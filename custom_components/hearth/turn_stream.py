@@ -1,7 +1,8 @@
 """One streamed reply of the engine as chat log deltas: its words, its tool calls.
 
 The words are held to the end of the reply and spoken only if they are speech
-(speech.py: no tool markup, code, JSON or HTML); otherwise the turn says ``fallback``.
+(speech.py: no tool markup, code, JSON or HTML); otherwise the turn says ``fallback``
+(None: the reply is not speech, such as an AI Task's structured data, and is kept).
 A call the turn already made (same tool, same arguments: small models repeat
 themselves, adding the same item ten times) is not run again; when nothing new is left,
 the reply is ``repeat_speech`` (what Home Assistant reported of the last calls). After
@@ -142,7 +143,7 @@ async def transform_stream(
     reply: Reply,
     tool_names: list[str],
     context: str | None,
-    fallback: str,
+    fallback: str | None,
     *,
     seen_calls: set[str],
     repeat_speech: str | None = None,
@@ -179,7 +180,9 @@ async def transform_stream(
     seen_calls.update(call_key(call) for call in raw_calls)
     reply.repeated = bool(made) and not raw_calls
     text = "".join(said)
-    if reply.repeated:
+    if fallback is None:  # not speech (an AI Task's structured reply): as written
+        text = "" if reply.repeated else text
+    elif reply.repeated:
         text = repeat_speech or fallback
         reply.content += text
     elif not speakable(text):
