@@ -206,23 +206,32 @@ async def test_a_repeated_call_runs_once_and_the_turn_ends(
 ) -> None:
     """A model that repeats its call (SmolLM2 added the same item ten times in the
     accuracy bench): the call runs once, the turn ends at the repeat, and the reply is
-    what the tool said ("Done." for an action that succeeded), not "the model kept
-    calling tools"."""
-    call = {
-        "id": "call_1",
-        "type": "function",
-        "function": {"name": "HassTurnOn", "arguments": '{"name": "Kitchen Light"}'},
+    what Home Assistant said of it (here the failure, in Assist's words), not "the
+    model kept calling tools". A call that acts ends the turn at once, with HA's own
+    sentence (LLM intents carry no speech: Assist's response for the intent)."""
+    calls = {
+        "Porch Light": "Sorry, I am not aware of any device called Porch Light",
+        "Kitchen Light": "Turned on the light",
     }
-    server = FakeServer("vllm", VLLM_METRICS, call=call)
-    await server.start()
-    try:
-        await _entry(hass, server)
-        result = await converse(hass, "Turn on the kitchen light")
-    finally:
-        await server.stop()
-    chats = [body for body in server.bodies if body.get("stream")]
-    assert len(chats) == 2  # the call, then its repeat: no third request
+    for name, said in calls.items():
+        call = {
+            "id": "call_1",
+            "type": "function",
+            "function": {"name": "HassTurnOn", "arguments": json.dumps({"name": name})},
+        }
+        server = FakeServer("vllm", VLLM_METRICS, call=call)
+        await server.start()
+        try:
+            entry = await _entry(hass, server)
+            result = await converse(hass, f"Turn on the {name.lower()}")
+        finally:
+            await server.stop()
+            await hass.config_entries.async_remove(entry.entry_id)
+        chats = [body for body in server.bodies if body.get("stream")]
+        acted = name == "Kitchen Light"
+        assert len(chats) == (1 if acted else 2)  # the call (then its repeat): no more
+        assert speech(result) == said
+        if not acted:
+            sent_calls = [m for m in chats[1]["messages"] if m.get("tool_calls")]
+            assert len(sent_calls) == 1
     assert hass.states.get(KITCHEN_LIGHT).state == "on"
-    assert speech(result) == "Done."  # the intent succeeded; LLM intents carry no speech
-    sent_calls = [m for m in chats[1]["messages"] if m.get("tool_calls")]
-    assert len(sent_calls) == 1
