@@ -121,12 +121,14 @@ def resolve_call(
     accepts: Iterable[str],
     platforms: frozenset[str] | None = None,
     about: frozenset[str] | None = None,
+    request: str = "",
 ) -> dict[str, Any]:
     """``arguments`` of a call of ``tool`` (which takes the arguments ``accepts``) with
     what makes them name one thing: a shared ``name`` gets the ``domain`` (or
     ``device_class``) of the thing meant, judged by the call's own ``domain`` and
     ``device_class``, the tool's ``platforms`` (the domains it acts on), the domains
-    the request is ``about``, then the device's own entity and ``DOMAIN_ORDER``. A
+    the request is ``about``, a domain the ``request`` says by its id ("the garage door
+    opener light"), then the device's own entity and ``DOMAIN_ORDER``. A
     ``name`` that is only an area or floor becomes that; an ``area`` or ``floor`` alone
     that is only, or also, a thing's name becomes that ``name``."""
     short = bare_name(tool)
@@ -140,7 +142,10 @@ def resolve_call(
     found = names.things.get(normalize(name), ())
     if len(found) < 2:
         return arguments
-    return {**arguments, **_telling_apart(found, arguments, accepts, platforms, about)}
+    told = _telling_apart(
+        found, arguments, accepts, platforms=platforms, about=about, request=normalize(request)
+    )
+    return {**arguments, **told}
 
 
 def _moved(arguments: dict[str, Any], names: HouseNames, accepts: frozenset[str]) -> dict[str, Any]:
@@ -180,8 +185,10 @@ def _telling_apart(
     found: tuple[Named, ...],
     arguments: Mapping[str, Any],
     accepts: frozenset[str],
+    *,
     platforms: frozenset[str] | None,
     about: frozenset[str] | None,
+    request: str,
 ) -> dict[str, Any]:
     """The ``domain`` or ``device_class`` that leaves one of ``found`` (or those of one
     kind), or nothing where nothing tells them apart."""
@@ -194,6 +201,9 @@ def _telling_apart(
     ):
         if wanted and (kept := [n for n in left if of(n) in wanted]):
             left = kept
+    if len({n.domain for n in left}) > 1:
+        said = [n for n in left if says(request, n.domain.replace("_", " "))]
+        left = said or left
     if len({n.domain for n in left}) > 1:
         main = [n for n in left if n.main]
         left = main or left

@@ -69,6 +69,7 @@ class Turn:
             accepts=self.accepts.get(key, ()),
             platforms=self.platforms.get(key),
             about=self.policy.about,
+            request=self.text,
         )
 
     def speech(self, hass: HomeAssistant, content: Sequence[conversation.Content]) -> str | None:

@@ -50,6 +50,16 @@ def test_shared_names_are_found() -> None:
         # The call's own domain is kept where it tells them apart.
         ({"name": "Garage Door Opener", "domain": ["light"]}, {}, ["light"]),
         ({"name": "Front Door"}, {}, ["lock"]),
+        # Both are named and about; the request says which by its domain's id.
+        (
+            {"name": "Garage Door Opener"},
+            {
+                "about": frozenset({"cover", "light"}),
+                "request": "turn on the garage door opener light",
+            },
+            ["light"],
+        ),
+        ({"name": "Garage Door Opener"}, {"request": "open the garage door opener"}, ["cover"]),
         ({"name": "Front Door"}, {"about": frozenset({"binary_sensor"})}, ["binary_sensor"]),
     ],
 )
