@@ -33,6 +33,7 @@ from .prompt import HearthNative
 from .questions import is_question, live_context_tool
 from .request_plan import RequestPlan
 from .result_speech import (
+    Outcome,
     Responses,
     async_responses,
     last_outcomes,
@@ -74,10 +75,11 @@ class Turn:
 
     def speech(self, hass: HomeAssistant, content: Sequence[conversation.Content]) -> str | None:
         """What the turn says after its last tool calls (None: the model goes on)."""
-        if not self.spoken:
-            return None
+        return self._said(hass, last_outcomes(content)) if self.spoken else None
+
+    def _said(self, hass: HomeAssistant, outcomes: Sequence[Outcome]) -> str | None:
         return spoken_outcomes(
-            last_outcomes(content),
+            outcomes,
             self.text,
             partial(render_response, hass, self.responses.intents),
             self.done,
@@ -87,10 +89,15 @@ class Turn:
     def error_speech(
         self, hass: HomeAssistant, content: Sequence[conversation.Content]
     ) -> str | None:
-        """What Assist says for the errors of the turn's last tool calls (None: none)."""
-        if not self.spoken:
+        """What Assist says of the turn's last tool calls where some failed: each error's
+        sentence, and what the others did (None: none failed)."""
+        outcomes = last_outcomes(content)
+        if not self.spoken or not any(outcome.error for outcome in outcomes):
             return None
-        said = [self.responses.error(hass, outcome) for outcome in last_outcomes(content)]
+        said = [
+            self.responses.error(hass, outcome) if outcome.error else self._said(hass, [outcome])
+            for outcome in outcomes
+        ]
         return " ".join(dict.fromkeys(s for s in said if s)) or None
 
     def asks(self, text: str) -> bool:
