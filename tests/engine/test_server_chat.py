@@ -232,13 +232,15 @@ async def test_tool_call_streamed(client: Client) -> None:
         for e in events[:-1]
         if e["choices"] and e["choices"][0]["delta"].get("tool_calls")
     ]
-    assert len(deltas) == 1
-    [call] = deltas[0]
-    assert call["index"] == 0
-    assert call["id"].startswith("call_")
-    assert call["type"] == "function"
-    assert call["function"]["name"] == "HassTurnOn"
-    assert json.loads(call["function"]["arguments"]) == {"name": "Kitchen Light"}
+    # Constrained (tool_choice auto with tools), the call is streamed name first: one
+    # delta with its index, id and name, then one with its arguments.
+    assert len(deltas) == 2
+    [start], [rest] = deltas
+    assert start["index"] == rest["index"] == 0
+    assert start["id"].startswith("call_")
+    assert start["type"] == "function"
+    assert start["function"] == {"name": "HassTurnOn", "arguments": ""}
+    assert json.loads(rest["function"]["arguments"]) == {"name": "Kitchen Light"}
     assert finish_reasons(events) == ["tool_calls"]
 
 

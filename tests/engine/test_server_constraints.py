@@ -169,11 +169,44 @@ async def test_required_streams_tool_calls(client: Client) -> None:
     )
     deltas = [e["choices"][0]["delta"] for e in events[:-1] if e["choices"]]
     assert not "".join(d.get("content") or "" for d in deltas)
-    calls = [c for d in deltas for c in d.get("tool_calls") or []]
+    calls: dict[int, list[str]] = {}
+    for d in deltas:
+        for c in d.get("tool_calls") or []:  # the name first, the arguments later
+            name_and_arguments = calls.setdefault(c["index"], ["", ""])
+            name_and_arguments[0] += c["function"].get("name", "")
+            name_and_arguments[1] += c["function"].get("arguments", "")
     assert calls
-    for c in calls:
-        assert call_errors(c["function"]["name"], c["function"]["arguments"]) == []
+    for name, arguments in calls.values():
+        assert call_errors(name, arguments) == []
     assert events[-2]["choices"][0]["finish_reason"] == "tool_calls"
+
+
+async def test_a_constrained_call_streams_its_name_before_its_arguments(
+    client: Client,
+) -> None:
+    """The first tool-call delta carries the index, id and name with empty arguments,
+    in an earlier event than the arguments (OpenAI's streaming form); joined, the
+    deltas are the call the non-streaming reply gives."""
+    body = {"messages": MESSAGES, "tools": TOOLS, "tool_choice": "required", "hearth": HOUSE}
+    events = await client.stream(**body, **sampling(0))
+    with_calls = [
+        (i, c)
+        for i, e in enumerate(events[:-1])
+        if e["choices"]
+        for c in e["choices"][0]["delta"].get("tool_calls") or []
+    ]
+    first_at, first = with_calls[0]
+    assert first["function"]["arguments"] == "" and first["id"] and first["type"] == "function"
+    joined: dict[int, dict[str, str]] = {}
+    for _at, delta in with_calls:
+        call = joined.setdefault(delta["index"], {"id": "", "name": "", "arguments": ""})
+        call["id"] = delta.get("id") or call["id"]
+        call["name"] += delta.get("function", {}).get("name", "")
+        call["arguments"] += delta.get("function", {}).get("arguments", "")
+    assert any(at > first_at for at, d in with_calls if d["function"].get("arguments"))
+    reply = await client.chat(**body, **sampling(0))
+    assert [(c["name"], c["arguments"]) for c in joined.values()] == calls_of(reply)
+    assert joined[0]["id"] == first["id"]
 
 
 async def test_json_object_response_format(client: Client) -> None:
@@ -280,9 +313,16 @@ async def test_a_call_cut_short_is_neither_a_call_nor_spoken_markup(client: Clie
     assert "tool_calls" not in choice["message"]
     assert not choice["message"]["content"]
     events = await client.stream(**body)
-    assert not "".join(
-        e["choices"][0]["delta"].get("content") or "" for e in events[:-1] if e["choices"]
+    deltas = [e["choices"][0]["delta"] for e in events[:-1] if e["choices"]]
+    assert not "".join(d.get("content") or "" for d in deltas)
+    # Streamed, a call whose name was written is announced; its arguments are what it
+    # wrote, which is not a JSON object, so no client runs it; the reply ends "length".
+    arguments = "".join(
+        c["function"].get("arguments", "") for d in deltas for c in d.get("tool_calls") or []
     )
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(arguments)
+    assert events[-2]["choices"][0]["finish_reason"] == "length"
 
 
 # Grammar limits (issue 26): each bad schema is a 400 naming what it hit, and a failed

@@ -197,6 +197,11 @@ class StreamSplitter:
         self._sent = end
         return out
 
+    @property
+    def call_text(self) -> str:
+        """The reply from its first tool call on, so far ("" before any call)."""
+        return self._text[self._sent :] if self._in_call else ""
+
     def finish(self) -> tuple[str, list[ToolCall]]:
         content, calls = parse_tool_calls(self._text, self.fmt)
         if calls:

@@ -14,6 +14,7 @@ from typing import Any
 
 from aiohttp import web
 
+from ..chat.call_stream import CallAnnouncer
 from ..chat.formatter import ChatTemplateError, StreamSplitter, ToolCall
 from ..constraints.grammar import ConstraintRequest, GrammarError, allowed_tools, tool_aliases
 from ..constraints.mask import Constraint
@@ -218,6 +219,10 @@ class ChatCompletion:
         self.splitter = StreamSplitter(
             state.formatter.tool_format, self.prep.forced, drop_broken=prep.constraint is not None
         )
+        # Constrained calls are streamed name first (call_stream.py); others whole.
+        self.announcer: CallAnnouncer | None = None
+        if prep.parse_tools and prep.constraint is not None:
+            self.announcer = CallAnnouncer(state.formatter.tool_format, dict(prep.aliases or {}))
 
     async def _first_event(self, events: AsyncIterator[Event]) -> Event:
         """Wait for the request's first event, or ``ConnectionResetError`` once the
@@ -394,6 +399,7 @@ class ChatCompletion:
                 text = self._content(event.text)
                 if text:
                     await response.write(self._chunk({"content": text}))
+                await self._stream_call_starts(response)
             elif isinstance(event, FinishEvent):
                 await self._stream_finish(response, event)
                 break
@@ -405,15 +411,27 @@ class ChatCompletion:
         await response.write(b"data: [DONE]\n\n")
         await response.write_eof()
 
+    async def _stream_call_starts(self, response: web.StreamResponse) -> None:
+        """Send the start (index, id, name) of each call whose name is now complete."""
+        if self.announcer is None:
+            return
+        for call in self.announcer.new_calls(self.splitter.call_text):
+            start = {"name": call.name, "arguments": ""}
+            delta = {"index": call.index, "id": call.id, "type": "function", "function": start}
+            await response.write(self._chunk({"tool_calls": [delta]}))
+
     async def _stream_finish(self, response: web.StreamResponse, event: FinishEvent) -> None:
         text = self._content(event.text)
         tail, calls = self._finish_text()
         if text + tail:
             await response.write(self._chunk({"content": text + tail}))
-        if calls:
-            await response.write(
-                self._chunk({"tool_calls": [c.as_openai(i) for i, c in enumerate(calls)]})
-            )
+        await self._stream_call_starts(response)
+        if self.announcer is not None and self.announcer.announced:
+            deltas = self.announcer.deltas(calls, self.splitter.call_text)
+        else:
+            deltas = [c.as_openai(i) for i, c in enumerate(calls)]
+        if deltas:
+            await response.write(self._chunk({"tool_calls": deltas}))
         await response.write(self._chunk({}, _finish_reason(event.reason, calls)))
         if self.prep.include_usage:
             usage = {
