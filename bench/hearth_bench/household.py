@@ -40,8 +40,11 @@ engine's first token), and Hearth's own split of that time (``usage.hearth``): w
 for the prepare thread, preparing (render, tokenize, grammar), the engine's queue,
 prefill, and the part of queue and prefill spent behind pin work. So a gap has a name:
 ``client gap`` is the first chunk minus the server's time to its first token (network
-and HTTP), and ``call decode`` is the first words minus the first chunk (a tool call is
-sent whole once it is complete). The re-pin stall ratio is the p95 TTFT of requests
+and HTTP), and ``call decode`` is the first words minus the first chunk (a constrained
+tool call is sent name first, its arguments once complete). ``re-pin prefilled`` is the
+share of the re-pins' tokens the engine computed (each re-pin PUT's
+``prefilled_tokens``): the plugin re-pins a renamed house as the pinned bytes plus a
+message that tells the change. The re-pin stall ratio is the p95 TTFT of requests
 issued while a re-pin is in flight over that of the other requests; configurations
 without pins use the requests the ``hearth`` run found in those windows (same trace
 positions).
@@ -413,6 +416,7 @@ class Replay:
         self.repins_running = 0
         self.debounce_running = 0
         self.repin_windows: list[tuple[float, float]] = []
+        self.repin_tokens: list[tuple[int, int]] = []  # (prefilled, tokens) per re-pin PUT
         self.pin_ms: list[float] = []
         self.history: list[dict[str, Any]] = []
         self.records: list[Record] = []
@@ -456,6 +460,7 @@ class Replay:
             "stats": stats,
             "peaks": poller.peaks,
             "pin_ms": self.pin_ms,
+            "repin_tokens": self.repin_tokens,
             "repin_windows_s": [(round(a, 2), round(b, 2)) for a, b in self.repin_windows],
             "state_changes": self.state_changes,
         }
@@ -532,7 +537,9 @@ class Replay:
             if self.name == EXTERNAL:
                 await self._prime(session, url, key, agent.prefixes[version])
             else:
-                await put_pin(session, url, agent.pin, agent.prefixes[version].body())
+                info = await put_pin(session, url, agent.pin, agent.prefixes[version].body())
+                if not initial and "prefilled_tokens" in info:
+                    self.repin_tokens.append((int(info["prefilled_tokens"]), int(info["tokens"])))
             self.pin_ms.append(round((time.perf_counter() - started) * 1000, 1))
             self.pinned[key] = version
 
@@ -659,6 +666,8 @@ def summarize(
         if in_window and idle
         else None
     )
+    repinned = run.get("repin_tokens") or []
+    repin_total = sum(tokens for _, tokens in repinned)
     return {
         "config": run.get("label", name),
         "cache_mode": CONFIGS[name][0],
@@ -693,6 +702,10 @@ def summarize(
         "debounce_requests": len(debounce),
         "debounce_ttft_p95_ms": round(percentile(debounce, 0.95), 1),
         "pin_ms": run["pin_ms"],
+        # The share of the re-pins' tokens the engine computed (None: no re-pin reported).
+        "repin_prefilled_share": (
+            round(sum(p for p, _ in repinned) / repin_total, 4) if repin_total else None
+        ),
         "repin_windows_s": run["repin_windows_s"],
         "state_changes": run["state_changes"],
         "wall_s": run["wall_s"],
@@ -781,7 +794,8 @@ TABLE = [
     ("engine p95 ms", "engine_ttft_p95_ms"), ("1st chunk p95", "first_chunk_p95_ms"),
     ("gap p95 ms", "client_gap_p95_ms"), ("prefill tok/s", "prefill_tok_s"),
     ("KV peak MiB", "kv_peak_mib"), ("evictions", "evictions"),
-    ("stall ratio", "repin_stall_ratio"), ("errors", "errors"), ("wall s", "wall_s"),
+    ("stall ratio", "repin_stall_ratio"), ("re-pin prefilled", "repin_prefilled_share"),
+    ("errors", "errors"), ("wall s", "wall_s"),
 ]  # fmt: skip
 
 
