@@ -143,7 +143,7 @@ def main() -> int:
     parser.add_argument("--path", default="/hearth-engine/hearth", help="dashboard path")
     parser.add_argument("--out", type=Path, default=Path("out/dashboard.png"))
     parser.add_argument("--width", type=int, default=1400)
-    parser.add_argument("--height", type=int, default=1100)
+    parser.add_argument("--height", type=int, default=860)
     parser.add_argument("--settle", type=float, default=12.0, help="seconds to let it draw")
     args = parser.parse_args()
     if not args.token_file.exists():
