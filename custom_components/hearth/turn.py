@@ -131,9 +131,9 @@ async def async_prepare_turn(
     question = bool(text) and is_question(text, language, names=pairs)
     hint = house_hint(hass, plan.tools, language, text) if text and plan.prefix.examples else Hint()
     platforms = tool_domains(hass, chat_log.llm_api) if chat_log.llm_api else {}
-    request = Request(
-        text, question, frozenset(names.mentioned(text)), tuple(hint.messages), hint.domains
-    )
+    # What the request is about: its hint's domains, else those of the things it names.
+    about = hint.domains if hint.domains is not None else names.named_domains(text) or None
+    request = Request(text, question, frozenset(names.mentioned(text)), tuple(hint.messages), about)
     policy = decide(
         request,
         plan.tools,

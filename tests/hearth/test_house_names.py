@@ -125,3 +125,10 @@ def test_places_and_things_move_to_the_argument_ha_matches() -> None:
 )
 def test_what_a_request_names(text: str, said: set[str]) -> None:
     assert HOUSE.mentioned(text) == said
+
+
+def test_the_domains_of_the_things_a_request_names() -> None:
+    assert HOUSE.named_domains("open the garage door opener") == {"cover", "light"}
+    assert HOUSE.named_domains("turn on the kitchen") == {"light"}  # a thing and an area
+    assert HOUSE.named_domains("turn on the Küche Licht") == {"light"}
+    assert HOUSE.named_domains("tell me a joke") == frozenset()
