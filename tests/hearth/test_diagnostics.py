@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 from homeassistant.core import HomeAssistant
 
@@ -41,3 +42,28 @@ async def test_diagnostics_redact(hass: HomeAssistant, house: None, keyed: Engin
     assert diagnostics["engine"]["connected"] is True
     assert diagnostics["engine"]["stats"]["model"] == "tiny-tools"
     assert diagnostics["last_turn"]["prompt_tokens"] > 0
+
+
+async def test_diagnostics_of_an_engine_that_stopped(
+    hass: HomeAssistant, house: None, private_engine_factory: Callable[..., EngineProcess]
+) -> None:
+    """Before any turn and after the engine stopped: not connected, no last turn, the
+    figures of the last good poll, and no address of the engine."""
+    engine = private_engine_factory()
+    entry = make_entry(engine.url)
+    await async_setup_entry(hass, entry)
+    engine.stop()
+    coordinator = entry.runtime_data.coordinator
+    await coordinator.async_refresh()
+    assert coordinator.last_update_success is False
+
+    diagnostics = await async_get_config_entry_diagnostics(hass, entry)
+    text = json.dumps(diagnostics, default=str)
+
+    assert f"127.0.0.1:{engine.port}" not in text
+    assert diagnostics["engine"]["connected"] is False
+    assert diagnostics["engine"]["server"]["kind"] == "hearth"
+    assert diagnostics["engine"]["stats"]["model"] == "tiny-tools"
+    assert diagnostics["last_turn"] is None
+    (agent,) = diagnostics["prefixes"]["agents"].values()
+    assert agent["tokens"] > 0  # pinned before the engine stopped
