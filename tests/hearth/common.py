@@ -31,6 +31,7 @@ from homeassistant.const import CONF_API_KEY, CONF_URL
 from homeassistant.core import Context, HomeAssistant
 from pytest_homeassistant_custom_component.common import MockConfigEntry
 
+from custom_components.hearth.api import HearthClient
 from custom_components.hearth.chat import ChatClient
 from custom_components.hearth.const import (
     CONF_EXAMPLES,
@@ -252,6 +253,31 @@ class ChatSpy:
                 yield chunk
 
         self._patch = patch.object(ChatClient, "async_chat_stream", wrapper)
+        self._patch.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._patch.stop()
+
+
+class PutSpy:
+    """Records each ``PUT /v1/prefixes/{name}`` (its name and body); every call still
+    reaches the engine (a pass-through, not a mock)."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+        self.bodies: list[dict[str, Any]] = []
+
+    def __enter__(self) -> PutSpy:
+        original = HearthClient.async_put_prefix
+        spy = self
+
+        async def wrapper(client: HearthClient, name: str, body: Any) -> dict[str, Any]:
+            spy.names.append(name)
+            spy.bodies.append(body)
+            return await original(client, name, body)
+
+        self._patch = patch.object(HearthClient, "async_put_prefix", wrapper)
         self._patch.start()
         return self
 

@@ -36,6 +36,7 @@ from .common import (
     KITCHEN_LIGHT,
     KITCHEN_SWITCH,
     EngineProcess,
+    PutSpy,
     async_setup_entry,
     free_port,
     make_entry,
@@ -187,3 +188,10 @@ async def entry(hass: HomeAssistant, house: None, engine: EngineProcess) -> Mock
     config_entry = make_entry(engine.url, **{CONF_REPIN_DEBOUNCE: 2.0})
     await async_setup_entry(hass, config_entry)
     return config_entry
+
+
+@pytest.fixture
+def puts() -> Iterator[PutSpy]:
+    """The prefix PUTs of the test (``PutSpy``)."""
+    with PutSpy() as spy:
+        yield spy

@@ -8,10 +8,7 @@ Home Assistant against a real engine (tiny-tools), where ``PutSpy`` counts the P
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
 from datetime import timedelta
-from typing import Any
-from unittest.mock import patch
 
 import pytest
 from homeassistant.core import HomeAssistant
@@ -23,14 +20,13 @@ from pytest_homeassistant_custom_component.common import (
     async_fire_time_changed,
 )
 
-from custom_components.hearth.api import HearthClient
 from custom_components.hearth.const import FOLD_QUIET_S
 from custom_components.hearth.house_delta import MAX_TOLD_CHANGES, TAIL_HEADER, compose
 from custom_components.hearth.house_diff import HouseEntity, HouseSnapshot
 from custom_components.hearth.pins import pin_name
 from custom_components.hearth.prefix import HousePrefix
 
-from .common import KITCHEN_LIGHT, EngineProcess, converse, hearth_traces
+from .common import KITCHEN_LIGHT, EngineProcess, PutSpy, converse, hearth_traces
 
 REPINS = "sensor.hearth_prefix_re_pins"
 TOOLS = ({"type": "function", "function": {"name": "HassTurnOn", "parameters": {}}},)
@@ -130,34 +126,6 @@ def test_a_told_prefix_is_not_a_base() -> None:
 # ------------------------------------------------------------------ in Home Assistant
 
 
-class PutSpy:
-    """Records the body of each ``PUT /v1/prefixes/{name}`` (pass-through)."""
-
-    def __init__(self) -> None:
-        self.bodies: list[tuple[str, dict[str, Any]]] = []
-
-    def __enter__(self) -> PutSpy:
-        original = HearthClient.async_put_prefix
-        spy = self
-
-        async def wrapper(client: HearthClient, name: str, body: Any) -> dict[str, Any]:
-            spy.bodies.append((name, body))
-            return await original(client, name, body)
-
-        self._patch = patch.object(HearthClient, "async_put_prefix", wrapper)
-        self._patch.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._patch.stop()
-
-
-@pytest.fixture
-def puts() -> Iterator[PutSpy]:
-    with PutSpy() as spy:
-        yield spy
-
-
 async def _advance(hass: HomeAssistant, seconds: float) -> None:
     async_fire_time_changed(hass, dt_util.utcnow() + timedelta(seconds=seconds))
     await hass.async_block_till_done(wait_background_tasks=True)
@@ -182,8 +150,8 @@ async def test_a_rename_re_pins_only_the_told_change(
     er.async_get(hass).async_update_entity(KITCHEN_LIGHT, name="Pantry Lamp")
     await hass.async_block_till_done()
     await _advance(hass, 2.5)
-    assert [put[0] for put in puts.bodies] == [name]
-    messages = puts.bodies[0][1]["messages"]
+    assert puts.names == [name]
+    messages = puts.bodies[0]["messages"]
     assert messages[:-1] == first.messages
     assert messages[-1]["content"].endswith("- Kitchen Light was renamed to Pantry Lamp.")
     after = engine.pins()[name]
@@ -198,8 +166,8 @@ async def test_a_rename_re_pins_only_the_told_change(
     assert trace["requests"][0]["cached_tokens"] >= after["tokens"]
 
     await _advance(hass, FOLD_QUIET_S + 1)
-    assert [put[0] for put in puts.bodies] == [name, name]
-    folded = puts.bodies[1][1]["messages"]
+    assert puts.names == [name, name]
+    folded = puts.bodies[1]["messages"]
     assert "- names: Pantry Lamp" in folded[0]["content"]
     assert TAIL_HEADER not in str(folded)
     assert hass.states.get(REPINS).state == "1"  # upkeep, not a change
@@ -222,7 +190,7 @@ async def test_changes_build_on_the_same_base(
     registry.async_update_entity(KITCHEN_LIGHT, aliases={"Larder Light"})
     await _advance(hass, 2.5)
     assert len(puts.bodies) == 2
-    second = puts.bodies[1][1]["messages"]
+    second = puts.bodies[1]["messages"]
     assert second[:-1] == first.messages  # type: ignore[union-attr]
     assert "Pantry Lamp is now also called" in second[-1]["content"]
 
@@ -231,6 +199,6 @@ async def test_changes_build_on_the_same_base(
     areas.async_update(kitchen.id, aliases={"Cookhouse"})  # type: ignore[union-attr]
     await _advance(hass, 2.5)
     assert len(puts.bodies) == 3
-    third = puts.bodies[2][1]["messages"]
+    third = puts.bodies[2]["messages"]
     assert TAIL_HEADER not in str(third)
     assert "Cookhouse" in third[0]["content"]

@@ -1,16 +1,14 @@
 """Pinning and invalidation of the house prefix, against a real engine.
 
-``PutSpy`` wraps ``HearthClient.async_put_prefix`` to count the PUTs; every call still
-reaches the engine (it is not a mock).
+``PutSpy`` (common.py) wraps ``HearthClient.async_put_prefix`` to count the PUTs; every
+call still reaches the engine (it is not a mock).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import timedelta
-from typing import Any
-from unittest.mock import patch
 
 import pytest
 from homeassistant.components.homeassistant.exposed_entities import async_expose_entity
@@ -25,7 +23,6 @@ from pytest_homeassistant_custom_component.common import (
     async_fire_time_changed,
 )
 
-from custom_components.hearth.api import HearthClient
 from custom_components.hearth.const import CONF_REPIN_DEBOUNCE
 from custom_components.hearth.pins import pin_name
 
@@ -33,6 +30,7 @@ from .common import (
     KITCHEN_LIGHT,
     KITCHEN_SWITCH,
     EngineProcess,
+    PutSpy,
     async_setup_entry,
     converse,
     hearth_traces,
@@ -41,34 +39,6 @@ from .common import (
 )
 
 REPINS = "sensor.hearth_prefix_re_pins"
-
-
-class PutSpy:
-    """Counts ``PUT /v1/prefixes/{name}`` calls (pass-through)."""
-
-    def __init__(self) -> None:
-        self.names: list[str] = []
-
-    def __enter__(self) -> PutSpy:
-        original = HearthClient.async_put_prefix
-        spy = self
-
-        async def wrapper(client: HearthClient, name: str, body: Any) -> dict[str, Any]:
-            spy.names.append(name)
-            return await original(client, name, body)
-
-        self._patch = patch.object(HearthClient, "async_put_prefix", wrapper)
-        self._patch.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._patch.stop()
-
-
-@pytest.fixture
-def puts() -> Iterator[PutSpy]:
-    with PutSpy() as spy:
-        yield spy
 
 
 def _agent(entry: MockConfigEntry) -> str:
