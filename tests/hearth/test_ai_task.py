@@ -321,3 +321,29 @@ def test_response_format_drops_unknown_formats() -> None:
     assert "pattern" not in properties["language"]
     assert properties["day"]["format"] == "date"
     assert properties["at"]["format"] == "date-time"
+
+
+async def test_failing_tasks_log_once_and_recover(
+    hass: HomeAssistant,
+    house: None,
+    private_engine_factory: Any,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Tasks that keep failing log one warning (not one per task); when the engine is
+    back, the next task works and says so once."""
+    engine = private_engine_factory()
+    await async_setup_entry(hass, _entry(engine.url))
+    engine.stop()
+    caplog.clear()
+    for _ in range(2):
+        with pytest.raises(HomeAssistantError, match="Cannot reach the Hearth engine"):
+            await _generate(hass, instructions="Summarize the house.")
+    failed = [r for r in caplog.records if "request failed" in r.getMessage()]
+    assert [r.levelname for r in failed] == ["WARNING", "DEBUG"]
+
+    engine.start()
+    for _ in range(2):
+        response = await _generate(hass, instructions="Summarize the house.")
+        assert isinstance(response["data"], str)
+    back = [r for r in caplog.records if "work again" in r.getMessage()]
+    assert [r.levelname for r in back] == ["INFO"]
