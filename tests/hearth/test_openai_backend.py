@@ -12,9 +12,10 @@ from datetime import timedelta
 
 import pytest
 from aiohttp import web
-from homeassistant.config_entries import SOURCE_REAUTH
-from homeassistant.const import STATE_UNAVAILABLE
+from homeassistant.config_entries import SOURCE_REAUTH, SOURCE_USER
+from homeassistant.const import CONF_URL, STATE_UNAVAILABLE
 from homeassistant.core import HomeAssistant
+from homeassistant.data_entry_flow import FlowResultType
 from homeassistant.util import dt as dt_util
 from pytest_homeassistant_custom_component.common import async_fire_time_changed
 
@@ -88,3 +89,21 @@ async def test_a_key_refused_while_running_starts_reauth(
     (flow,) = hass.config_entries.flow.async_progress_by_handler(DOMAIN)
     assert flow["context"]["source"] == SOURCE_REAUTH
     assert flow["context"]["entry_id"] == entry.entry_id
+
+
+async def test_config_flow_says_what_it_found(
+    hass: HomeAssistant, house: None, server: NoHealthServer
+) -> None:
+    """vLLM by its model owner: priming and its metrics, no slots (llama.cpp's)."""
+    result = await hass.config_entries.flow.async_init(DOMAIN, context={"source": SOURCE_USER})
+    result = await hass.config_entries.flow.async_configure(
+        result["flow_id"], {CONF_URL: server.url}
+    )
+    await hass.async_block_till_done(wait_background_tasks=True)
+    assert result["type"] is FlowResultType.CREATE_ENTRY
+    assert result["title"] == "vLLM"
+    assert result["description_placeholders"] == {
+        "server": "vLLM",
+        "model": "qwen2.5-3b",
+        "features": "priming of the house prefix after each change, Prometheus metrics",
+    }
