@@ -74,9 +74,11 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--threads", type=_positive, default=None, help="CPU threads for torch")
     group.add_argument(
         "--quantize",
-        choices=["none", "int8"],
-        default="none",
-        help="int8: weight-only int8 linears (half the weight bytes; bfloat16 activations)",
+        choices=["auto", "none", "int8", "int4"],
+        default="auto",
+        help="auto: a quantized GGUF file's matrices stay packed (4/8-bit), anything else "
+        "is served as loaded; none: dequantize; int8: per-channel int8 linears; int4: "
+        "group-wise int4 (groups of 32, the head int8)",
     )
     group.add_argument(
         "--forward",

@@ -41,7 +41,7 @@ class EngineConfig:
     # Read cached prefixes in place (False: copy them into each request's buffer).
     share_prefix: bool = True
     threads: int | None = None
-    quantize: str = "none"  # none | int8 (linear.Quantization)
+    quantize: str = "auto"  # auto | none | int8 | int4 (model.linear.Quantization)
     forward: str = "auto"  # auto | lean | transformers (runner.Forward)
     compile: str = "off"  # auto | on | off (step_compiler.CompileMode)
     default_max_tokens: int = 512

@@ -183,13 +183,16 @@ def write_gguf(
     raw_type: str | None = None,
     tokenizer_model: str = "gpt2",
     seed: int = 0,
+    quant: dict[str, str] | None = None,
 ) -> Any:
     """Write the tiny GGUF file; returns the source model (float32) it holds.
 
     ``float16`` stores the matrices as F16 (the source model is rounded to match);
-    ``raw_type`` stores ``blk.0.ffn_down.weight`` as zero bytes of that GGML type.
+    ``raw_type`` stores ``blk.0.ffn_down.weight`` as zero bytes of that GGML type;
+    ``quant`` quantizes each matrix whose name holds a key into that type with gguf-py
+    (``{"attn": "Q8_0", "ffn": "Q4_0"}``; the source model keeps its float weights).
     """
-    from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFWriter
+    from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFWriter, quantize
 
     tokenizer, tokens, _, _ = _tokenizer_fields()
     model = source_model(len(tokens), tokenizer, seed)
@@ -215,6 +218,9 @@ def write_gguf(
             block, size = GGML_QUANT_SIZES[qtype]
             raw = np.zeros((weights.shape[0], weights.shape[1] // block * size), np.uint8)
             writer.add_tensor(name, raw, raw_dtype=qtype)
+        elif quant and weights.ndim == 2 and any(key in name for key in quant):
+            qtype = GGMLQuantizationType[next(v for k, v in quant.items() if k in name)]
+            writer.add_tensor(name, quantize(weights.astype(np.float32), qtype), raw_dtype=qtype)
         elif float16 and weights.ndim == 2:
             writer.add_tensor(name, weights.astype(np.float16))
         else:

@@ -34,7 +34,8 @@ from . import attention, native
 from .attention import PrefixPart
 from .kv import KVBuffer
 from .layer_types import sliding_layers
-from .linear import FrozenLinear, Quantization, fuse, tiles_fit
+from .linear import QUANT_ATTR, FrozenLinear, Quantization, fuse, tiles_fit
+from .quant.linear import QuantLinear, quantize_int8_groups
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -65,18 +66,21 @@ def unsupported_reason(model: Any) -> str | None:
     return None
 
 
+Linear = FrozenLinear | QuantLinear
+
+
 @dataclass
 class _Layer:
     in_norm: torch.Tensor
     in_eps: float
-    qkv: FrozenLinear
+    qkv: Linear
     q_norm: tuple[torch.Tensor, float] | None
     k_norm: tuple[torch.Tensor, float] | None
-    o: FrozenLinear
+    o: Linear
     post_norm: torch.Tensor
     post_eps: float
-    gate_up: FrozenLinear
-    down: FrozenLinear
+    gate_up: Linear
+    down: Linear
 
 
 def _layer_linears(model: Any) -> list[torch.nn.Linear]:
@@ -101,6 +105,15 @@ def _release_linears(model: Any) -> None:
     for linear in head + _layer_linears(model):
         empty = torch.empty(0, dtype=linear.weight.dtype, device=linear.weight.device)
         linear.weight = torch.nn.Parameter(empty, requires_grad=False)
+
+
+def _head(head: torch.nn.Linear, quantization: Quantization, tiled: bool) -> Any:
+    """The output layer: under ``--quantize int4`` it is int8 per group of 32 (as llama.cpp
+    keeps the head wider than the layers); a quantized file's head stays as the file has
+    it."""
+    if quantization == Quantization.INT4 and getattr(head, QUANT_ATTR, None) is None:
+        return QuantLinear([quantize_int8_groups(head.weight.detach())], head.bias)
+    return fuse([head], quantization, tiled)
 
 
 def _norm_of(module: torch.nn.Module) -> tuple[torch.Tensor, float]:
@@ -177,12 +190,13 @@ class LeanDecoder:
         self.rotary = inner.rotary_emb
         self.norm, self.norm_eps = _norm_of(inner.norm)
         weights = [m.weight for m in (model.lm_head, *_layer_linears(model))]
-        tiled = tiles_fit(weights, model.lm_head.weight.device)
-        self.lm_head = fuse([model.lm_head], quantization, tiled)
+        packed = quantization in (Quantization.INT4, Quantization.GGUF)
+        tiled = not packed and tiles_fit(weights, model.lm_head.weight.device)
+        self.lm_head = _head(model.lm_head, quantization, tiled)
         self.layers = [self._layer(layer, quantization, tiled) for layer in inner.layers]
         self.quantization = quantization
         _release_linears(model)
-        kinds = sorted({layer.qkv.kind for layer in self.layers})
+        kinds = sorted({x.kind for layer in self.layers for x in (layer.qkv, layer.gate_up)})
         _LOGGER.info(
             "Lean forward: %d layers, %s linears%s",
             len(self.layers),
@@ -210,7 +224,20 @@ class LeanDecoder:
             down=fuse([mlp.down_proj], quantization, tiled),
         )
 
-    def linears(self) -> list[FrozenLinear]:
+    def linear_forms(self) -> dict[str, dict[str, int]]:
+        """How each kind of linear is stored: ``{"qkv": {"int4-g32": 28}, ...}``."""
+        forms: dict[str, dict[str, int]] = {}
+        named = [("lm_head", self.lm_head)]
+        for x in self.layers:
+            named += [("qkv", x.qkv), ("o", x.o), ("gate_up", x.gate_up), ("down", x.down)]
+        for role, linear in named:
+            counts = forms.setdefault(role, {})
+            counts[linear.kind] = counts.get(linear.kind, 0) + 1
+        packed = getattr(self.embed, "qweight", None)
+        forms["embed"] = {packed.kind if packed is not None else "float": 1}
+        return forms
+
+    def linears(self) -> list[Linear]:
         """Every linear of the forward pass."""
         per_layer = [[x.qkv, x.o, x.gate_up, x.down] for x in self.layers]
         return [self.lm_head, *(linear for group in per_layer for linear in group)]

@@ -33,6 +33,7 @@ import torch
 
 from . import native
 from .hardware import cpu_has_native_bf16
+from .quant.linear import QuantLinear, quantize_int4
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -50,6 +51,7 @@ TILED_MAX_ROWS = 16
 # The decode tiles are made while their bytes are at most this share of free memory.
 TILES_RAM_SHARE = 0.25
 TILED_DTYPES = (torch.bfloat16, torch.float32)
+QUANT_ATTR = "hearth_quant"  # a module's packed weights (quant.tiles.QuantWeight)
 
 
 class Quantization(StrEnum):
@@ -57,6 +59,8 @@ class Quantization(StrEnum):
 
     NONE = "none"
     INT8 = "int8"
+    INT4 = "int4"  # group-wise (quant.linear.INT4_GROUP), packed: quant/
+    GGUF = "gguf"  # a GGUF file's own quantized blocks, kept packed: quant/
 
 
 def can_pack_bf16(device: torch.device) -> bool:
@@ -172,11 +176,16 @@ def fuse(
     modules: list[torch.nn.Linear],
     quantization: Quantization = Quantization.NONE,
     tiled: bool = False,
-) -> FrozenLinear:
+) -> FrozenLinear | QuantLinear:
     """One linear for several that read the same input (q/k/v, gate/up): one kernel call.
 
     Each output is still its own dot product, so the result equals the separate calls'.
+    Modules that carry packed weights (``QUANT_ATTR``, a quantized GGUF) and every module
+    under ``--quantize int4`` become a ``QuantLinear`` (one copy, no decode tiles).
     """
+    packed = [getattr(m, QUANT_ATTR, None) for m in modules]
+    if any(p is not None for p in packed) or quantization == Quantization.INT4:
+        return _quant_fuse(modules, packed)
     weight = torch.cat([m.weight.detach() for m in modules]) if len(modules) > 1 else None
     if weight is None:
         weight = modules[0].weight.detach()
@@ -190,3 +199,23 @@ def fuse(
             ]
         )
     return FrozenLinear(weight, bias, quantization, tiled)
+
+
+def _quant_fuse(modules: list[torch.nn.Linear], packed: list[object]) -> QuantLinear:
+    """A ``QuantLinear`` of the modules' packed weights; a module without them (a float
+    layer in a quantized file, or ``--quantize int4``) is quantized to int4 here."""
+    parts = [
+        p if p is not None else quantize_int4(m.weight.detach())
+        for m, p in zip(modules, packed, strict=True)
+    ]
+    biases = [m.bias for m in modules]
+    bias = None
+    if any(b is not None for b in biases):
+        dtype = next(b.dtype for b in biases if b is not None)
+        bias = torch.cat(
+            [
+                b.detach() if b is not None else torch.zeros(m.out_features, dtype=dtype)
+                for m, b in zip(modules, biases, strict=True)
+            ]
+        )
+    return QuantLinear(parts, bias)  # type: ignore[arg-type]

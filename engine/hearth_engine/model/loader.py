@@ -15,6 +15,7 @@ from .layer_types import check_layer_types
 from .prepare.default import ModelPrepareError, prepare_default_model
 from .prepare.gguf import prepare_gguf_model, renders_tools
 from .prepare.tiny import prepare_tiny_model, prepare_tiny_tools_model
+from .quant.folder import has_packed, load_packed_model
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -22,12 +23,13 @@ BUILTIN_MODELS = ("default", "tiny", "tiny-tools")
 _WEIGHT_SUFFIXES = (".safetensors", ".bin")
 
 
-def resolve_model(spec: str, *, own_template: bool = False) -> Path:
+def resolve_model(spec: str, *, own_template: bool = False, packed: bool | None = None) -> Path:
     """Map ``default``/``tiny``/``tiny-tools`` to their prepared folders, convert a
     ``.gguf`` file once into the cache (``prepare.gguf``), or check a folder.
 
     ``own_template``: a ``--chat-template`` replaces the model's, so a GGUF file
-    without one is accepted."""
+    without one is accepted. ``packed``: keep a GGUF file's quantized matrices packed
+    (``None``: when it has any)."""
     if spec == "default":
         try:
             return prepare_default_model()
@@ -38,7 +40,7 @@ def resolve_model(spec: str, *, own_template: bool = False) -> Path:
     if spec == "tiny-tools":
         return prepare_tiny_tools_model()
     if spec.lower().endswith(".gguf"):
-        return prepare_gguf_model(Path(spec).expanduser(), own_template=own_template)
+        return prepare_gguf_model(Path(spec).expanduser(), own_template=own_template, packed=packed)
     return check_model_folder(Path(spec).expanduser())
 
 
@@ -105,6 +107,7 @@ class LoadedModel:
     tokenizer: Any
     fingerprint: str
     context_length: int
+    packed: bool = False  # a GGUF file's quantized matrices, kept packed (quant/)
 
 
 def _context_length(config: Any, tokenizer: Any) -> int:
@@ -147,23 +150,34 @@ def apply_chat_template_override(tokenizer: Any, template: str, path: Path) -> N
         )
 
 
-def load_model(spec: str, device: Any, dtype: Any, chat_template: str | None = None) -> LoadedModel:
+def load_model(
+    spec: str,
+    device: Any,
+    dtype: Any,
+    chat_template: str | None = None,
+    packed: bool | None = None,
+) -> LoadedModel:
     """Load the model and tokenizer. Raises ``ModelLoadError`` with a one-line message.
 
-    ``chat_template`` (Jinja source, from ``--chat-template``) replaces the model's own."""
+    ``chat_template`` (Jinja source, from ``--chat-template``) replaces the model's own.
+    ``packed``: a GGUF file's quantized matrices stay packed (``None``: when it has any;
+    ``LoadedModel.packed`` says whether they did)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     from . import attention  # imports transformers: only after HF_HUB_OFFLINE is set
 
-    path = resolve_model(spec, own_template=chat_template is not None)
+    path = resolve_model(spec, own_template=chat_template is not None, packed=packed)
     try:
         config = AutoConfig.from_pretrained(path)
         check_layer_types(config, path)
         tokenizer = AutoTokenizer.from_pretrained(path)
-        model = AutoModelForCausalLM.from_pretrained(
-            path, dtype=dtype, attn_implementation=attention.register()
-        )
+        if has_packed(path):
+            model = load_packed_model(path, config, dtype, attention.register())
+        else:
+            model = AutoModelForCausalLM.from_pretrained(
+                path, dtype=dtype, attn_implementation=attention.register()
+            )
     except ModelLoadError:
         raise
     except (OSError, ValueError, KeyError, RuntimeError) as err:
@@ -189,4 +203,5 @@ def load_model(spec: str, device: Any, dtype: Any, chat_template: str | None = N
         tokenizer=tokenizer,
         fingerprint=fingerprint(path),
         context_length=_context_length(config, tokenizer),
+        packed=has_packed(path),
     )

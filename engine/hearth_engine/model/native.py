@@ -8,6 +8,9 @@ One extension module, ``hearth_native`` (``kernels/``):
 * ``decode_linear.cpp``: the linears of a decode step, from weights re-laid out once
   as tiles of 16 output features (``linear.py``): a call costs 1-2 us, where oneDNN's
   costs ~17 us, and the weights stream faster;
+* ``quant_linear.cpp``: linears from 4- and 8-bit weights that stay packed (GGUF's
+  Q4_0/Q4_K/Q5_K/Q6_K/Q8_0 and ``--quantize int4``; ``model/quant/``): decode rows
+  through AVX-512 VNNI integer dots, prefill through a dequantized scratch matrix;
 * ``layer_ops.cpp``: a decode step's RMSNorm and rotary embedding, one call each
   (``decoder.py``), with torch's roundings;
 * ``vec.h``: the vector helpers they share.
@@ -51,9 +54,15 @@ NAME = "hearth_native"
 KERNELS = Path(__file__).parent / "kernels"
 SOURCES = tuple(
     KERNELS / f
-    for f in ("module.cpp", "decode_attention.cpp", "decode_linear.cpp", "layer_ops.cpp")
+    for f in (
+        "module.cpp",
+        "decode_attention.cpp",
+        "decode_linear.cpp",
+        "quant_linear.cpp",
+        "layer_ops.cpp",
+    )
 )
-HEADERS = (KERNELS / "hearth_native.h", KERNELS / "vec.h")
+HEADERS = (KERNELS / "hearth_native.h", KERNELS / "quant_linear.h", KERNELS / "vec.h")
 ENV_SWITCH = "HEARTH_NATIVE"
 # The host's instruction set, and the float rules that let the dot product vectorise
 # (reassociation only: infinities and NaNs keep their meaning).

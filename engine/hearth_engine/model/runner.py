@@ -13,7 +13,7 @@ import inspect
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -55,6 +55,8 @@ class ModelInfo:
     vocab_size: int
     quantization: str = Quantization.NONE.value
     forward: str = "transformers"
+    # The form of each kind of linear ({"qkv": {"int4-g32": 28}, ...}; /v1/stats).
+    linears: dict[str, dict[str, int]] = field(default_factory=dict, hash=False, compare=False)
 
     @property
     def namespace(self) -> str:
@@ -96,6 +98,11 @@ def pick_lean(model: Any, forward: Forward, quantization: Quantization) -> bool:
     """Whether to run the lean forward; a one-line ``ModelLoadError`` when impossible."""
     reason = unsupported_reason(model)
     if quantization != Quantization.NONE:
+        if reason is not None and quantization == Quantization.GGUF:
+            raise ModelLoadError(
+                f"a quantized GGUF file is served packed only by the lean forward, which does "
+                f"not support {reason} (--quantize none dequantizes it)"
+            )
         if forward == Forward.TRANSFORMERS:
             raise ModelLoadError(f"--quantize {quantization} needs --forward auto or lean")
         if reason is not None:
@@ -163,6 +170,7 @@ class ModelRunner:
             vocab_size=int(text_config.vocab_size),
             quantization=quantization.value,
             forward="lean" if self.lean is not None else "transformers",
+            linears=self.lean.linear_forms() if self.lean is not None else {},
         )
 
     @classmethod
@@ -171,7 +179,7 @@ class ModelRunner:
         spec: str,
         device: str = "auto",
         dtype: str = "auto",
-        quantize: str = "none",
+        quantize: str = "auto",
         forward: str = "auto",
         *,
         compile_mode: str = "off",
@@ -180,20 +188,27 @@ class ModelRunner:
         dev = pick_device(device)
         dt = pick_dtype(dev, dtype)
         started = time.monotonic()
-        loaded = load_model(spec, dev, dt, chat_template)
+        # --quantize auto: a GGUF file's quantized matrices stay packed; any other choice
+        # starts from the dequantized weights.
+        packed = None if quantize == "auto" else False
+        loaded = load_model(spec, dev, dt, chat_template, packed)
         if dev.type == "cpu":
             # Hearth's C++ kernels (native.py): loaded now when built, so that the lean
             # forward prepares its decode tiles (linear.py); else built in the background.
             native.prepare()
         mode = CompileMode(compile_mode)
-        runner = cls(loaded, dev, dt, Quantization(quantize), Forward(forward), compile_mode=mode)
+        if quantize == "auto":
+            quantization = Quantization.GGUF if loaded.packed else Quantization.NONE
+        else:
+            quantization = Quantization(quantize)
+        runner = cls(loaded, dev, dt, quantization, Forward(forward), compile_mode=mode)
         _LOGGER.info(
             "Loaded %s on %s as %s (%s forward, quantize %s) in %.1f s",
             loaded.name,
             dev,
             dt,
             runner.info.forward,
-            quantize,
+            quantization.value,
             time.monotonic() - started,
         )
         runner.start_compile()

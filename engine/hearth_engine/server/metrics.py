@@ -56,6 +56,7 @@ def engine_stats(engine: Engine) -> dict[str, Any]:
         "device": engine.info.device,
         "dtype": engine.info.dtype,
         "quantization": engine.info.quantization,
+        "linears": engine.info.linears,
         "forward": engine.info.forward,
         "compiled_step": engine.runner.compile_state,
         "native_attention": native.state(),

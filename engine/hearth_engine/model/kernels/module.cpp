@@ -2,6 +2,7 @@
 #include <torch/extension.h>
 
 #include "hearth_native.h"
+#include "quant_linear.h"
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("decode_attention", &hearth::decode_attention, "decode attention over own KV and parts");
@@ -9,6 +10,11 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("tiled_linear", &hearth::tiled_linear, "a linear for a decode step's few rows",
         py::arg("x"), py::arg("tiles"), py::arg("out_features"), py::arg("scales") = py::none(),
         py::arg("bias") = py::none());
+  m.def("quant_linear", &hearth::quant_linear, "a linear from 4/8-bit tiles, at most 16 rows",
+        py::arg("x"), py::arg("tiles"), py::arg("scales"), py::arg("zeros"),
+        py::arg("out_features"), py::arg("group"), py::arg("bits"), py::arg("bias") = py::none());
+  m.def("quant_dequant", &hearth::quant_dequant, "4/8-bit tiles into a [N, K] matrix");
+  m.def("quant_rows", &hearth::quant_rows, "rows of 4/8-bit tiles (an embedding lookup)");
   m.def("rms_norm", &hearth::rms_norm, "Llama RMSNorm (float32 normalise, round, scale)");
   m.def("rope", &hearth::rope, "rotary embedding, rotate-half form");
 }

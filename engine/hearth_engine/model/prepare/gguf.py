@@ -38,6 +38,7 @@ from .cache_dir import build_once, cache_root, is_built, models_dir
 _LOGGER = logging.getLogger(__name__)
 
 BUILD_VERSION = "gguf/1"
+PACKED_VERSION = "gguf-packed/1"
 INFO_FILE = "hearth-gguf.json"
 """Written into a converted folder: the source file, its digest, whether tools render."""
 HASHES_FILE = "gguf-hashes.json"
@@ -99,9 +100,10 @@ def content_hash(path: Path) -> str:
     return digest
 
 
-def gguf_model_dir(path: Path, digest: str) -> Path:
-    """``models/gguf-<digest>/<file stem>``: the stem is the name ``/v1/models`` shows."""
-    return models_dir() / f"gguf-{digest[:16]}" / path.stem
+def gguf_model_dir(path: Path, digest: str, packed: bool = False) -> Path:
+    """``models/gguf-<digest>[-packed]/<file stem>``: the stem is the name ``/v1/models``
+    shows; a packed conversion (quantized matrices kept) has a folder of its own."""
+    return models_dir() / f"gguf-{digest[:16]}{'-packed' if packed else ''}" / path.stem
 
 
 # ------------------------------------------------------------------ checks
@@ -255,24 +257,62 @@ def convert(source: Path, out: Path, name: str, dtype: Any, chat_template: str |
     return tokenizer
 
 
-def _build(source: Path, digest: str, header: GGUFHeader, out: Path) -> None:
+def _build(source: Path, digest: str, header: GGUFHeader, out: Path, packed: bool) -> None:
     _LOGGER.info("Converting %s into the Hearth cache (once)", source)
-    tokenizer = convert(source, out, source.stem, weights_dtype(header), None)
+    forms: dict[str, str] = {}
+    if packed:
+        tokenizer, forms = convert_packed_folder(source, out, header)
+    else:
+        tokenizer = convert(source, out, source.stem, weights_dtype(header), None)
     info = {
         "source": str(source),
         "sha256": digest,
         "architecture": header.architecture,
         "tools": renders_tools(tokenizer),
         "chat_template": bool(header.chat_template),
+        "quantized": is_quantized(header),
+        "packed": forms,
     }
     (out / INFO_FILE).write_text(json.dumps(info))
 
 
-def prepare_gguf_model(path: Path, *, own_template: bool = False) -> Path:
+def is_quantized(header: GGUFHeader) -> bool:
+    """Whether the file holds matrices of a block type Hearth keeps packed."""
+    from ..quant.ggml_blocks import supported
+
+    return any(supported(t) for t in header.tensor_types)
+
+
+def convert_packed_folder(
+    source: Path, out: Path, header: GGUFHeader
+) -> tuple[Any, dict[str, str]]:
+    """Config, tokenizer and the packed weights (``quant.folder``) of ``source`` into ``out``."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import torch
+    from transformers import AutoTokenizer
+
+    from ..quant.folder import convert_packed
+
+    tokenizer = AutoTokenizer.from_pretrained(source.parent, gguf_file=source.name)
+    config = load_config(source, header)
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    config.name_or_path = source.stem
+    config.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return tokenizer, convert_packed(source, out, config, torch.bfloat16)
+
+
+def prepare_gguf_model(
+    path: Path, *, own_template: bool = False, packed: bool | None = None
+) -> Path:
     """The converted folder for the GGUF file ``path``, converting it on first use.
 
-    ``own_template``: a ``--chat-template`` replaces the file's template, so a file without
-    one is converted (with none) and the file's tool warning does not apply."""
+    ``packed``: keep the file's quantized matrices packed (``quant.folder``; a folder of
+    its own) or dequantize every weight (``False``); ``None`` packs a file that has
+    quantized matrices (the default). ``own_template``: a ``--chat-template`` replaces
+    the file's template, so a file without one is converted (with none) and the file's
+    tool warning does not apply."""
     if not path.exists():
         raise ModelLoadError(f"model path {path} does not exist")
     if not path.is_file():
@@ -280,8 +320,10 @@ def prepare_gguf_model(path: Path, *, own_template: bool = False) -> Path:
     if not os.access(path, os.R_OK):
         raise ModelLoadError(f"model path {path} is not readable")
     digest = content_hash(path)
-    folder = gguf_model_dir(path, digest)
-    version = f"{BUILD_VERSION}:{digest}"
+    if packed is None:
+        packed = _packed_by_default(path, digest)
+    folder = gguf_model_dir(path, digest, packed)
+    version = f"{PACKED_VERSION if packed else BUILD_VERSION}:{digest}"
     if not is_built(folder, version):
         # Parsing the header takes seconds for a large vocabulary: only before a conversion.
         header = read_header(path)
@@ -289,7 +331,7 @@ def prepare_gguf_model(path: Path, *, own_template: bool = False) -> Path:
         config = load_config(path, header)
         check_layer_types(config, path)
         try:
-            build_once(folder, version, lambda out: _build(path, digest, header, out))
+            build_once(folder, version, lambda out: _build(path, digest, header, out, packed))
         except (ValueError, KeyError, NotImplementedError, RuntimeError, OSError) as err:
             # What the checks above cannot see (a tokenizer kind, a tensor transformers
             # does not map): still one line, and no half-built folder is left behind.
@@ -299,6 +341,21 @@ def prepare_gguf_model(path: Path, *, own_template: bool = False) -> Path:
     if not own_template:
         _check_own_template(folder, path)
     return folder
+
+
+def _packed_by_default(path: Path, digest: str) -> bool:
+    """A converted folder says whether the file is quantized; else the header does."""
+    for packed in (True, False):
+        folder = gguf_model_dir(path, digest, packed)
+        version = f"{PACKED_VERSION if packed else BUILD_VERSION}:{digest}"
+        if is_built(folder, version):
+            try:
+                info = json.loads((folder / INFO_FILE).read_text())
+            except (OSError, ValueError):
+                break
+            if packed or "quantized" in info:
+                return packed or bool(info["quantized"])
+    return is_quantized(read_header(path))
 
 
 def _check_own_template(folder: Path, source: Path) -> None:

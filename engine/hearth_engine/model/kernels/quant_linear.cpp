@@ -1,0 +1,514 @@
+// Linears from group-quantized weights (4-bit unsigned or 8-bit signed) that stay packed:
+// y = x W^T (+ b) with W[f, k] = s[f, g] * q[f, k] + z[f, g] (g = k / group; z optional).
+//
+// Python side: hearth_engine/quant/ (tiles.py packs, linear.py calls).
+//
+// Layout (one copy of the weights, read by every phase): tiles of 16 output features,
+// K padded with zero weights to a multiple of the group (a partial last group is padded,
+// never dropped). Inside a tile, a "step" is 4 consecutive inputs of the 16 features,
+// 64 bytes as [16 features][4 inputs] when 8-bit; a 4-bit tile packs two steps into 64
+// bytes (the even step in the low nibbles). The scales and zeros are float16, [T, G, 16].
+// That is the operand order of AVX-512 VNNI's vpdpbusd: one 64-byte load and one
+// instruction give 16 features x 4 inputs of one row, with no horizontal sums.
+//
+// Decode (<= 16 rows, quant_linear):
+// * bfloat16 inputs: each row is quantized per group to int8 (scale = max|x| / 127,
+//   round half to even), the group's dot products are exact int32 sums (vpdpbusd, or
+//   the same integers from generic vector code without VNNI), then
+//   y += s * (x_scale * dot) + z * sum(x) in float32. That is what llama.cpp does with
+//   its q8 activations; the error it adds is measured in the tests (``emulate``).
+// * float32 inputs: the weights are widened to float and the sums are float32 (no
+//   activation rounding): the exact path, for tests and float32 serving.
+// Prefill (many rows) dequantizes (quant_dequant) into a scratch matrix for one GEMM.
+
+#include <ATen/Parallel.h>
+#include <torch/extension.h>
+
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+#if defined(__AVX512VNNI__) && defined(__AVX512BW__) && !defined(HEARTH_QUANT_GENERIC)
+#define HEARTH_QVNNI 1
+#endif
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "quant_linear.h"
+
+namespace {
+
+constexpr int64_t kLanes = 16;
+constexpr int64_t kMaxRows = 16;
+constexpr int64_t kBlockRows = 8;              // rows that share one read of a tile
+constexpr int64_t kSerialBytes = 96 * 1024;    // smaller matrices: the calling thread only
+constexpr int64_t kTaskBytes = 48 * 1024;      // weight bytes per parallel task, at least
+
+typedef int32_t i16v __attribute__((vector_size(64)));
+typedef uint32_t u16v __attribute__((vector_size(64)));
+typedef float f16v __attribute__((vector_size(64)));
+
+struct Shape {
+  int64_t n, k, k_pad, group, groups, bits, tile_bytes;
+};
+
+Shape shape_of(int64_t n, int64_t k, int64_t group, int64_t bits) {
+  const int64_t k_pad = (k + group - 1) / group * group;
+  return {n, k, k_pad, group, k_pad / group, bits, k_pad * kLanes * bits / 8};
+}
+
+inline f16v halfs_to_float(const at::Half* p) {
+  f16v out;
+#if defined(__AVX512F__)  // one instruction; c10::Half's conversion is scalar code
+  const __m512 wide = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  std::memcpy(&out, &wide, sizeof(out));
+#else
+  for (int i = 0; i < kLanes; ++i) out[i] = static_cast<float>(p[i]);
+#endif
+  return out;
+}
+
+inline u16v load_u(const uint8_t* p) {
+  u16v v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+
+// Input i (0..3) of the step in each feature's 32-bit lane, as int32: 4-bit lanes are
+// already nibbles (unsigned); 8-bit lanes are signed bytes.
+template <int Bits>
+inline i16v lane_input(u16v lanes, int i) {
+  if constexpr (Bits == 4) {
+    return (i16v)((lanes >> (8 * i)) & 0xFFu);
+  } else {
+    return ((i16v)(lanes << (24 - 8 * i))) >> 24;
+  }
+}
+
+// Rows quantized per group for the integer path: int8 values (and +128 as uint8 for the
+// 8-bit weights, whose operand must be the signed one), a float scale and the float sum.
+struct QuantRows {
+  std::vector<int8_t> q;
+  std::vector<uint8_t> u;
+  std::vector<float> scale, sum;
+};
+
+template <typename T>
+QuantRows quantize_rows(const T* x, int64_t rows, const Shape& sh) {
+  QuantRows r;
+  r.q.assign(rows * sh.k_pad, 0);
+  r.u.assign(rows * sh.k_pad, 128);
+  r.scale.assign(rows * sh.groups, 0.0f);
+  r.sum.assign(rows * sh.groups, 0.0f);
+  for (int64_t m = 0; m < rows; ++m) {
+    for (int64_t g = 0; g < sh.groups; ++g) {
+      const int64_t k0 = g * sh.group, k1 = std::min(sh.k, k0 + sh.group);
+      float amax = 0.0f, sum = 0.0f;
+      for (int64_t c = k0; c < k1; ++c) {
+        const float v = static_cast<float>(x[m * sh.k + c]);
+        amax = std::max(amax, std::fabs(v));
+        sum += v;
+      }
+      r.sum[m * sh.groups + g] = sum;
+      if (amax == 0.0f) continue;
+      r.scale[m * sh.groups + g] = amax / 127.0f;
+      const float inv = 127.0f / amax;
+      for (int64_t c = k0; c < k1; ++c) {
+        const float v = std::nearbyint(static_cast<float>(x[m * sh.k + c]) * inv);
+        const int q = static_cast<int>(std::max(-127.0f, std::min(127.0f, v)));
+        r.q[m * sh.k_pad + c] = static_cast<int8_t>(q);
+        r.u[m * sh.k_pad + c] = static_cast<uint8_t>(q + 128);
+      }
+    }
+  }
+  return r;
+}
+
+// One group's exact int32 dot products (16 features) for MB rows: generic vector code.
+template <int Bits, int MB>
+inline void group_dots_generic(const uint8_t* w, const int8_t* xq, int64_t k_pad, int64_t k0,
+                               int64_t group, i16v* dots) {
+  for (int m = 0; m < MB; ++m) dots[m] = i16v{};
+  if constexpr (Bits == 4) {
+    for (int64_t p = 0; p < group / 8; ++p) {
+      const u16v raw = load_u(w + p * 64);
+      const u16v lo = raw & 0x0F0F0F0Fu, hi = (raw >> 4) & 0x0F0F0F0Fu;
+      const int64_t k = k0 + p * 8;
+      for (int i = 0; i < 4; ++i) {
+        const i16v wl = lane_input<4>(lo, i), wh = lane_input<4>(hi, i);
+        for (int m = 0; m < MB; ++m)
+          dots[m] += wl * (int32_t)xq[m * k_pad + k + i] + wh * (int32_t)xq[m * k_pad + k + 4 + i];
+      }
+    }
+  } else {
+    for (int64_t c = 0; c < group / 4; ++c) {
+      const u16v raw = load_u(w + c * 64);
+      const int64_t k = k0 + c * 4;
+      for (int i = 0; i < 4; ++i) {
+        const i16v wi = lane_input<8>(raw, i);
+        for (int m = 0; m < MB; ++m) dots[m] += wi * (int32_t)xq[m * k_pad + k + i];
+      }
+    }
+  }
+}
+
+#if defined(HEARTH_QVNNI)
+inline __m512i bcast4(const void* p) {
+  int32_t v;
+  std::memcpy(&v, p, sizeof(v));
+  return _mm512_set1_epi32(v);
+}
+
+template <int Bits, int MB>
+inline void group_dots_vnni(const uint8_t* w, const QuantRows& xr, int64_t row0, int64_t k_pad,
+                            int64_t k0, int64_t group, i16v* dots) {
+  __m512i a[MB], b[MB];
+  for (int m = 0; m < MB; ++m) a[m] = b[m] = _mm512_setzero_si512();
+  if constexpr (Bits == 4) {
+    const __m512i mask = _mm512_set1_epi8(0x0F);
+    const int8_t* xq = xr.q.data() + row0 * k_pad + k0;
+    for (int64_t p = 0; p < group / 8; ++p) {
+      const __m512i raw = _mm512_loadu_si512(w + p * 64);
+      const __m512i lo = _mm512_and_si512(raw, mask);
+      const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), mask);
+      for (int m = 0; m < MB; ++m) {
+        a[m] = _mm512_dpbusd_epi32(a[m], lo, bcast4(xq + m * k_pad + p * 8));
+        b[m] = _mm512_dpbusd_epi32(b[m], hi, bcast4(xq + m * k_pad + p * 8 + 4));
+      }
+    }
+    for (int m = 0; m < MB; ++m) {
+      const __m512i s = _mm512_add_epi32(a[m], b[m]);
+      std::memcpy(&dots[m], &s, sizeof(s));
+    }
+  } else {
+    // vpdpbusd multiplies unsigned by signed bytes: the inputs go in as q + 128 and
+    // 128 * (the weights' sum) comes off again.
+    const __m512i ones = _mm512_set1_epi8(1);
+    __m512i wsum = _mm512_setzero_si512();
+    const uint8_t* xu = xr.u.data() + row0 * k_pad + k0;
+    for (int64_t c = 0; c < group / 4; ++c) {
+      const __m512i raw = _mm512_loadu_si512(w + c * 64);
+      wsum = _mm512_dpbusd_epi32(wsum, ones, raw);
+      for (int m = 0; m < MB; ++m) a[m] = _mm512_dpbusd_epi32(a[m], bcast4(xu + m * k_pad + c * 4), raw);
+    }
+    const __m512i bias = _mm512_slli_epi32(wsum, 7);
+    for (int m = 0; m < MB; ++m) {
+      const __m512i s = _mm512_sub_epi32(a[m], bias);
+      std::memcpy(&dots[m], &s, sizeof(s));
+    }
+  }
+}
+#endif
+
+// Integer path: the sums of one tile for MB rows starting at row0 (sums: [MB, 16]).
+template <int Bits, int MB>
+void tile_int(const uint8_t* w, const at::Half* s, const at::Half* z, const QuantRows& xr,
+              int64_t row0, const Shape& sh, float* sums) {
+  f16v acc[MB] = {};
+  i16v dots[MB];
+  const int64_t group_bytes = sh.group * kLanes * Bits / 8;
+  for (int64_t g = 0; g < sh.groups; ++g) {
+    const uint8_t* wg = w + g * group_bytes;
+#if defined(HEARTH_QVNNI)
+    group_dots_vnni<Bits, MB>(wg, xr, row0, sh.k_pad, g * sh.group, sh.group, dots);
+#else
+    group_dots_generic<Bits, MB>(wg, xr.q.data() + row0 * sh.k_pad, sh.k_pad, g * sh.group,
+                                 sh.group, dots);
+#endif
+    const f16v sv = halfs_to_float(s + g * kLanes);
+    const f16v zv = z != nullptr ? halfs_to_float(z + g * kLanes) : f16v{};
+    for (int m = 0; m < MB; ++m) {
+      const int64_t at = (row0 + m) * sh.groups + g;
+      acc[m] += __builtin_convertvector(dots[m], f16v) * (sv * xr.scale[at]);
+      if (z != nullptr) acc[m] += zv * xr.sum[at];
+    }
+  }
+  for (int m = 0; m < MB; ++m) std::memcpy(sums + m * kLanes, &acc[m], sizeof(f16v));
+}
+
+// Float path (float32 inputs, padded to k_pad): weights widened to float, float32 sums.
+template <int Bits, int MB>
+void tile_float(const uint8_t* w, const at::Half* s, const at::Half* z, const float* xf,
+                const float* xsum, const Shape& sh, float* sums) {
+  f16v acc[MB] = {};
+  const int64_t group_bytes = sh.group * kLanes * Bits / 8;
+  for (int64_t g = 0; g < sh.groups; ++g) {
+    const uint8_t* wg = w + g * group_bytes;
+    const int64_t k0 = g * sh.group;
+    f16v part[MB] = {};
+    if constexpr (Bits == 4) {
+      for (int64_t p = 0; p < sh.group / 8; ++p) {
+        const u16v raw = load_u(wg + p * 64);
+        const u16v lo = raw & 0x0F0F0F0Fu, hi = (raw >> 4) & 0x0F0F0F0Fu;
+        for (int i = 0; i < 4; ++i) {
+          const f16v wl = __builtin_convertvector(lane_input<4>(lo, i), f16v);
+          const f16v wh = __builtin_convertvector(lane_input<4>(hi, i), f16v);
+          for (int m = 0; m < MB; ++m) {
+            const float* xm = xf + m * sh.k_pad + k0 + p * 8;
+            part[m] += wl * xm[i] + wh * xm[4 + i];
+          }
+        }
+      }
+    } else {
+      for (int64_t c = 0; c < sh.group / 4; ++c) {
+        const u16v raw = load_u(wg + c * 64);
+        for (int i = 0; i < 4; ++i) {
+          const f16v wi = __builtin_convertvector(lane_input<8>(raw, i), f16v);
+          for (int m = 0; m < MB; ++m) part[m] += wi * xf[m * sh.k_pad + k0 + c * 4 + i];
+        }
+      }
+    }
+    const f16v sv = halfs_to_float(s + g * kLanes);
+    const f16v zv = z != nullptr ? halfs_to_float(z + g * kLanes) : f16v{};
+    for (int m = 0; m < MB; ++m) {
+      acc[m] += part[m] * sv;
+      if (z != nullptr) acc[m] += zv * xsum[m * sh.groups + g];
+    }
+  }
+  for (int m = 0; m < MB; ++m) std::memcpy(sums + m * kLanes, &acc[m], sizeof(f16v));
+}
+
+template <int Bits, int MB>
+void run_block(bool integer, const uint8_t* w, const at::Half* s, const at::Half* z,
+               const QuantRows& xr, const std::vector<float>& xf, const std::vector<float>& xsum,
+               int64_t row0, const Shape& sh, float* sums) {
+  if (integer) {
+    tile_int<Bits, MB>(w, s, z, xr, row0, sh, sums);
+  } else {
+    tile_float<Bits, MB>(w, s, z, xf.data() + row0 * sh.k_pad, xsum.data() + row0 * sh.groups,
+                         sh, sums);
+  }
+}
+
+template <int Bits>
+void dispatch_block(int mb, bool integer, const uint8_t* w, const at::Half* s, const at::Half* z,
+                    const QuantRows& xr, const std::vector<float>& xf,
+                    const std::vector<float>& xsum, int64_t row0, const Shape& sh, float* sums) {
+  switch (mb) {
+    case 8:
+      return run_block<Bits, 8>(integer, w, s, z, xr, xf, xsum, row0, sh, sums);
+    case 4:
+      return run_block<Bits, 4>(integer, w, s, z, xr, xf, xsum, row0, sh, sums);
+    case 2:
+      return run_block<Bits, 2>(integer, w, s, z, xr, xf, xsum, row0, sh, sums);
+    default:
+      return run_block<Bits, 1>(integer, w, s, z, xr, xf, xsum, row0, sh, sums);
+  }
+}
+
+template <typename T>
+void linear_impl(const at::Tensor& x, const at::Tensor& tiles, const at::Tensor& scales,
+                 const at::Tensor& zeros, const at::Tensor& bias, const Shape& sh,
+                 at::Tensor& out) {
+  const int64_t rows = x.numel() / sh.k;
+  const T* xs = x.data_ptr<T>();
+  const bool integer = !std::is_same<T, float>::value;
+  QuantRows xr;
+  std::vector<float> xf, xsum;
+  if (integer) {
+    xr = quantize_rows(xs, rows, sh);
+  } else {
+    xf.assign(rows * sh.k_pad, 0.0f);
+    xsum.assign(rows * sh.groups, 0.0f);
+    for (int64_t m = 0; m < rows; ++m) {
+      for (int64_t c = 0; c < sh.k; ++c) {
+        const float v = static_cast<float>(xs[m * sh.k + c]);
+        xf[m * sh.k_pad + c] = v;
+        xsum[m * sh.groups + c / sh.group] += v;
+      }
+    }
+  }
+  const uint8_t* wbase = tiles.data_ptr<uint8_t>();
+  const at::Half* sbase = scales.data_ptr<at::Half>();
+  const at::Half* zbase = zeros.defined() ? zeros.data_ptr<at::Half>() : nullptr;
+  const T* b = bias.defined() ? bias.data_ptr<T>() : nullptr;
+  T* dst = out.data_ptr<T>();
+  const int64_t scale_stride = sh.groups * kLanes;
+
+  auto run_tiles = [&](int64_t begin, int64_t end) {
+    float sums[kBlockRows * kLanes];
+    for (int64_t t = begin; t < end; ++t) {
+      const uint8_t* w = wbase + t * sh.tile_bytes;
+      const at::Half* s = sbase + t * scale_stride;
+      const at::Half* z = zbase != nullptr ? zbase + t * scale_stride : nullptr;
+      for (int64_t m0 = 0; m0 < rows;) {
+        const int64_t left = rows - m0;
+        const int mb = left >= 8 ? 8 : left >= 4 ? 4 : left >= 2 ? 2 : 1;
+        if (sh.bits == 4) {
+          dispatch_block<4>(mb, integer, w, s, z, xr, xf, xsum, m0, sh, sums);
+        } else {
+          dispatch_block<8>(mb, integer, w, s, z, xr, xf, xsum, m0, sh, sums);
+        }
+        const int64_t f1 = std::min(sh.n, (t + 1) * kLanes);
+        for (int m = 0; m < mb; ++m) {
+          for (int64_t f = t * kLanes; f < f1; ++f) {
+            float v = sums[m * kLanes + f - t * kLanes];
+            if (b != nullptr) v += static_cast<float>(b[f]);
+            dst[(m0 + m) * sh.n + f] = static_cast<T>(v);
+          }
+        }
+        m0 += mb;
+      }
+    }
+  };
+  const int64_t count = (sh.n + kLanes - 1) / kLanes;
+  if (count * sh.tile_bytes < kSerialBytes) {
+    run_tiles(0, count);
+  } else {
+    at::parallel_for(0, count, std::max<int64_t>(1, kTaskBytes / sh.tile_bytes), run_tiles);
+  }
+}
+
+// Feature f's weights (dequantized, K of them) from its tile, into dst.
+template <typename T>
+void dequant_feature(const uint8_t* w, const at::Half* s, const at::Half* z, int64_t lane,
+                     const Shape& sh, T* dst) {
+  for (int64_t g = 0; g < sh.groups; ++g) {
+    const float sv = static_cast<float>(s[g * kLanes + lane]);
+    const float zv = z != nullptr ? static_cast<float>(z[g * kLanes + lane]) : 0.0f;
+    const int64_t k1 = std::min(sh.k, (g + 1) * sh.group);
+    for (int64_t k = g * sh.group; k < k1; ++k) {
+      int q;
+      if (sh.bits == 4) {
+        const int64_t pair = k / 8, within = k % 8;
+        const uint8_t byte = w[pair * 64 + lane * 4 + within % 4];
+        q = within < 4 ? (byte & 0x0F) : (byte >> 4);
+      } else {
+        q = static_cast<int8_t>(w[(k / 4) * 64 + lane * 4 + k % 4]);
+      }
+      dst[k] = static_cast<T>(sv * static_cast<float>(q) + zv);
+    }
+  }
+}
+
+void check_tiles(const at::Tensor& tiles, const at::Tensor& scales,
+                 const c10::optional<at::Tensor>& zeros, const Shape& sh) {
+  TORCH_CHECK(sh.bits == 4 || sh.bits == 8, "quantized tiles are 4- or 8-bit, not ", sh.bits);
+  TORCH_CHECK(sh.group > 0 && sh.group % 8 == 0, "the group must be a multiple of 8");
+  TORCH_CHECK(sh.n > 0 && sh.k > 0, "the weight must have features and inputs");
+  const int64_t count = (sh.n + kLanes - 1) / kLanes;
+  TORCH_CHECK(tiles.device().is_cpu() && tiles.scalar_type() == at::kByte &&
+                  tiles.is_contiguous() && tiles.numel() == count * sh.tile_bytes,
+              "tiles must be contiguous uint8, ", count * sh.tile_bytes, " bytes for this shape");
+  TORCH_CHECK(scales.device().is_cpu() && scales.scalar_type() == at::kHalf &&
+                  scales.is_contiguous() && scales.numel() == count * sh.groups * kLanes,
+              "scales must be contiguous float16 [T, G, 16]");
+  if (zeros.has_value()) {
+    TORCH_CHECK(zeros->device().is_cpu() && zeros->scalar_type() == at::kHalf &&
+                    zeros->is_contiguous() && zeros->numel() == scales.numel(),
+                "zeros must be like the scales");
+  }
+}
+
+}  // namespace
+
+namespace hearth {
+
+at::Tensor quant_linear(const at::Tensor& x, const at::Tensor& tiles, const at::Tensor& scales,
+                        const c10::optional<at::Tensor>& zeros, int64_t out_features,
+                        int64_t group, int64_t bits, const c10::optional<at::Tensor>& bias) {
+  TORCH_CHECK(x.device().is_cpu() && x.dim() >= 1 && x.size(-1) > 0, "x must be [..., K] on the CPU");
+  const Shape sh = shape_of(out_features, x.size(-1), group, bits);
+  check_tiles(tiles, scales, zeros, sh);
+  TORCH_CHECK(x.numel() / sh.k <= kMaxRows, "quant_linear takes at most ", kMaxRows, " rows");
+  at::Tensor b;
+  if (bias.has_value()) {
+    b = bias->contiguous();
+    TORCH_CHECK(b.scalar_type() == x.scalar_type() && b.numel() == out_features,
+                "the bias must be [N] in x's dtype");
+  }
+  const at::Tensor input = x.contiguous();
+  std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end());
+  shape.back() = out_features;
+  at::Tensor out = at::empty(shape, x.options());
+  const at::Tensor z = zeros.has_value() ? *zeros : at::Tensor();
+  switch (x.scalar_type()) {
+    case at::kBFloat16:
+      linear_impl<c10::BFloat16>(input, tiles, scales, z, b, sh, out);
+      break;
+    case at::kFloat:
+      linear_impl<float>(input, tiles, scales, z, b, sh, out);
+      break;
+    default:
+      TORCH_CHECK(false, "quant_linear takes bfloat16 or float32 inputs, not ", x.scalar_type());
+  }
+  return out;
+}
+
+void quant_dequant(const at::Tensor& tiles, const at::Tensor& scales,
+                   const c10::optional<at::Tensor>& zeros, int64_t group, int64_t bits,
+                   at::Tensor& out) {
+  TORCH_CHECK(out.dim() == 2 && out.is_contiguous(), "out must be a contiguous [N, K]");
+  const Shape sh = shape_of(out.size(0), out.size(1), group, bits);
+  check_tiles(tiles, scales, zeros, sh);
+  const uint8_t* w = tiles.data_ptr<uint8_t>();
+  const at::Half* s = scales.data_ptr<at::Half>();
+  const at::Half* z = zeros.has_value() ? zeros->data_ptr<at::Half>() : nullptr;
+  const int64_t scale_stride = sh.groups * kLanes;
+  auto run = [&](auto* dst) {
+    at::parallel_for(0, sh.n, 16, [&](int64_t begin, int64_t end) {
+      for (int64_t f = begin; f < end; ++f) {
+        const int64_t t = f / kLanes;
+        dequant_feature(w + t * sh.tile_bytes, s + t * scale_stride,
+                        z != nullptr ? z + t * scale_stride : nullptr, f % kLanes, sh,
+                        dst + f * sh.k);
+      }
+    });
+  };
+  switch (out.scalar_type()) {
+    case at::kBFloat16:
+      run(out.data_ptr<c10::BFloat16>());
+      break;
+    case at::kFloat:
+      run(out.data_ptr<float>());
+      break;
+    default:
+      TORCH_CHECK(false, "quant_dequant writes bfloat16 or float32, not ", out.scalar_type());
+  }
+}
+
+at::Tensor quant_rows(const at::Tensor& tiles, const at::Tensor& scales,
+                      const c10::optional<at::Tensor>& zeros, const at::Tensor& ids,
+                      int64_t out_features, int64_t in_features, int64_t group, int64_t bits,
+                      at::ScalarType dtype) {
+  const Shape sh = shape_of(out_features, in_features, group, bits);
+  check_tiles(tiles, scales, zeros, sh);
+  TORCH_CHECK(ids.scalar_type() == at::kLong, "ids must be int64");
+  const at::Tensor flat = ids.contiguous().view(-1);
+  const int64_t* id = flat.data_ptr<int64_t>();
+  for (int64_t i = 0; i < flat.numel(); ++i)
+    TORCH_CHECK(id[i] >= 0 && id[i] < out_features, "row id ", id[i], " is out of range");
+  std::vector<int64_t> shape(ids.sizes().begin(), ids.sizes().end());
+  shape.push_back(in_features);
+  at::Tensor out = at::empty(shape, tiles.options().dtype(dtype));
+  const uint8_t* w = tiles.data_ptr<uint8_t>();
+  const at::Half* s = scales.data_ptr<at::Half>();
+  const at::Half* z = zeros.has_value() ? zeros->data_ptr<at::Half>() : nullptr;
+  const int64_t scale_stride = sh.groups * kLanes;
+  auto run = [&](auto* dst) {
+    at::parallel_for(0, flat.numel(), 64, [&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) {
+        const int64_t f = id[i], t = f / kLanes;
+        dequant_feature(w + t * sh.tile_bytes, s + t * scale_stride,
+                        z != nullptr ? z + t * scale_stride : nullptr, f % kLanes, sh,
+                        dst + i * in_features);
+      }
+    });
+  };
+  switch (dtype) {
+    case at::kBFloat16:
+      run(out.data_ptr<c10::BFloat16>());
+      break;
+    case at::kFloat:
+      run(out.data_ptr<float>());
+      break;
+    default:
+      TORCH_CHECK(false, "quant_rows writes bfloat16 or float32");
+  }
+  return out;
+}
+
+}  // namespace hearth

@@ -1,0 +1,26 @@
+// Hearth's quantized linears (quant_linear.cpp): weights kept as 4- or 8-bit tiles of 16
+// output features with float16 scales (and zeros) per group; see that file's header.
+#pragma once
+
+#include <ATen/ATen.h>
+
+namespace hearth {
+
+// y = x W^T (+ bias) for x [..., K] (bfloat16 or float32) with at most 16 rows, where
+// W[f, k] = scales[f, k / group] * q[f, k] (+ zeros[f, k / group]).
+at::Tensor quant_linear(const at::Tensor& x, const at::Tensor& tiles, const at::Tensor& scales,
+                        const c10::optional<at::Tensor>& zeros, int64_t out_features,
+                        int64_t group, int64_t bits, const c10::optional<at::Tensor>& bias);
+
+// W into out [N, K] (bfloat16 or float32): a prefill chunk's GEMM reads it.
+void quant_dequant(const at::Tensor& tiles, const at::Tensor& scales,
+                   const c10::optional<at::Tensor>& zeros, int64_t group, int64_t bits,
+                   at::Tensor& out);
+
+// Rows ids of W (an embedding lookup): [*ids.shape, K] in dtype.
+at::Tensor quant_rows(const at::Tensor& tiles, const at::Tensor& scales,
+                      const c10::optional<at::Tensor>& zeros, const at::Tensor& ids,
+                      int64_t out_features, int64_t in_features, int64_t group, int64_t bits,
+                      at::ScalarType dtype);
+
+}  // namespace hearth

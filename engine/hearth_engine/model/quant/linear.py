@@ -1,0 +1,183 @@
+"""Linears and embeddings whose weights stay 4- or 8-bit (``tiles.QuantWeight``).
+
+One copy of the weights serves both phases (``kernels/quant_linear.cpp``):
+
+* **decode** (at most ``DECODE_ROWS`` rows): ``quant_linear`` reads the packed tiles;
+  bfloat16 rows are quantized per group to int8 and multiplied with AVX-512 VNNI integer
+  dots (llama.cpp's scheme), float32 rows take the exact float path;
+* **prefill** (more rows): the matrix is dequantized into a scratch buffer (one per
+  thread, reused, the size of the largest matrix) and multiplied by one GEMM (oneDNN,
+  AMX where the CPU has it). Measured against torch's ``_weight_int4pack_mm_for_cpu``,
+  which multiplies the packed weights directly: see ``scripts/bench quant --kernels``.
+
+Several matrices that read the same input (q/k/v, gate/up) are one ``QuantLinear`` of
+several parts: one call each, their outputs side by side. Parts of the same form whose
+features fill whole tiles are joined into one part (one kernel call).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+
+import torch
+
+from .. import native
+from .tiles import LANES, QuantWeight, dequantize, pack
+
+DECODE_ROWS = 16  # quant_linear's limit: decode steps of up to 16 rows
+INT4_GROUP = 32  # --quantize int4: the group size (as Q4_K's sub-blocks)
+
+_SCRATCH = threading.local()
+
+
+class QuantKernelsMissingError(RuntimeError):
+    """Quantized weights need Hearth's native kernels, and they are not loaded."""
+
+
+def kernels() -> object:
+    module = native.load() if native.enabled() else None
+    if module is None or not hasattr(module, "quant_linear"):
+        reason = native.error() or "turned off (HEARTH_NATIVE=0)"
+        raise QuantKernelsMissingError(f"quantized weights need Hearth's native kernels ({reason})")
+    return module
+
+
+def _scratch(numel: int, dtype: torch.dtype) -> torch.Tensor:
+    """A reused buffer of at least ``numel`` elements of ``dtype`` for this thread."""
+    key = f"buf_{str(dtype).removeprefix('torch.')}"
+    buf = getattr(_SCRATCH, key, None)
+    if buf is None or buf.numel() < numel:
+        buf = torch.empty(numel, dtype=dtype)
+        setattr(_SCRATCH, key, buf)
+    return buf[:numel]
+
+
+def dense(w: QuantWeight, dtype: torch.dtype, out: torch.Tensor | None = None) -> torch.Tensor:
+    """``W [N, K]`` in ``dtype`` through the native kernel (into ``out`` if given)."""
+    if out is None:
+        out = torch.empty(w.out_features, w.in_features, dtype=dtype)
+    kernels().quant_dequant(w.tiles, w.scales, w.zeros, w.group, w.bits, out)
+    return out
+
+
+def join(parts: Sequence[QuantWeight]) -> list[QuantWeight]:
+    """Adjacent parts of one form whose features fill whole tiles, joined into one."""
+    out: list[QuantWeight] = []
+    for part in parts:
+        last = out[-1] if out else None
+        same = (
+            last is not None
+            and last.out_features % LANES == 0
+            and (last.bits, last.group, last.in_features)
+            == (part.bits, part.group, part.in_features)
+            and (last.zeros is None) == (part.zeros is None)
+        )
+        if not same:
+            out.append(part)
+            continue
+        assert last is not None
+        out[-1] = QuantWeight(
+            torch.cat([last.tiles, part.tiles]),
+            torch.cat([last.scales, part.scales]),
+            None if last.zeros is None else torch.cat([last.zeros, part.zeros]),  # type: ignore[list-item]
+            last.out_features + part.out_features,
+            last.in_features,
+            last.group,
+            last.bits,
+        )
+    return out
+
+
+class QuantLinear:
+    """``y = x @ W.T + b`` for a ``W`` kept as one or more ``QuantWeight`` parts."""
+
+    def __init__(self, parts: Sequence[QuantWeight], bias: torch.Tensor | None) -> None:
+        self.parts = join(parts)
+        self.in_features = self.parts[0].in_features
+        if any(p.in_features != self.in_features for p in self.parts):
+            raise ValueError("the parts of a quantized linear must read the same input")
+        self.out_features = sum(p.out_features for p in self.parts)
+        self.bias = bias
+        self.kind = "+".join(dict.fromkeys(p.kind for p in self.parts))
+        self.tiles = None  # no bfloat16 decode tiles: the packed weights are the tiles
+        self.nbytes = sum(p.nbytes for p in self.parts)
+        self._kernels = kernels()
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        rows = x.numel() // self.in_features
+        outs = [self._part(p, x, rows) for p in self.parts]
+        out = outs[0] if len(outs) == 1 else torch.cat(outs, dim=-1)
+        return out if self.bias is None else out + self.bias.to(out.dtype)
+
+    def _part(self, w: QuantWeight, x: torch.Tensor, rows: int) -> torch.Tensor:
+        if rows <= DECODE_ROWS and x.dtype in (torch.bfloat16, torch.float32):
+            return self._kernels.quant_linear(  # type: ignore[attr-defined]
+                x, w.tiles, w.scales, w.zeros, w.out_features, w.group, w.bits
+            )
+        matrix = _scratch(w.out_features * w.in_features, x.dtype)
+        weight = dense(w, x.dtype, matrix.view(w.out_features, w.in_features))
+        return torch.nn.functional.linear(x, weight)
+
+
+class QuantEmbedding(torch.nn.Module):
+    """An embedding lookup from a quantized matrix (rows dequantized on demand)."""
+
+    def __init__(self, weight: QuantWeight, dtype: torch.dtype) -> None:
+        super().__init__()
+        self.qweight = weight
+        self.dtype = dtype
+        self.num_embeddings = weight.out_features
+        self.embedding_dim = weight.in_features
+        # No float matrix: an empty one says the dtype and device to code that asks.
+        self.register_buffer("weight", torch.empty(0, dtype=dtype), persistent=False)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        w = self.qweight
+        return kernels().quant_rows(  # type: ignore[attr-defined]
+            w.tiles,
+            w.scales,
+            w.zeros,
+            ids,
+            w.out_features,
+            w.in_features,
+            w.group,
+            w.bits,
+            self.dtype,
+        )
+
+
+def quantize_int4(weight: torch.Tensor, group: int = INT4_GROUP) -> QuantWeight:
+    """Asymmetric group-wise int4 of a float ``weight [N, K]``: per group of ``group``
+    inputs, ``scale = (max - min) / 15`` and ``zero = min`` (a partial last group too)."""
+    n, k = weight.shape
+    groups = -(-k // group)
+    w = torch.zeros(n, groups * group)
+    w[:, :k] = weight.float()
+    blocks = w.view(n, groups, group)
+    if k % group:  # the padding must not widen the last group's range
+        last = weight.float()[:, (groups - 1) * group :]
+        blocks[:, -1, k % group :] = last[:, :1]
+    low, high = blocks.amin(dim=2), blocks.amax(dim=2)
+    scale = ((high - low) / 15).clamp(min=1e-8)
+    scale16 = scale.to(torch.float16).float()  # the stored scale decides the codes
+    q = torch.round((blocks - low[..., None]) / scale16[..., None]).clamp_(0, 15)
+    codes = q.view(n, -1)[:, :k].to(torch.int16)
+    return pack(codes, scale16, low, group, 4)
+
+
+def quantize_int8_groups(weight: torch.Tensor, group: int = INT4_GROUP) -> QuantWeight:
+    """Symmetric group-wise int8 of a float ``weight [N, K]`` (``scale = max|w| / 127``)."""
+    n, k = weight.shape
+    groups = -(-k // group)
+    w = torch.zeros(n, groups * group)
+    w[:, :k] = weight.float()
+    blocks = w.view(n, groups, group)
+    scale = (blocks.abs().amax(dim=2) / 127).clamp(min=1e-8).to(torch.float16).float()
+    q = torch.round(blocks / scale[..., None]).clamp_(-127, 127)
+    return pack(q.view(n, -1)[:, :k].to(torch.int16), scale, None, group, 8)
+
+
+def reference(w: QuantWeight) -> torch.Tensor:
+    """The float32 matrix the kernels stand for (tests, benchmarks)."""
+    return dequantize(w)

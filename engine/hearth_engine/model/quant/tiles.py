@@ -1,0 +1,170 @@
+"""Group-quantized weights in Hearth's tile layout (``kernels/quant_linear.cpp``).
+
+A ``QuantWeight`` is one matrix ``W [N, K]`` stored once, as the kernels read it:
+
+* ``W[f, k] = scales[f, g] * q[f, k] + zeros[f, g]`` with ``g = k // group``;
+* 4-bit: ``q`` in 0..15 (unsigned, asymmetric: the zero term carries the offset);
+  8-bit: ``q`` in -128..127 (signed; ``zeros`` optional);
+* tiles of 16 output features, K padded with zero weights to a multiple of ``group``
+  (a partial last group stays exact), scales and zeros float16 ``[T, G, 16]``.
+
+``pack`` builds one from integer codes; ``dequantize`` and ``emulate`` are the pure torch
+references the tests hold the kernels to.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+LANES = 16
+BITS = (4, 8)
+
+
+@dataclass(frozen=True)
+class QuantWeight:
+    """One quantized matrix in tile layout (see the module docstring)."""
+
+    tiles: torch.Tensor  # uint8, [T * tile_bytes]
+    scales: torch.Tensor  # float16, [T, G, 16]
+    zeros: torch.Tensor | None  # float16, [T, G, 16] or None
+    out_features: int
+    in_features: int
+    group: int
+    bits: int
+
+    @property
+    def groups(self) -> int:
+        return -(-self.in_features // self.group)
+
+    @property
+    def nbytes(self) -> int:
+        extra = 0 if self.zeros is None else self.zeros.numel() * 2
+        return self.tiles.numel() + self.scales.numel() * 2 + extra
+
+    @property
+    def kind(self) -> str:
+        """``int4-g32``, ``int8-g16``...: what ``/v1/stats`` says about a linear."""
+        return f"int{self.bits}-g{self.group}"
+
+
+def check_codes(q: torch.Tensor, bits: int) -> None:
+    if bits not in BITS:
+        raise ValueError(f"quantized weights are 4- or 8-bit, not {bits}")
+    low, high = (0, 15) if bits == 4 else (-128, 127)
+    if q.numel() and (int(q.min()) < low or int(q.max()) > high):
+        raise ValueError(f"{bits}-bit codes must lie in {low}..{high}")
+
+
+def pack(
+    q: torch.Tensor,
+    scales: torch.Tensor,
+    zeros: torch.Tensor | None,
+    group: int,
+    bits: int,
+) -> QuantWeight:
+    """Tiles from codes ``q [N, K]`` and per-group ``scales``/``zeros`` ``[N, ceil(K/group)]``."""
+    if group <= 0 or group % 8:
+        raise ValueError(f"the group must be a positive multiple of 8, not {group}")
+    check_codes(q, bits)
+    n, k = q.shape
+    groups = -(-k // group)
+    if scales.shape != (n, groups) or (zeros is not None and zeros.shape != (n, groups)):
+        raise ValueError(f"scales and zeros must be [{n}, {groups}] for this weight")
+    t = -(-n // LANES)
+    k_pad = groups * group
+    codes = torch.zeros(t * LANES, k_pad, dtype=torch.int16)
+    codes[:n, :k] = q.to(torch.int16)
+    if bits == 8:
+        # [T, 16, K/4, 4] -> [T, K/4, 16, 4]: one step is 16 features x 4 inputs.
+        steps = codes.view(t, LANES, k_pad // 4, 4).permute(0, 2, 1, 3)
+        tiles = steps.to(torch.int8).contiguous().view(torch.uint8).reshape(-1)
+    else:
+        # Two steps per 64 bytes: [T, 16, K/8, 2, 4] -> [T, K/8, 16, 2, 4], even low.
+        pairs = codes.view(t, LANES, k_pad // 8, 2, 4).permute(0, 2, 1, 3, 4)
+        packed = pairs[..., 0, :] | (pairs[..., 1, :] << 4)
+        tiles = packed.to(torch.uint8).contiguous().reshape(-1)
+
+    def layout(v: torch.Tensor) -> torch.Tensor:
+        out = torch.zeros(t * LANES, groups, dtype=torch.float16)
+        out[:n] = v.to(torch.float16)
+        return out.view(t, LANES, groups).transpose(1, 2).contiguous()
+
+    return QuantWeight(
+        tiles,
+        layout(scales),
+        None if zeros is None else layout(zeros),
+        n,
+        k,
+        group,
+        bits,
+    )
+
+
+def codes(w: QuantWeight) -> torch.Tensor:
+    """The integer codes ``q [N, K]`` back out of the tiles (int16)."""
+    t = -(-w.out_features // LANES)
+    k_pad = w.groups * w.group
+    if w.bits == 8:
+        steps = w.tiles.view(torch.int8).view(t, k_pad // 4, LANES, 4).permute(0, 2, 1, 3)
+        full = steps.reshape(t * LANES, k_pad).to(torch.int16)
+    else:
+        raw = w.tiles.view(t, k_pad // 8, LANES, 4).to(torch.int16)
+        pairs = torch.stack([raw & 0x0F, raw >> 4], dim=3)  # [T, K/8, 16, 2, 4]
+        full = pairs.permute(0, 2, 1, 3, 4).reshape(t * LANES, k_pad)
+    return full[: w.out_features, : w.in_features]
+
+
+def group_params(w: QuantWeight) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Scales and zeros as ``[N, G]`` float32."""
+
+    def flat(v: torch.Tensor) -> torch.Tensor:
+        return v.transpose(1, 2).reshape(-1, w.groups)[: w.out_features].float()
+
+    return flat(w.scales), None if w.zeros is None else flat(w.zeros)
+
+
+def dequantize(w: QuantWeight, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """``W [N, K]`` in float32 arithmetic, then ``dtype``: the reference for every kernel."""
+    s, z = group_params(w)
+    expand = lambda v: v.repeat_interleave(w.group, dim=1)[:, : w.in_features]  # noqa: E731
+    full = codes(w).float() * expand(s)
+    if z is not None:
+        full = full + expand(z)
+    return full.to(dtype)
+
+
+def quantize_activations(
+    x: torch.Tensor, group: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """What the integer kernels do to bfloat16 rows: per group, ``scale = max|x| / 127`` and
+    ``q = round(x * (127 / max|x|))``; returns ``(q [M, K_pad], scale [M, G], sum [M, G])``."""
+    m, k = x.shape
+    groups = -(-k // group)
+    xf = torch.zeros(m, groups * group)
+    xf[:, :k] = x.float()
+    blocks = xf.view(m, groups, group)
+    amax = blocks.abs().amax(dim=2)
+    inv = torch.where(amax > 0, 127.0 / amax, torch.zeros_like(amax))
+    q = torch.round(blocks * inv[..., None]).clamp_(-127, 127)
+    return q.view(m, -1), amax / 127.0, blocks.sum(dim=2)
+
+
+def emulate(w: QuantWeight, x: torch.Tensor) -> torch.Tensor:
+    """The integer path's result for bfloat16 rows ``x [M, K]`` in float32: activations
+    quantized as the kernel does, exact integer dots, float32 scales."""
+    xq, xs, xsum = quantize_activations(x, w.group)
+    k_pad = w.groups * w.group
+    q = torch.zeros(w.out_features, k_pad)
+    q[:, : w.in_features] = codes(w).float()
+    dots = torch.einsum(
+        "mgk,ngk->mng",
+        xq.view(len(x), w.groups, w.group).double(),
+        q.view(-1, w.groups, w.group).double(),
+    )
+    s, z = group_params(w)
+    out = (dots * (s[None] * xs[:, None, :]).double()).sum(dim=2)
+    if z is not None:
+        out = out + (z[None].double() * xsum[:, None, :].double()).sum(dim=2)
+    return out.float()

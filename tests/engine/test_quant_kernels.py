@@ -1,0 +1,169 @@
+"""Quantized linears (kernels/quant_linear.cpp, model/quant/): weights that stay 4- or
+8-bit, held to a dequantized reference.
+
+For every GGUF block type Hearth keeps packed (``ggml_blocks.BLOCK_TYPES``): the file's
+bytes become codes and scales whose dequantized matrix equals gguf-py's own dequantizer
+(exactly where the scale is a float16 of the file; within float16 rounding where it is
+a product); then the kernel over that form, at odd widths with a partial last group,
+batch 1 and 16:
+
+* float32 rows: the exact path, to float32 rounding of the reference;
+* bfloat16 rows: the integer path equals ``tiles.emulate`` (its activation rounding
+  written in torch) to one bfloat16 rounding, and stays within the measured bound of
+  the float reference;
+* prefill-sized calls (dequantize, then one GEMM) and the embedding's row lookup equal
+  the reference.
+
+A corrupt or truncated tensor is refused in one line.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, dequantize
+
+from hearth_engine.model import native
+from hearth_engine.model.quant import tiles
+from hearth_engine.model.quant.ggml_blocks import BLOCK_TYPES, BlockError, to_quant_weight
+from hearth_engine.model.quant.linear import (
+    QuantEmbedding,
+    QuantLinear,
+    quantize_int4,
+    quantize_int8_groups,
+)
+
+# Byte offsets of each block type's float16 scale fields (random bytes elsewhere).
+SCALE_FIELDS = {
+    "Q4_0": [0],
+    "Q4_1": [0, 2],
+    "Q4_K": [0, 2],
+    "Q5_K": [0, 2],
+    "Q6_K": [208],
+    "Q8_0": [0],
+}
+# The integer path's error against the float reference, relative to the largest output,
+# for rows of 64 inputs and more: int8 activations per group (llama.cpp's q8 scheme) and
+# one bfloat16 rounding. Measured at most 0.9%; a wrong code or scale costs tens of
+# percent. (Each output is also held to its own analytic bound.)
+INT_PATH_BOUND = 0.02
+
+
+@pytest.fixture(scope="module")
+def kernels() -> object:
+    module = native.load()
+    assert module is not None, f"the native kernels did not build: {native.error()}"
+    return module
+
+
+def random_blocks(type_name: str, rows: int, cols: int, seed: int) -> np.ndarray:
+    """A tensor of random blocks whose scales are small positive float16 numbers."""
+    rng = np.random.default_rng(seed)
+    block, nbytes = GGML_QUANT_SIZES[GGMLQuantizationType[type_name]]
+    raw = rng.integers(0, 256, (rows * cols // block, nbytes), dtype=np.uint8)
+    for offset in SCALE_FIELDS[type_name]:
+        scale = (rng.random((len(raw), 1)) * 0.01 + 0.001).astype(np.float16)
+        raw[:, offset : offset + 2] = scale.view(np.uint8)
+    return raw.reshape(rows, -1)
+
+
+@pytest.mark.parametrize("type_name", sorted(BLOCK_TYPES))
+def test_blocks_map_onto_the_files_own_values(type_name: str) -> None:
+    raw = random_blocks(type_name, 6, 512, seed=1)
+    expected = dequantize(raw, GGMLQuantizationType[type_name]).reshape(6, 512)
+    ours = tiles.dequantize(to_quant_weight(raw, type_name, 6, 512)).numpy()
+    error = np.abs(ours - expected).max() / np.abs(expected).max()
+    # Exact where the file's scale is itself a float16; else the product rounds once.
+    assert error <= (0.0 if type_name in ("Q4_0", "Q4_1", "Q8_0") else 2**-10)
+
+
+def _forms(seed: int, n: int, k: int) -> list[tiles.QuantWeight]:
+    """Each form at ``n x k``: int4 with zeros, int8 with and without, group 16 and 32."""
+    g = torch.Generator().manual_seed(seed)
+    w = torch.randn(n, k, generator=g) * 0.05
+    int8 = quantize_int8_groups(w)
+    zeros = torch.randn(n, -(-k // 16), generator=g) * 0.01
+    codes = torch.randint(-128, 128, (n, k), generator=g)
+    scales = torch.rand(n, -(-k // 16), generator=g) * 0.002
+    return [quantize_int4(w), int8, tiles.pack(codes, scales, zeros, 16, 8)]
+
+
+@pytest.mark.parametrize(("n", "k"), [(33, 100), (16, 64), (70, 1000), (5, 8)])
+@pytest.mark.parametrize("rows", [1, 16])
+def test_decode_rows_equal_the_dequantized_reference(
+    kernels: object, n: int, k: int, rows: int
+) -> None:
+    torch.manual_seed(n * k + rows)
+    for w in _forms(n * k + rows, n, k):
+        assert tiles.codes(w).shape == (n, k)
+        ref = tiles.dequantize(w)
+        x = torch.randn(rows, k)
+        exact = QuantLinear([w], None)(x)
+        assert (exact - x @ ref.T).abs().max() <= 1e-5 * max(1.0, float((x @ ref.T).abs().max()))
+        xb = x.bfloat16()
+        out = QuantLinear([w], None)(xb).float()
+        emulated = tiles.emulate(w, xb)
+        # One bfloat16 rounding of the output, float32 sums over the groups, and an input
+        # rounded to the neighbouring step now and then (ties; 0.2% of outputs).
+        _, x_scales, _ = tiles.quantize_activations(xb, w.group)
+        step = 2 * float(x_scales.max()) * float(ref.abs().max())
+        slack = 2**-8 * emulated.abs() + 1e-4 * float(emulated.abs().max()) + step
+        assert ((out - emulated).abs() <= slack).all()
+        assert (out - emulated).abs().mean() <= 2**-7 * emulated.abs().mean()
+        float_ref = xb.float() @ ref.T
+        # Each input moves by at most half its group's step: the error is bounded by
+        # |W| times those half steps, plus the output's bfloat16 rounding.
+        half_steps = x_scales.repeat_interleave(w.group, dim=1)[:, :k] / 2
+        bound = half_steps @ ref.abs().T + 2**-8 * (float_ref.abs() + out.abs()) + 1e-5
+        assert ((out - float_ref).abs() <= bound).all()
+        assert (out - float_ref).abs().max() <= INT_PATH_BOUND * float_ref.abs().max() or k < 64
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_prefill_rows_and_embedding_rows_equal_the_reference(
+    kernels: object, dtype: torch.dtype
+) -> None:
+    w = tiles.pack(
+        torch.randint(0, 16, (40, 72)), torch.rand(40, 3) * 0.01, torch.randn(40, 3) * 0.01, 32, 4
+    )
+    ref = tiles.dequantize(w)
+    x = torch.randn(3, 20, 72).to(dtype)  # 60 rows: one dequantized GEMM
+    bias = torch.randn(40).to(dtype)
+    out = QuantLinear([w], bias)(x)
+    expected = torch.nn.functional.linear(x, ref.to(dtype), bias)
+    assert torch.allclose(out.float(), expected.float(), rtol=1e-2, atol=1e-2)
+    ids = torch.tensor([[0, 39, 7], [16, 15, 3]])
+    assert torch.equal(QuantEmbedding(w, dtype)(ids), ref.to(dtype)[ids])
+
+
+def test_parts_of_one_form_join_and_others_stay_apart(kernels: object) -> None:
+    q, k, v = (quantize_int4(torch.randn(n, 64)) for n in (32, 16, 16))
+    odd = quantize_int8_groups(torch.randn(16, 64))
+    joined = QuantLinear([q, k, v], None)
+    assert len(joined.parts) == 1 and joined.out_features == 64
+    mixed = QuantLinear([q, odd], None)
+    assert len(mixed.parts) == 2 and mixed.kind == "int4-g32+int8-g32"
+    x = torch.randn(1, 64)
+    ref = torch.cat([tiles.dequantize(q), tiles.dequantize(odd)])
+    assert torch.allclose(mixed(x), x @ ref.T, atol=1e-5)
+
+
+@pytest.mark.parametrize("type_name", ["Q4_K", "Q8_0", "Q6_K"])
+def test_a_truncated_or_corrupt_tensor_is_refused_in_one_line(type_name: str) -> None:
+    raw = random_blocks(type_name, 4, 256, seed=3)
+    with pytest.raises(BlockError) as truncated:
+        to_quant_weight(raw.reshape(-1)[:-5], type_name, 4, 256)
+    assert "\n" not in str(truncated.value) and "needs" in str(truncated.value)
+    corrupt = raw.copy()
+    offset = SCALE_FIELDS[type_name][0]
+    corrupt[0, offset : offset + 2] = np.array([np.inf], dtype=np.float16).view(np.uint8)
+    with pytest.raises(BlockError) as bad:
+        to_quant_weight(corrupt, type_name, 4, 256)
+    assert "\n" not in str(bad.value) and "not finite" in str(bad.value)
+
+
+def test_the_kernel_refuses_tiles_of_another_shape(kernels: object) -> None:
+    w = quantize_int4(torch.randn(32, 64))
+    with pytest.raises(RuntimeError, match="tiles must be"):
+        kernels.quant_linear(torch.randn(1, 96), w.tiles, w.scales, w.zeros, 32, 32, 4)  # type: ignore[attr-defined]
