@@ -144,7 +144,9 @@ async def test_rename_is_primed_before_the_next_request(
     hass: HomeAssistant, llama_entry: MockConfigEntry, llama_cpp: LlamaServer
 ) -> None:
     """After a rename, the debounced priming request puts the new house in llama.cpp's
-    cache: the first request after it sends the new prefix and reuses most of it."""
+    cache (the pinned house's bytes and a closing message with the change,
+    house_delta.py): the first request after it sends the new prefix and reuses most
+    of it."""
     agent = llama_entry.runtime_data.prefixes.agent(next(iter(llama_entry.subentries)))
     assert agent is not None and agent.pinned is not None
     before = agent.pinned.digest
@@ -155,13 +157,15 @@ async def test_rename_is_primed_before_the_next_request(
     async_fire_time_changed(hass, dt_util.utcnow() + timedelta(seconds=5))  # the debounce
     await hass.async_block_till_done(wait_background_tasks=True)
     assert agent.pinned.digest != before
-    assert "Cooker Light" in agent.pinned.system
+    assert "Kitchen Light was renamed to Cooker Light." in agent.pinned.tail
+    assert agent.pinned.messages[:-1] == agent.base.messages  # type: ignore[union-attr]
     # The priming request prefilled the changed part of the house on the server.
     assert llama_cpp.metrics()["llamacpp:prompt_tokens_total"] > prompt_before
 
     with ChatSpy() as spy:
         await converse(hass, "Turn on the cooker light")
-    assert spy.bodies[0]["messages"][0] == agent.pinned.messages[0]  # the new house
+    sent = spy.bodies[0]["messages"]
+    assert sent[: len(agent.pinned.messages)] == agent.pinned.messages  # the new house
     first = hearth_traces()[-1]["requests"][0]
     assert _reuse(first) >= REUSE_GOAL, first
 
