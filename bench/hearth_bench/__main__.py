@@ -1,5 +1,5 @@
 """``scripts/bench MODE ...``: ttft, concurrency, household, fuzz, load, faults, decode,
-agreement, models, accuracy, compile."""
+agreement, models, accuracy, compile, quant."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ MODES = {
     "models": "hearth_bench.models",
     "accuracy": "hearth_bench.accuracy",
     "compile": "hearth_bench.compile_step",
+    "quant": "hearth_bench.quant",
 }
 
 
