@@ -100,6 +100,17 @@ def _source_folder(shape: str, work: Path) -> Path:
     return out
 
 
+def converter_env(work: Path) -> dict[str, str]:
+    """The converter's environment. Its Llama path imports ``sentencepiece`` before it
+    looks for a ``tokenizer.model`` (these folders have a ``tokenizer.json`` only, and
+    fall through to it); a stand-in module that is never called saves installing it."""
+    stub = work / "stubs"
+    stub.mkdir(exist_ok=True)
+    (stub / "sentencepiece.py").write_text("class SentencePieceProcessor:\n    pass\n")
+    path = os.pathsep.join(filter(None, [str(stub), os.environ.get("PYTHONPATH")]))
+    return {**os.environ, "PYTHONPATH": path, "HF_HUB_OFFLINE": "1"}
+
+
 def make_gguf(shape: str, fmt: str, log: Any = print) -> Path:
     """The cached ``shape`` GGUF in ``fmt``, made once with llama.cpp's tools."""
     if shape not in SHAPES or fmt not in FORMATS:
@@ -119,7 +130,7 @@ def make_gguf(shape: str, fmt: str, log: Any = print) -> Path:
             subprocess.run(
                 [sys.executable, str(convert), str(source), "--outtype", "f16",
                  "--outfile", str(partial)],
-                check=True, capture_output=True,
+                check=True, capture_output=True, env=converter_env(work),
             )  # fmt: skip
             shutil.rmtree(work / shape, ignore_errors=True)
             partial.replace(f16)

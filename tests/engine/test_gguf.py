@@ -76,6 +76,8 @@ def test_the_converted_folder_holds_the_files_weights_exactly(
         "architecture": "llama",
         "tools": True,
         "chat_template": True,  # the file has its own (else only --chat-template serves it)
+        "quantized": False,  # no quantized matrices: nothing to keep packed
+        "packed": {},
     }
     converted = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
     assert json.loads((folder / "config.json").read_text())["dtype"] == "float32"
