@@ -1,6 +1,6 @@
 """The GGUF files users have, made here with llama.cpp's own tools, cached.
 
-``scripts/setup --for test`` builds ``llama-quantize`` from the same llama.cpp sdist as
+``scripts/setup --for bench`` builds ``llama-quantize`` from the same llama.cpp sdist as
 ``llama-server`` and copies its ``convert_hf_to_gguf.py`` (with ``conversion/`` and
 ``gguf-py/``) beside it: ``$HEARTH_CACHE/llama.cpp/<version>-<key>-tools``
 (``tools_dir``; the key is ``llama_server.build_key``). This module turns a Hugging Face
@@ -47,7 +47,7 @@ SHAPES: dict[str, dict[str, Any]] = {
 
 
 class ToolsMissingError(RuntimeError):
-    """llama.cpp's converter or quantizer is not built (run ``scripts/setup --for test``)."""
+    """llama.cpp's converter or quantizer is not built (run ``scripts/setup --for bench``)."""
 
 
 def tools_dir(version: str | None = None) -> Path:
@@ -62,7 +62,7 @@ def tools() -> tuple[Path, Path]:
     if not convert.is_file() or not os.access(quantize, os.X_OK):
         raise ToolsMissingError(
             f"llama.cpp's converter and quantizer are not built ({base}): "
-            "run scripts/setup --for test"
+            "run scripts/setup --for bench"
         )
     return convert, quantize
 
