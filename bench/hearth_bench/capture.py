@@ -444,12 +444,17 @@ def _sample(turn: Turn, agents: list[Agent], iteration: int, record: Recorded) -
     body = dict(record.body)
     messages = body.pop("messages")
     tools = body.pop("tools", [])
-    for agent in agents:
-        for index, prefix in enumerate(agent.prefixes):
-            n = len(prefix.messages)
-            if messages[:n] == prefix.messages and tools == prefix.tools:
-                rest = messages[n:]
-                return Sample(turn.role, agent.key, index, turn.turn, iteration, rest, body)
+    # The longest pinned prefix the request starts with: a re-pin after a rename keeps the
+    # earlier pin's messages and adds one (house_delta.py), so both match.
+    matches = [
+        (len(prefix.messages), agent.key, index)
+        for agent in agents
+        for index, prefix in enumerate(agent.prefixes)
+        if messages[: len(prefix.messages)] == prefix.messages and tools == prefix.tools
+    ]
+    if matches:
+        n, key, index = max(matches)
+        return Sample(turn.role, key, index, turn.turn, iteration, messages[n:], body)
     raise RuntimeError(
         f"a {turn.role} request (turn {turn.turn}) does not start with any pinned prefix of"
         f" {agents[0].entity_id}: the plugin sent a prompt that its pin cannot serve"

@@ -63,7 +63,14 @@ def test_the_committed_fixture_is_consistent() -> None:
     }
     for agent in fixture.agents.values():
         assert len(agent.prefixes) == 3
-        assert len({p.messages[0]["content"] for p in agent.prefixes}) == 3
+        # Each rename is re-pinned as the pinned house's messages plus one closing
+        # message that tells the changes so far (house_delta.py).
+        first, *renamed = agent.prefixes
+        assert len({str(p.messages) for p in agent.prefixes}) == 3
+        for count, prefix in enumerate(renamed, start=1):
+            assert prefix.messages[:-1] == first.messages
+            assert prefix.messages[-1]["role"] == "system"
+            assert prefix.messages[-1]["content"].count(" was renamed to ") == count
     roles = {s.role for s in fixture.samples}
     assert roles == set(ROLES)
     contexts = {  # the turn's context message (after the request's nearest example)
