@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 from unittest.mock import patch
 
+from aiohttp import web
 from homeassistant.components import conversation
 from homeassistant.components.conversation import trace as conversation_trace
 from homeassistant.config_entries import ConfigSubentryData
@@ -283,3 +284,30 @@ class PutSpy:
 
     def __exit__(self, *exc: object) -> None:
         self._patch.stop()
+
+
+class LoopbackServer:
+    """A real aiohttp server on a loopback port for the tests' stand-in servers;
+    subclasses add their routes in ``add_routes``."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self._runner: web.AppRunner | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def add_routes(self, app: web.Application) -> None:
+        raise NotImplementedError
+
+    async def start(self) -> None:
+        app = web.Application()
+        self.add_routes(app)
+        self._runner = web.AppRunner(app)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, "127.0.0.1", self.port).start()
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()

@@ -25,7 +25,7 @@ from custom_components.hearth.api import (
 )
 from custom_components.hearth.server_info import ServerKind, async_probe
 
-from .common import EngineProcess, free_port
+from .common import EngineProcess, LoopbackServer, free_port
 
 type Handler = Callable[[web.Request], web.Response]
 
@@ -37,29 +37,16 @@ def _answer(status: int = 200, text: str = "", content_type: str = "application/
     return handler  # type: ignore[return-value]
 
 
-class OddServer:
+class OddServer(LoopbackServer):
     """A loopback HTTP server with one fixed answer per GET route (others: 404)."""
 
     def __init__(self, routes: dict[str, Handler]) -> None:
+        super().__init__()
         self.routes = routes
-        self.port = free_port()
-        self._runner: web.AppRunner | None = None
 
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    async def start(self) -> None:
-        app = web.Application()
+    def add_routes(self, app: web.Application) -> None:
         for path, handler in self.routes.items():
             app.router.add_route("*", path, handler)
-        self._runner = web.AppRunner(app)
-        await self._runner.setup()
-        await web.TCPSite(self._runner, "127.0.0.1", self.port).start()
-
-    async def stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
 
 
 @pytest.fixture

@@ -22,40 +22,34 @@ from pytest_homeassistant_custom_component.common import MockConfigEntry
 from custom_components.hearth.const import CONF_REPIN_DEBOUNCE, DOMAIN, SERVICE_CLEAR_CACHE
 from custom_components.hearth.server_info import ServerKind
 
-from .common import KITCHEN_LIGHT, async_setup_entry, converse, free_port, make_entry, speech
+from .common import (
+    KITCHEN_LIGHT,
+    LoopbackServer,
+    async_setup_entry,
+    converse,
+    make_entry,
+    speech,
+)
 
 REPLY = "Done."
 
 
-class FakeServer:
+class FakeServer(LoopbackServer):
     """vLLM's or SGLang's HTTP surface; records every chat request."""
 
     def __init__(self, owner: str, metrics: str, call: dict[str, Any] | None = None) -> None:
+        super().__init__()
         self.owner = owner
         self.metrics = metrics
         self.call = call  # a tool call every streamed reply makes (a model that repeats)
         self.bodies: list[dict[str, Any]] = []
         self.cached: set[str] = set()  # system prompts seen (the "prefix cache")
-        self.port = free_port()
-        self._runner: web.AppRunner | None = None
 
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    async def start(self) -> None:
-        app = web.Application()
+    def add_routes(self, app: web.Application) -> None:
         app.router.add_get("/health", self._health)
         app.router.add_get("/v1/models", self._models)
         app.router.add_get("/metrics", self._metrics)
         app.router.add_post("/v1/chat/completions", self._chat)
-        self._runner = web.AppRunner(app)
-        await self._runner.setup()
-        await web.TCPSite(self._runner, "127.0.0.1", self.port).start()
-
-    async def stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
 
     async def _health(self, _request: web.Request) -> web.Response:
         return web.Response()  # vLLM: 200 with an empty body
