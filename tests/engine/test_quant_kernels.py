@@ -137,6 +137,21 @@ def test_prefill_rows_and_embedding_rows_equal_the_reference(
     assert torch.equal(QuantEmbedding(w, dtype)(ids), ref.to(dtype)[ids])
 
 
+def test_prefill_runs_in_and_out_of_inference_mode(kernels: object) -> None:
+    """The engine runs the model under ``torch.inference_mode``, benches and tests may
+    not: the reused prefill scratch must serve both, in either order, on one thread."""
+    w = quantize_int4(torch.randn(32, 64))
+    x = torch.randn(40, 64)
+    ref = x @ tiles.dequantize(w).T
+    with torch.inference_mode():
+        inside = QuantLinear([w], None)(x)
+    outside = QuantLinear([w], None)(x)
+    with torch.inference_mode():
+        again = QuantLinear([w], None)(x)
+    for out in (inside, outside, again):
+        assert torch.allclose(out, ref, rtol=1e-4, atol=1e-4)
+
+
 def test_parts_of_one_form_join_and_others_stay_apart(kernels: object) -> None:
     q, k, v = (quantize_int4(torch.randn(n, 64)) for n in (32, 16, 16))
     odd = quantize_int8_groups(torch.randn(16, 64))

@@ -47,8 +47,13 @@ def kernels() -> object:
 
 
 def _scratch(numel: int, dtype: torch.dtype, name: str = "codes") -> torch.Tensor:
-    """A reused buffer of at least ``numel`` elements of ``dtype`` for this thread."""
-    key = f"{name}_{str(dtype).removeprefix('torch.')}"
+    """A reused buffer of at least ``numel`` elements of ``dtype`` for this thread.
+
+    A buffer made under ``torch.inference_mode`` cannot be written outside it (and the
+    engine runs its model under it, tests and benches may not), so the mode is part of
+    the key."""
+    mode = "inference" if torch.is_inference_mode_enabled() else "normal"
+    key = f"{name}_{str(dtype).removeprefix('torch.')}_{mode}"
     buf = getattr(_SCRATCH, key, None)
     if buf is None or buf.numel() < numel:
         buf = torch.empty(numel, dtype=dtype)
