@@ -15,9 +15,16 @@ about where that device is taken out: they go to the request's context message, 
 every request has its own device's lines. Every device of a class then sends the same
 prefix tokens, and gets exactly the lines and tools HA would give it.
 
+HA writes the class's lines near the top of its prompt, before the house. Pinned there,
+they would make the classes' prefixes differ from that line on, and each class would
+prefill the whole house again. So the lines that differ between the classes in use
+close the prefix instead (``split_class_lines``): the classes share every token up to
+them (the timer class also has its own tools and worked examples, which differ where the
+chat template writes them).
+
 The area lines are found without reading HA's wording (which may change, or be
 translated): they are the lines of the device's render that the render for no device
-lacks (``without_device_lines``). A device without an area gets the same line as no
+lacks (``device_lines``). A device without an area gets the same line as no
 device; so the class is rendered with a device that has an area where one of the class
 does (``representative``: picked from the device registry), and that line leaves the
 prefix too.
@@ -25,6 +32,7 @@ prefix too.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import StrEnum
 
 from homeassistant.components.intent.timers import async_device_supports_timers
@@ -59,10 +67,20 @@ def device_lines(prompt: str, no_device_prompt: str) -> list[str]:
     return [line for line in prompt.split("\n") if line not in common]
 
 
-def without_device_lines(prompt: str, no_device_prompt: str) -> str:
-    """``prompt`` without its ``device_lines`` (kept in the context message instead)."""
-    common = set(no_device_prompt.split("\n"))
-    return "\n".join(line for line in prompt.split("\n") if line in common)
+def split_class_lines(renders: Mapping[DeviceClass, str], cls: DeviceClass) -> tuple[str, str]:
+    """The API prompt of ``cls`` as (the lines that every class in use has, the lines of
+    its own), given HA's render for each class in use (``renders``, with ``NONE``).
+
+    Its device lines (``device_lines``) are in neither: they go to the context message.
+    Nothing here reads HA's wording: a line is shared or not by comparing the renders.
+    """
+    own = renders[cls].split("\n")
+    shared = set(own).intersection(*(set(text.split("\n")) for text in renders.values()))
+    no_device = set(renders[DeviceClass.NONE].split("\n"))
+    return (
+        "\n".join(line for line in own if line in shared),
+        "\n".join(line for line in own if line not in shared and line in no_device),
+    )
 
 
 def representative(hass: HomeAssistant, cls: DeviceClass, preferred: str | None) -> str | None:
@@ -98,13 +116,19 @@ def _has_area(hass: HomeAssistant, registry: dr.DeviceRegistry, device_id: str) 
     return device is not None and dr.async_get_effective_area_id(hass, device) is not None
 
 
+def class_devices(hass: HomeAssistant) -> dict[DeviceClass, str | None]:
+    """The classes in use, each with the device its prefix is rendered for: no device,
+    plus the classes of the house's satellites."""
+    found: dict[DeviceClass, str | None] = {DeviceClass.NONE: None}
+    for cls in (DeviceClass.NO_TIMERS, DeviceClass.TIMERS):
+        if (device_id := representative(hass, cls, None)) is not None:
+            found[cls] = device_id
+    return found
+
+
 def classes_in_use(hass: HomeAssistant) -> set[DeviceClass]:
     """The classes worth pinning at start: no device, plus those of the house's satellites."""
-    found = {DeviceClass.NONE}
-    for cls in (DeviceClass.NO_TIMERS, DeviceClass.TIMERS):
-        if representative(hass, cls, None) is not None:
-            found.add(cls)
-    return found
+    return set(class_devices(hass))
 
 
 def _candidates(hass: HomeAssistant, cls: DeviceClass) -> set[str]:

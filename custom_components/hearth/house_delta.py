@@ -72,6 +72,7 @@ def _composable(base: HousePrefix, full: HousePrefix) -> bool:
         and bool(old.yaml)
         and bool(new.yaml)
         and full.tools == base.tools
+        and full.class_lines == base.class_lines
         and bool(full.examples) == bool(base.examples)
         and base.system.count(old.yaml) == 1
         and full.system.replace(new.yaml, old.yaml, 1) == base.system

@@ -2,12 +2,14 @@
 
 The *house prefix* is one system message (the instructions plus the LLM API prompt,
 which carries the static context of the exposed entities), the worked examples that
-follow it (``examples.py``, an agent option) and the API's tools sorted by name. It is
+follow it (``examples.py``, an agent option), a short system message with the lines of
+its device class (``device_class.py``) and the API's tools sorted by name. It is
 rendered with a canonical LLM context (no user, no time, and no device or a device of
-the prefix's class, without its area line: ``device_class.py``), so it does not depend
-on who speaks, from where or when. Anything per-request goes into the volatile suffix
-(see ``prompt.py`` and ``request_plan.py``). Pinning it in the engine and keeping it
-current is ``pins.py``'s job; this module only renders.
+the prefix's class, without its area line), so it does not depend on who speaks, from
+where or when. The classes' prefixes share every token up to their class lines.
+Anything per-request goes into the volatile suffix (see ``prompt.py`` and
+``request_plan.py``). Pinning it in the engine and keeping it current is ``pins.py``'s
+job; this module only renders.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from homeassistant.exceptions import HomeAssistantError, TemplateError
 from homeassistant.helpers import llm, template
 
 from .const import CONF_EXAMPLES, DEFAULT_EXAMPLES, DOMAIN, LOGGER, SUBENTRY_AI_TASK
-from .device_class import DeviceClass, without_device_lines
+from .device_class import DeviceClass, class_devices, split_class_lines
 from .examples import async_house_examples
 from .house_diff import HouseSnapshot, capture
 from .house_values import house_values
@@ -47,6 +49,10 @@ class HousePrefix:
     tools: tuple[dict[str, Any], ...]
     # Worked examples (examples.py): chat turns pinned after the system message.
     examples: tuple[dict[str, Any], ...] = ()
+    # A system message after the examples: the lines of HA's prompt that differ between
+    # the device classes in use (device_class.py), so that the classes' prefixes share
+    # everything before it.
+    class_lines: str = ""
     # The ``hearth`` request extension: the house's names for the engine's grammar
     # (house_values.py); sent with the pin and every request, never in the prompt.
     hearth: dict[str, Any] | None = None
@@ -61,10 +67,17 @@ class HousePrefix:
 
     @property
     def messages(self) -> list[dict[str, Any]]:
-        """The prefix messages: the system message, any worked examples, and the
-        changes since its base."""
-        tail = [{"role": "system", "content": self.tail}] if self.tail else []
-        return [{"role": "system", "content": self.system}, *self.examples, *tail]
+        """The prefix messages: the system message, any worked examples, its class's
+        lines, and the changes since its base."""
+        closing = [
+            {"role": "system", "content": text} for text in (self.class_lines, self.tail) if text
+        ]
+        return [{"role": "system", "content": self.system}, *self.examples, *closing]
+
+    @property
+    def stable_text(self) -> str:
+        """The text of HA's prompt that the prefix holds (a request re-sends none of it)."""
+        return f"{self.system}\n{self.class_lines}" if self.class_lines else self.system
 
     def pin_body(self) -> dict[str, Any]:
         """Body of ``PUT /v1/prefixes/{name}``."""
@@ -216,6 +229,7 @@ async def async_render_prefix(
     For a device class other than ``NONE``, ``device_id`` is a device of that class:
     HA renders the class's lines and tools for it, and its area line is left out (it
     goes to the context message), so any device of the class gets the same prefix.
+    The lines in which the classes in use differ close the prefix (``class_lines``).
     """
     llm_context = canonical_llm_context(hass, None if cls is DeviceClass.NONE else device_id)
     parts: list[str] = []
@@ -224,6 +238,7 @@ async def async_render_prefix(
         parts.append(instructions)
     tools: tuple[dict[str, Any], ...] = ()
     house: HouseSnapshot | None = None
+    class_lines = ""
     if api_ids := llm_api_ids(hass, options):
         try:
             api = await llm.async_get_api(hass, api_ids, llm_context)
@@ -231,12 +246,14 @@ async def async_render_prefix(
             LOGGER.warning("Cannot prepare the LLM API %s: %s", api_ids, err)
         else:
             shown = model_tool_names(tool.name for tool in api.tools)
-            api_prompt = with_shown_names(api.api_prompt, shown)
-            if cls is not DeviceClass.NONE:  # without where the device is (device_class.py)
-                alone = await llm.async_get_api(hass, api_ids, canonical_llm_context(hass))
-                api_prompt = without_device_lines(
-                    api_prompt, with_shown_names(alone.api_prompt, shown)
-                )
+            api_prompt, class_lines = await _async_split_classes(
+                hass,
+                api_ids,
+                with_shown_names(api.api_prompt, shown),
+                shown,
+                cls=cls,
+                device_id=device_id,
+            )
             parts.append(api_prompt)
             tools = tuple(
                 sorted(
@@ -253,5 +270,33 @@ async def async_render_prefix(
     if tools and options.get(CONF_EXAMPLES, DEFAULT_EXAMPLES):
         examples = await async_house_examples(hass, tools, hass.config.language)
     return HousePrefix(
-        system="\n".join(parts), tools=tools, examples=examples, hearth=hearth, house=house
+        system="\n".join(parts),
+        tools=tools,
+        examples=examples,
+        class_lines=class_lines,
+        hearth=hearth,
+        house=house,
     )
+
+
+async def _async_split_classes(
+    hass: HomeAssistant,
+    api_ids: list[str],
+    prompt: str,
+    shown: Mapping[str, str],
+    *,
+    cls: DeviceClass,
+    device_id: str | None,
+) -> tuple[str, str]:
+    """``prompt`` (the API prompt for ``cls``) as the lines every class in use shares,
+    and its class's own lines (``device_class.split_class_lines``)."""
+    renders = {cls: prompt}
+    devices = class_devices(hass)
+    if cls is not DeviceClass.NONE:
+        devices[cls] = device_id
+    for other, other_device in devices.items():
+        if other not in renders:
+            context = canonical_llm_context(hass, other_device)
+            api = await llm.async_get_api(hass, api_ids, context)
+            renders[other] = with_shown_names(api.api_prompt, shown)
+    return split_class_lines(renders, cls)

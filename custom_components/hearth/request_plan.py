@@ -76,7 +76,7 @@ def plan_request(
         system_prompt = with_shown_names(
             system_prompt, model_tool_names(tool.name for tool in llm_api.tools)
         )
-    lines = volatile_lines(system_prompt, sent.system, told)
+    lines = volatile_lines(system_prompt, sent.stable_text, told)
     if choice.stale and sent.house is not None and choice.fresh.house is not None:
         lines += describe_changes(sent.house, choice.fresh.house)
     tools = list(sent.tools)

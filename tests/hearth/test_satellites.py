@@ -11,6 +11,7 @@ real timer intent.
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 from unittest.mock import patch
@@ -19,6 +20,7 @@ from homeassistant.components.intent import TimerEventType, TimerInfo, async_reg
 from homeassistant.core import HomeAssistant
 from homeassistant.helpers import area_registry as ar
 from homeassistant.helpers import device_registry as dr
+from homeassistant.helpers import entity_registry as er
 from homeassistant.helpers import llm
 from homeassistant.helpers.aiohttp_client import async_get_clientsession
 from homeassistant.setup import async_setup_component
@@ -30,6 +32,7 @@ from custom_components.hearth.const import CONF_EXAMPLES
 from custom_components.hearth.device_class import DeviceClass, device_lines
 from custom_components.hearth.pins import pin_name
 from custom_components.hearth.prefix import async_render_prefix, canonical_llm_context
+from custom_components.hearth.tool_names import model_tool_names, with_shown_names
 
 from .common import (
     EngineProcess,
@@ -143,8 +146,72 @@ async def test_no_device_keeps_its_own_pin(
     turn = hearth_traces()[-1]
     assert turn["pin"] == turn["requests"][0]["pin"] == pin_name(next(iter(entry.subentries)))
     pinned = entry.runtime_data.prefixes.agent(next(iter(entry.subentries))).pinned
-    assert NO_TIMERS_LINE in pinned.system
+    assert NO_TIMERS_LINE in pinned.class_lines  # closes the prefix (device_class.py)
+    assert NO_TIMERS_LINE not in pinned.system
     assert START_TIMER not in [tool["function"]["name"] for tool in pinned.tools]
+
+
+def _plain_satellite(hass: HomeAssistant, area: str) -> str:
+    """A device with an Assist satellite entity in ``area`` that cannot start timers."""
+    satellites = MockConfigEntry(domain="test")
+    satellites.add_to_hass(hass)
+    devices = dr.async_get(hass)
+    device = devices.async_get_or_create(
+        config_entry_id=satellites.entry_id, identifiers={("test", "plain_satellite")}
+    )
+    found = ar.async_get(hass).async_get_area_by_name(area)
+    assert found is not None
+    devices.async_update_device(device.id, area_id=found.id)
+    er.async_get(hass).async_get_or_create(
+        "assist_satellite", "test", "plain_satellite", device_id=device.id
+    )
+    return device.id
+
+
+async def test_class_prefixes_share_the_house_and_close_with_their_own_lines(
+    hass: HomeAssistant, house: None, engine: EngineProcess
+) -> None:
+    """With a timer satellite and a plain one, the three classes' prefixes have the same
+    system message; HA's lines in which they differ close each prefix; nothing HA says
+    is lost (each render is the prefix's lines plus the device's area line); and in the
+    engine the second of two classes with the same tools prefills only its last lines."""
+    assert await async_setup_component(hass, "conversation", {})
+    timer_device = await _timer_satellite(hass, [])
+    plain_device = _plain_satellite(hass, "Living Room")
+    options = agent_options()
+    none = await async_render_prefix(hass, options)
+    plain = await async_render_prefix(hass, options, DeviceClass.NO_TIMERS, plain_device)
+    timers = await async_render_prefix(hass, options, DeviceClass.TIMERS, timer_device)
+
+    assert none.system == plain.system == timers.system
+    assert NO_TIMERS_LINE not in none.system
+    assert NO_TIMERS_LINE in none.class_lines and NO_TIMERS_LINE in plain.class_lines
+    assert none.class_lines != plain.class_lines  # no device: asked to name an area
+    assert timers.class_lines == ""
+    assert none.tools == plain.tools and none.messages[:-1] == plain.messages[:-1]
+    alone = await llm.async_get_api(hass, "assist", canonical_llm_context(hass))
+    for prefix, device_id in ((none, None), (plain, plain_device), (timers, timer_device)):
+        api = await llm.async_get_api(hass, "assist", canonical_llm_context(hass, device_id))
+        shown = model_tool_names(tool.name for tool in api.tools)
+        said = set(with_shown_names(api.api_prompt, shown).split("\n"))
+        area = device_lines(api.api_prompt, alone.api_prompt)
+        assert all("You are in area" in line for line in area)
+        kept = {*prefix.stable_text.split("\n"), *area}
+        assert said <= kept  # every line HA renders for the device: pinned or in context
+        others = {*none.class_lines.split("\n"), *plain.class_lines.split("\n")} - said
+        assert not others & kept  # and no other class's line
+
+    client = HearthClient(async_get_clientsession(hass), engine.url, None)
+    marker = f"Measure {uuid.uuid4().hex}.\n"  # nothing cached by earlier tests
+    for name, prefix in (("measure.none", none), ("measure.plain", plain)):
+        body = prefix.pin_body()
+        body["messages"][0] = {"role": "system", "content": marker + prefix.system}
+        await client.async_put_prefix(name, body)
+    pins = engine.pins()
+    first, second = pins["measure.none"], pins["measure.plain"]
+    print("class pin", second["tokens"], "tokens, prefilled", second["prefilled_tokens"])
+    assert first["prefilled_tokens"] >= 0.9 * first["tokens"]  # the template's start is shared
+    assert second["prefilled_tokens"] <= 0.05 * second["tokens"]
 
 
 async def _reuse(client: ChatClient, system: str, tools: list[Any], context: str) -> float:
