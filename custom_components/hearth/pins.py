@@ -153,7 +153,9 @@ class PrefixManager:
         for subentry in self.entry.subentries.values():
             if subentry.subentry_type in (SUBENTRY_CONVERSATION, SUBENTRY_AI_TASK):
                 self._pins[(subentry.subentry_id, DeviceClass.NONE)] = AgentPin(
-                    subentry.subentry_id, _debounce(subentry.data)
+                    subentry.subentry_id,
+                    _debounce(subentry.data),
+                    base=self.history.base(subentry.subentry_id),
                 )
         if self.coordinator.data is not None:
             self._instance_id = self.coordinator.data.instance_id
@@ -249,6 +251,7 @@ class PrefixManager:
             _debounce(self.entry.subentries[subentry_id].data),
             device_class=cls,
             device_id=device_id,
+            base=self.history.base(pin_key(subentry_id, cls)),
         )
         self._pins[(subentry_id, cls)] = agent
         return agent
@@ -583,7 +586,7 @@ class PrefixManager:
                 agent.tokens,
                 prefix.digest[:12],
             )
-            await self.history.async_record(agent.key, prefix.digest)
+            await self.history.async_record(agent.key, prefix.digest, agent.base)
         self.coordinator.async_update_listeners()
         return True
 

@@ -164,13 +164,13 @@ async def test_engine_killed_then_restored_from_store(ready: Stack) -> None:
 async def test_home_assistant_restart_reuses_the_pin(ready: Stack) -> None:
     """A restarted Home Assistant pins the same house again: the engine reuses it.
 
-    The rename above is told after the pinned house's bytes (house_delta.py); the
-    plugin keeps that base in memory only, so a restart renders the house in full (a
-    fold). The refresh action folds it now, as a quiet hour would, so the restart
-    finds the very prefix it renders. (Keeping the base across restarts is open.)
+    The rename above is told after the pinned house's bytes (house_delta.py). The
+    plugin keeps that base in its store (pin_history.py), so the restarted Home
+    Assistant pins the base and the told rename again: the same bytes, not the house
+    rendered in full, and the engine finds them cached.
     """
-    await ready.service("hearth", "refresh_prefix")
     stats = await ready.engine_get("/v1/stats")
+    *_, before = await _last_pin(ready)
     ready.ha.stop()
     ready.ha.start()
     await ready.wait_for(lambda: ready.find_state(AGENT), timeout=120)
@@ -184,6 +184,8 @@ async def test_home_assistant_restart_reuses_the_pin(ready: Stack) -> None:
         await asyncio.sleep(1)
     assert after["pin_rebuilds_total"] == stats["pin_rebuilds_total"]
     assert after["pin_reuses_total"] >= stats["pin_reuses_total"] + 1
+    *_, pin = await _last_pin(ready)
+    assert pin["hash"] == before["hash"]
     result = await ready.converse("hello after the HA restart")
     assert result["response"]["response_type"] == "action_done"
 

@@ -8,6 +8,7 @@ Home Assistant against a real engine (tiny-tools), where ``PutSpy`` counts the P
 from __future__ import annotations
 
 import dataclasses
+import json
 from datetime import timedelta
 
 import pytest
@@ -23,6 +24,7 @@ from pytest_homeassistant_custom_component.common import (
 from custom_components.hearth.const import FOLD_QUIET_S
 from custom_components.hearth.house_delta import MAX_TOLD_CHANGES, TAIL_HEADER, compose
 from custom_components.hearth.house_diff import HouseEntity, HouseSnapshot
+from custom_components.hearth.pin_history import base_from_dict, base_to_dict
 from custom_components.hearth.pins import pin_name
 from custom_components.hearth.prefix import HousePrefix
 
@@ -123,6 +125,20 @@ def test_a_told_prefix_is_not_a_base() -> None:
         compose(told, BASE)
 
 
+def test_a_base_is_stored_and_read_back_with_its_bytes() -> None:
+    """A stored base reads back as the same bytes and house (pin_history.py); a record
+    that is damaged, or whose bytes no longer match its digest, is not a base."""
+    stored = json.loads(json.dumps(base_to_dict(BASE)))  # as the store writes it
+    again = base_from_dict(stored)
+    assert again is not None and again.digest == BASE.digest
+    assert again.house == BASE.house
+    full = _prefix(_house(a="Ceiling", b="Desk Lamp", c="Strip"))
+    assert compose(again, full).digest == compose(BASE, full).digest
+    assert base_from_dict({**stored, "system": "other"}) is None
+    assert base_from_dict({"digest": stored["digest"]}) is None
+    assert base_from_dict({**stored, "house": {"yaml": "", "entities": {"x": 1}}}) is None
+
+
 # ------------------------------------------------------------------ in Home Assistant
 
 
@@ -202,3 +218,28 @@ async def test_changes_build_on_the_same_base(
     third = puts.bodies[2]["messages"]
     assert TAIL_HEADER not in str(third)
     assert "Cookhouse" in third[0]["content"]
+
+
+async def test_a_restart_pins_the_told_prefix_again(
+    hass: HomeAssistant, entry: MockConfigEntry, engine: EngineProcess, puts: PutSpy
+) -> None:
+    """The base is kept across a restart of Home Assistant (here: the entry reloaded):
+    after a told rename, the first pin of the next run sends the same bytes, base and
+    told change, so the engine keeps its pin and counts no rebuild."""
+    subentry_id = next(iter(entry.subentries))
+    name = pin_name(subentry_id)
+    er.async_get(hass).async_update_entity(KITCHEN_LIGHT, name="Pantry Lamp")
+    await _advance(hass, 2.5)
+    told = puts.bodies[-1]["messages"]
+    assert TAIL_HEADER in told[-1]["content"]
+    pinned = engine.pins()[name]
+
+    assert await hass.config_entries.async_reload(entry.entry_id)
+    await hass.async_block_till_done(wait_background_tasks=True)
+    assert puts.bodies[-1]["messages"] == told
+    after = engine.pins()[name]
+    assert after["hash"] == pinned["hash"]
+    assert after["prefilled_tokens"] == 0  # found cached
+    prefixes = entry.runtime_data.prefixes
+    assert prefixes.repin_causes["ha_restart"] == 0
+    assert prefixes.agent(subentry_id).base.base is None  # type: ignore[union-attr]

@@ -255,11 +255,11 @@ async def test_rebuild_after_an_upgrade_is_counted(
         "ha_restart": 0,
         "ha_upgrade": 1,
     }
-    digest = prefixes.agent(_agent(entry)).digest
-    assert hass_storage[key]["data"] == {
-        "ha_version": HA_VERSION,
-        "digests": {_agent(entry): digest},
-    }
+    agent = prefixes.agent(_agent(entry))
+    data = hass_storage[key]["data"]
+    assert data["ha_version"] == HA_VERSION
+    assert data["digests"] == {_agent(entry): agent.digest}
+    assert data["bases"][_agent(entry)]["digest"] == agent.base.digest  # type: ignore[union-attr]
 
 
 async def test_failed_pin_backs_off_and_logs_once(
