@@ -32,7 +32,7 @@ prefix too.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable
 from enum import StrEnum
 
 from homeassistant.components.intent.timers import async_device_supports_timers
@@ -67,20 +67,37 @@ def device_lines(prompt: str, no_device_prompt: str) -> list[str]:
     return [line for line in prompt.split("\n") if line not in common]
 
 
-def split_class_lines(renders: Mapping[DeviceClass, str], cls: DeviceClass) -> tuple[str, str]:
-    """The API prompt of ``cls`` as (the lines that every class in use has, the lines of
-    its own), given HA's render for each class in use (``renders``, with ``NONE``).
+def split_class_lines(own: str, no_device: str, others: Iterable[str]) -> tuple[str, str]:
+    """An API prompt as (the lines every render has, the lines of its own class).
 
-    Its device lines (``device_lines``) are in neither: they go to the context message.
-    Nothing here reads HA's wording: a line is shared or not by comparing the renders.
+    ``own`` is HA's render for the class, ``no_device`` the render for no device, and
+    ``others`` the renders of the other classes in use (``variant_devices``). The
+    device lines of ``own`` (``device_lines``) are in neither part: they go to the
+    context message. Nothing here reads HA's wording: renders are compared line by line.
     """
-    own = renders[cls].split("\n")
-    shared = set(own).intersection(*(set(text.split("\n")) for text in renders.values()))
-    no_device = set(renders[DeviceClass.NONE].split("\n"))
+    lines = own.split("\n")
+    shared = set(lines).intersection(no_device.split("\n"), *(text.split("\n") for text in others))
+    no_device_lines = set(no_device.split("\n"))
     return (
-        "\n".join(line for line in own if line in shared),
-        "\n".join(line for line in own if line not in shared and line in no_device),
+        "\n".join(line for line in lines if line in shared),
+        "\n".join(line for line in lines if line not in shared and line in no_device_lines),
     )
+
+
+def variant_devices(hass: HomeAssistant) -> list[str]:
+    """Devices whose renders show every way the house's classes differ in HA's prompt:
+    the representative of each class in use, and one device in an area (a device
+    without a satellite speaks too, e.g. a phone: its area line replaces the no-device
+    line asking for an area)."""
+    found = [device_id for device_id in class_devices(hass).values() if device_id is not None]
+    in_area = sorted(
+        device.id
+        for device in dr.async_get(hass).devices.values()
+        if dr.async_get_effective_area_id(hass, device) is not None
+    )
+    if in_area and in_area[0] not in found:
+        found.append(in_area[0])
+    return found
 
 
 def representative(hass: HomeAssistant, cls: DeviceClass, preferred: str | None) -> str | None:

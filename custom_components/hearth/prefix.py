@@ -31,7 +31,7 @@ from homeassistant.exceptions import HomeAssistantError, TemplateError
 from homeassistant.helpers import llm, template
 
 from .const import CONF_EXAMPLES, DEFAULT_EXAMPLES, DOMAIN, LOGGER, SUBENTRY_AI_TASK
-from .device_class import DeviceClass, class_devices, split_class_lines
+from .device_class import DeviceClass, split_class_lines, variant_devices
 from .examples import async_house_examples
 from .house_diff import HouseSnapshot, capture
 from .house_values import house_values
@@ -288,15 +288,11 @@ async def _async_split_classes(
     cls: DeviceClass,
     device_id: str | None,
 ) -> tuple[str, str]:
-    """``prompt`` (the API prompt for ``cls``) as the lines every class in use shares,
+    """``prompt`` (the API prompt for ``cls``) as the lines that every class shares,
     and its class's own lines (``device_class.split_class_lines``)."""
-    renders = {cls: prompt}
-    devices = class_devices(hass)
-    if cls is not DeviceClass.NONE:
-        devices[cls] = device_id
-    for other, other_device in devices.items():
+    renders: dict[str | None, str] = {device_id if cls is not DeviceClass.NONE else None: prompt}
+    for other in (None, *variant_devices(hass)):
         if other not in renders:
-            context = canonical_llm_context(hass, other_device)
-            api = await llm.async_get_api(hass, api_ids, context)
+            api = await llm.async_get_api(hass, api_ids, canonical_llm_context(hass, other))
             renders[other] = with_shown_names(api.api_prompt, shown)
-    return split_class_lines(renders, cls)
+    return split_class_lines(prompt, renders[None], renders.values())
