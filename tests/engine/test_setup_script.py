@@ -18,7 +18,7 @@ def _run(*args: str) -> subprocess.CompletedProcess[str]:
 def test_help_names_both_purposes() -> None:
     result = _run("--help")
     assert result.returncode == 0
-    assert "Usage: scripts/setup [--for demo|test|bench] [--engine-only]" in result.stdout
+    assert "Usage: scripts/setup [--for demo|test|bench] [--engine-only] [--plan]" in result.stdout
     assert "demo (scripts/develop)" in result.stdout
     assert "test (scripts/test, and the default)" in result.stdout
 
@@ -31,18 +31,30 @@ def test_an_unknown_purpose_is_refused_before_any_work() -> None:
     )
 
 
+def _plan(*args: str) -> dict[str, list[str]]:
+    result = _run(*args, "--plan")
+    assert result.returncode == 0, result.stderr
+    return {
+        key: value.split()
+        for key, value in (line.split(":", 1) for line in result.stdout.splitlines())
+    }
+
+
 def test_the_demo_builds_neither_test_models_nor_llama_cpp() -> None:
-    """The last lines of the script: what each purpose prepares."""
-    text = SETUP.read_text()
-    tail = text[text.rindex("start=$SECONDS") :]
-    demo, test = tail.split("else", 1)
-    assert "setup_models default native" in demo
-    assert "tiny" not in demo and "llama" not in demo
-    assert "setup_models default native tiny tiny-tools" in test
-    assert "setup_llama_server" in test
+    """What each purpose sets up (``--plan`` prints it from the lists the script runs)."""
+    demo = _plan("--for", "demo")
+    assert demo == {
+        "environments": ["engine", "ha"],
+        "builds": ["native", "default"],
+        "then": [],
+    }
+    test = _plan("--for", "test")
+    assert test["builds"] == ["native", "default", "tiny", "tiny-tools"]
     # llama.cpp's quantize tools (a 10-30 minute build) are for scripts/bench quant only:
     # no test needs them, and a cold CI run must not wait for them.
-    assert "if [[ $FOR == bench ]]; then setup_llama_tools; fi" in test
+    assert test["then"] == ["llama-server", "browser"]
+    assert _plan("--for", "bench")["then"] == ["llama-server", "browser", "llama-tools"]
+    assert _plan("--engine-only")["environments"] == ["engine"]
 
 
 def test_develop_and_test_ask_for_their_purpose() -> None:

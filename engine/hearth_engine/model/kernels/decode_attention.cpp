@@ -20,10 +20,15 @@
 // written so that the compiler vectorises them (no reductions across lanes other than the
 // dot product, an exp built from arithmetic only).
 
-#include <ATen/Parallel.h>
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
-#include <torch/extension.h>
+// Only what the kernels use (not <torch/extension.h>, which only the bindings in
+// module.cpp need): parsing all of torch's headers once per file took most of the build.
+#include <ATen/Parallel.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
+#include <ATen/ops/zeros.h>
 
 #include <algorithm>
 #include <cstdint>

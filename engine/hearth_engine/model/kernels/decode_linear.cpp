@@ -22,8 +22,13 @@
 // parallel over the intra-op threads once the matrix is big enough to be worth waking
 // them.
 
+// Only what the kernels use (not <torch/extension.h>, which only the bindings in
+// module.cpp need): parsing all of torch's headers once per file took most of the build.
 #include <ATen/Parallel.h>
-#include <torch/extension.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
+#include <ATen/ops/zeros.h>
 
 #if defined(__AVX512BF16__)
 #include <immintrin.h>

@@ -1,7 +1,8 @@
 // Hearth's native CPU kernels (built by hearth_engine/native.py; bound in module.cpp).
 #pragma once
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <c10/util/Optional.h>
 
 #include <vector>
 

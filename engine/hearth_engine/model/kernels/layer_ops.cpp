@@ -4,6 +4,8 @@
 // (hearth_engine/decoder.py): float32 inside, rounded to the tensor's dtype where torch
 // rounds. Python side: decoder.py (callers), native.py (build).
 
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
 #include <c10/util/BFloat16.h>
 
 #include <cmath>

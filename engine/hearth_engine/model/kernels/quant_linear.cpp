@@ -21,8 +21,13 @@
 //   activation rounding): the exact path, for tests and float32 serving.
 // Prefill (many rows) dequantizes (quant_dequant) into a scratch matrix for one GEMM.
 
+// Only what the kernels use (not <torch/extension.h>, which only the bindings in
+// module.cpp need): parsing all of torch's headers once per file took most of the build.
 #include <ATen/Parallel.h>
-#include <torch/extension.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
+#include <ATen/ops/zeros.h>
 
 #if defined(__AVX512F__)
 #include <immintrin.h>

@@ -2,7 +2,8 @@
 // output features with float16 scales (and zeros) per group; see that file's header.
 #pragma once
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <c10/util/Optional.h>
 
 namespace hearth {
 
