@@ -30,6 +30,7 @@ from hearth_engine.model.quant.ggml_blocks import BLOCK_TYPES, BlockError, to_qu
 from hearth_engine.model.quant.linear import (
     QuantEmbedding,
     QuantLinear,
+    dense_padded,
     quantize_int4,
     quantize_int8_groups,
 )
@@ -135,6 +136,32 @@ def test_prefill_rows_and_embedding_rows_equal_the_reference(
     assert torch.allclose(out.float(), expected.float(), rtol=1e-2, atol=1e-2)
     ids = torch.tensor([[0, 39, 7], [16, 15, 3]])
     assert torch.equal(QuantEmbedding(w, dtype)(ids), ref.to(dtype)[ids])
+
+
+@pytest.mark.parametrize(
+    ("bits", "group", "zeros"), [(4, 32, True), (4, 32, False), (8, 32, False), (8, 16, True)]
+)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_prefill_matrix_is_the_reference_exactly(
+    kernels: object, bits: int, group: int, zeros: bool, dtype: torch.dtype
+) -> None:
+    """``dense_padded`` (the native tile dequantizer): odd widths, a partial last tile and
+    group, with and without zeros; equal to the reference bit for bit, padding included
+    (padded rows have zero scales; padded inputs meet zero-padded activations)."""
+    n, k = 40, 72
+    groups = -(-k // group)
+    low, high = (0, 16) if bits == 4 else (-127, 128)
+    w = tiles.pack(
+        torch.randint(low, high, (n, k)),
+        torch.rand(n, groups) * 0.01,
+        torch.randn(n, groups) * 0.01 if zeros else None,
+        group,
+        bits,
+    )
+    out = dense_padded(w, dtype)
+    assert out.shape == (48, groups * group) and out.dtype == dtype
+    assert torch.equal(out[:n, :k], tiles.dequantize(w).to(dtype))
+    assert not out[n:].any()
 
 
 def test_prefill_runs_in_and_out_of_inference_mode(kernels: object) -> None:

@@ -14,6 +14,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("x"), py::arg("tiles"), py::arg("scales"), py::arg("zeros"),
         py::arg("out_features"), py::arg("group"), py::arg("bits"), py::arg("bias") = py::none());
   m.def("quant_dequant", &hearth::quant_dequant, "4/8-bit tiles into a [N, K] matrix");
+  m.def("quant_dequant_tiles", &hearth::quant_dequant_tiles,
+        "4/8-bit tiles into the padded [T * 16, K_pad] matrix (prefill)");
   m.def("quant_rows", &hearth::quant_rows, "rows of 4/8-bit tiles (an embedding lookup)");
   m.def("rms_norm", &hearth::rms_norm, "Llama RMSNorm (float32 normalise, round, scale)");
   m.def("rope", &hearth::rope, "rotary embedding, rotate-half form");

@@ -19,7 +19,8 @@
 //   its q8 activations; the error it adds is measured in the tests (``emulate``).
 // * float32 inputs: the weights are widened to float and the sums are float32 (no
 //   activation rounding): the exact path, for tests and float32 serving.
-// Prefill (many rows) dequantizes (quant_dequant) into a scratch matrix for one GEMM.
+// Prefill (many rows) dequantizes whole tiles (quant_dequant_tiles) into a scratch matrix
+// for one GEMM.
 
 // Only what the kernels use (not <torch/extension.h>, which only the bindings in
 // module.cpp need): parsing all of torch's headers once per file took most of the build.
@@ -37,6 +38,7 @@
 #endif
 
 #include <algorithm>
+#include <type_traits>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -408,6 +410,73 @@ void check_tiles(const at::Tensor& tiles, const at::Tensor& scales,
   }
 }
 
+// A tile's 16 features as rows of the padded matrix ``dst`` ([16, K_pad], row stride
+// ``stride``): per group, the codes are unpacked into a [16][group] float block (one read
+// of the tile, in its own order), then each row is scaled (q * s, then + z: the
+// reference's two float32 roundings) and rounded once into T. The prefill path.
+constexpr int64_t kMaxGroup = 256;
+
+template <typename T>
+inline void store_scaled(const float* b, float sv, float zv, int64_t n, T* out) {
+  int64_t c = 0;
+#if defined(__AVX512F__)
+  const __m512 vs = _mm512_set1_ps(sv), vz = _mm512_set1_ps(zv);
+  for (; c + 16 <= n; c += 16) {
+    // Two instructions on purpose: a fused multiply-add would round once, not as the
+    // reference (``tiles.dequantize``) does.
+    __m512 v = _mm512_mul_ps(_mm512_loadu_ps(b + c), vs);
+    asm("" : "+v"(v));  // keeps the compiler from fusing the add into the multiply
+    v = _mm512_add_ps(v, vz);
+    if constexpr (std::is_same_v<T, float>) {
+      _mm512_storeu_ps(out + c, v);
+    } else {
+#if defined(__AVX512BF16__)
+      const __m256bh h = _mm512_cvtneps_pbh(v);  // round to nearest even, as c10
+      std::memcpy(out + c, &h, sizeof(h));
+#else
+      alignas(64) float tmp[16];
+      _mm512_store_ps(tmp, v);
+      for (int i = 0; i < 16; ++i) out[c + i] = static_cast<T>(tmp[i]);
+#endif
+    }
+  }
+#endif
+  for (; c < n; ++c) {
+    volatile float p = b[c] * sv;  // no fused multiply-add here either
+    out[c] = static_cast<T>(p + zv);
+  }
+}
+
+template <int Bits, typename T>
+void dequant_tile(const uint8_t* w, const at::Half* s, const at::Half* z, const Shape& sh,
+                  int64_t stride, T* dst) {
+  alignas(64) float block[kLanes * kMaxGroup];
+  const int64_t group = sh.group;
+  for (int64_t g = 0; g < sh.groups; ++g) {
+    const int64_t k0 = g * group;
+    if constexpr (Bits == 8) {
+      const int8_t* src = reinterpret_cast<const int8_t*>(w) + (k0 / 4) * 64;
+      for (int64_t j = 0; j < group / 4; ++j, src += 64)
+        for (int lane = 0; lane < kLanes; ++lane)
+          for (int i = 0; i < 4; ++i) block[lane * group + j * 4 + i] = src[lane * 4 + i];
+    } else {
+      const uint8_t* src = w + (k0 / 8) * 64;
+      for (int64_t p = 0; p < group / 8; ++p, src += 64)
+        for (int lane = 0; lane < kLanes; ++lane)
+          for (int i = 0; i < 4; ++i) {
+            const uint8_t byte = src[lane * 4 + i];
+            block[lane * group + p * 8 + i] = static_cast<float>(byte & 0x0F);
+            block[lane * group + p * 8 + 4 + i] = static_cast<float>(byte >> 4);
+          }
+    }
+    for (int lane = 0; lane < kLanes; ++lane) {
+      const float sv = static_cast<float>(s[g * kLanes + lane]);
+      const float zv = z != nullptr ? static_cast<float>(z[g * kLanes + lane]) : 0.0f;
+      store_scaled(block + lane * group, sv, zv, group, dst + lane * stride + k0);
+    }
+  }
+}
+
 }  // namespace
 
 namespace hearth {
@@ -472,6 +541,44 @@ void quant_dequant(const at::Tensor& tiles, const at::Tensor& scales,
       break;
     default:
       TORCH_CHECK(false, "quant_dequant writes bfloat16 or float32, not ", out.scalar_type());
+  }
+}
+
+void quant_dequant_tiles(const at::Tensor& tiles, const at::Tensor& scales,
+                         const c10::optional<at::Tensor>& zeros, int64_t group, int64_t bits,
+                         at::Tensor& out) {
+  TORCH_CHECK(out.dim() == 2 && out.is_contiguous() && out.size(0) % kLanes == 0,
+              "out must be a contiguous [T * 16, K_pad]");
+  TORCH_CHECK(group <= kMaxGroup, "groups of at most ", kMaxGroup, " inputs");
+  const Shape sh = shape_of(out.size(0), out.size(1), group, bits);
+  TORCH_CHECK(sh.k_pad == out.size(1), "out's width must be a whole number of groups");
+  check_tiles(tiles, scales, zeros, sh);
+  const uint8_t* w = tiles.data_ptr<uint8_t>();
+  const at::Half* s = scales.data_ptr<at::Half>();
+  const at::Half* z = zeros.has_value() ? zeros->data_ptr<at::Half>() : nullptr;
+  const int64_t scale_stride = sh.groups * kLanes, count = sh.n / kLanes;
+  auto run = [&](auto* dst) {
+    at::parallel_for(0, count, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t t = begin; t < end; ++t) {
+        const at::Half* zt = z != nullptr ? z + t * scale_stride : nullptr;
+        auto* rows = dst + t * kLanes * sh.k_pad;
+        if (bits == 4) {
+          dequant_tile<4>(w + t * sh.tile_bytes, s + t * scale_stride, zt, sh, sh.k_pad, rows);
+        } else {
+          dequant_tile<8>(w + t * sh.tile_bytes, s + t * scale_stride, zt, sh, sh.k_pad, rows);
+        }
+      }
+    });
+  };
+  switch (out.scalar_type()) {
+    case at::kBFloat16:
+      run(out.data_ptr<c10::BFloat16>());
+      break;
+    case at::kFloat:
+      run(out.data_ptr<float>());
+      break;
+    default:
+      TORCH_CHECK(false, "quant_dequant_tiles writes bfloat16 or float32, not ", out.scalar_type());
   }
 }
 

@@ -19,6 +19,11 @@ void quant_dequant(const at::Tensor& tiles, const at::Tensor& scales,
                    at::Tensor& out);
 
 // Rows ids of W (an embedding lookup): [*ids.shape, K] in dtype.
+// W as the padded [T * 16, K_pad] matrix, a tile at a time (prefill): bfloat16 or float32.
+void quant_dequant_tiles(const at::Tensor& tiles, const at::Tensor& scales,
+                         const c10::optional<at::Tensor>& zeros, int64_t group, int64_t bits,
+                         at::Tensor& out);
+
 at::Tensor quant_rows(const at::Tensor& tiles, const at::Tensor& scales,
                       const c10::optional<at::Tensor>& zeros, const at::Tensor& ids,
                       int64_t out_features, int64_t in_features, int64_t group, int64_t bits,

@@ -5,13 +5,13 @@ One copy of the weights serves both phases (``kernels/quant_linear.cpp``):
 * **decode** (at most ``DECODE_ROWS`` rows): ``quant_linear`` reads the packed tiles;
   bfloat16 rows are quantized per group to int8 and multiplied with AVX-512 VNNI integer
   dots (llama.cpp's scheme), float32 rows take the exact float path;
-* **prefill** (more rows): the matrix is dequantized into scratch buffers (per thread,
-  reused, the size of the largest matrix) and multiplied by one GEMM (oneDNN, AMX where
-  the CPU has it). On the 1.5B layer at 256 rows (2-vCPU Xeon, loaded): 1,209 ms per
-  layer with the native per-feature dequantizer, torch's ``_weight_int4pack_mm_for_cpu``
-  1,482 ms, the bf16 GEMM alone 271 ms: the dequantization, not the GEMM, is the cost,
-  so ``dense_padded`` does it with torch's vectorised ops (about 1.5x faster than the
-  native loop); a faster one is still open (``scripts/bench quant --kernels``).
+* **prefill** (more rows): the matrix is dequantized a tile at a time
+  (``quant_dequant_tiles``) into a scratch buffer (per thread, reused, the size of the
+  largest matrix) and multiplied by one GEMM (oneDNN, AMX where the CPU has it). On the
+  Qwen2.5-1.5B layer, int4, 256 rows (2-vCPU Xeon, loaded, one run): 310 ms per layer
+  against 264 ms for the bfloat16 GEMM alone (1.17x; the dequantization is 46 ms of it),
+  where torch's vectorised ops dequantized it in 1,286 ms (4.9x), and torch's
+  ``_weight_int4pack_mm_for_cpu`` took 1,482 ms earlier.
 
 Several matrices that read the same input (q/k/v, gate/up) are one ``QuantLinear`` of
 several parts: one call each, their outputs side by side. Parts of the same form whose
@@ -70,30 +70,17 @@ def dense(w: QuantWeight, dtype: torch.dtype, out: torch.Tensor | None = None) -
 
 
 def dense_padded(w: QuantWeight, dtype: torch.dtype) -> torch.Tensor:
-    """``W`` as ``[T * 16, K_pad]`` in ``dtype`` from torch's vectorised, threaded ops
-    (the prefill path): codes into a float32 scratch, ``q * s + z`` in place, one rounding
-    into ``dtype`` (the reference's arithmetic). Measured several times faster than
-    ``quant_dequant``'s per-feature loop on the 1.5B layer shapes."""
-    t, groups = w.scales.shape[0], w.groups
-    k_pad = groups * w.group
+    """``W`` as ``[T * 16, K_pad]`` in ``dtype`` (the prefill path), a tile at a time by
+    the native ``quant_dequant_tiles``: the reference's arithmetic (``q * s``, ``+ z`` in
+    float32, one rounding into ``dtype``) into a per-thread scratch matrix."""
+    t = w.scales.shape[0]
+    k_pad = w.groups * w.group
     rows = t * LANES
-    codes = _scratch(rows * k_pad, torch.float32)
-    if w.bits == 4:
-        raw = w.tiles.view(t, k_pad // 8, LANES, 4)
-        view = codes.view(t, LANES, k_pad // 8, 2, 4)
-        view[:, :, :, 0, :].copy_((raw & 15).permute(0, 2, 1, 3))
-        view[:, :, :, 1, :].copy_((raw >> 4).permute(0, 2, 1, 3))
-    else:
-        raw = w.tiles.view(torch.int8).view(t, k_pad // 4, LANES, 4)
-        codes.view(t, LANES, k_pad // 4, 4).copy_(raw.permute(0, 2, 1, 3))
-    blocks = codes.view(t, LANES, groups, w.group)
-    blocks.mul_(w.scales.float().permute(0, 2, 1)[..., None])  # [T, 16, G, 1]
-    if w.zeros is not None:
-        blocks.add_(w.zeros.float().permute(0, 2, 1)[..., None])
-    if dtype == torch.float32:
-        return codes.view(rows, k_pad)
-    out = _scratch(rows * k_pad, dtype, "weights")
-    return out.view(rows, k_pad).copy_(codes.view(rows, k_pad))
+    out = _scratch(rows * k_pad, dtype, "weights").view(rows, k_pad)
+    kernels().quant_dequant_tiles(  # type: ignore[attr-defined]
+        w.tiles, w.scales, w.zeros, w.group, w.bits, out
+    )
+    return out
 
 
 def join(parts: Sequence[QuantWeight]) -> list[QuantWeight]:
