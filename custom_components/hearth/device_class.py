@@ -92,7 +92,7 @@ def variant_devices(hass: HomeAssistant) -> list[str]:
     found = [device_id for device_id in class_devices(hass).values() if device_id is not None]
     in_area = sorted(
         device.id
-        for device in dr.async_get(hass).devices.values()
+        for device in dr.async_get(hass).devices
         if dr.async_get_effective_area_id(hass, device) is not None
     )
     if in_area and in_area[0] not in found:

@@ -13,7 +13,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("quant_linear", &hearth::quant_linear, "a linear from 4/8-bit tiles, at most 16 rows",
         py::arg("x"), py::arg("tiles"), py::arg("scales"), py::arg("zeros"),
         py::arg("out_features"), py::arg("group"), py::arg("bits"), py::arg("bias") = py::none());
-  m.def("quant_dequant", &hearth::quant_dequant, "4/8-bit tiles into a [N, K] matrix");
   m.def("quant_dequant_tiles", &hearth::quant_dequant_tiles,
         "4/8-bit tiles into the padded [T * 16, K_pad] matrix (prefill)");
   m.def("quant_rows", &hearth::quant_rows, "rows of 4/8-bit tiles (an embedding lookup)");

@@ -512,38 +512,6 @@ at::Tensor quant_linear(const at::Tensor& x, const at::Tensor& tiles, const at::
   return out;
 }
 
-void quant_dequant(const at::Tensor& tiles, const at::Tensor& scales,
-                   const c10::optional<at::Tensor>& zeros, int64_t group, int64_t bits,
-                   at::Tensor& out) {
-  TORCH_CHECK(out.dim() == 2 && out.is_contiguous(), "out must be a contiguous [N, K]");
-  const Shape sh = shape_of(out.size(0), out.size(1), group, bits);
-  check_tiles(tiles, scales, zeros, sh);
-  const uint8_t* w = tiles.data_ptr<uint8_t>();
-  const at::Half* s = scales.data_ptr<at::Half>();
-  const at::Half* z = zeros.has_value() ? zeros->data_ptr<at::Half>() : nullptr;
-  const int64_t scale_stride = sh.groups * kLanes;
-  auto run = [&](auto* dst) {
-    at::parallel_for(0, sh.n, 16, [&](int64_t begin, int64_t end) {
-      for (int64_t f = begin; f < end; ++f) {
-        const int64_t t = f / kLanes;
-        dequant_feature(w + t * sh.tile_bytes, s + t * scale_stride,
-                        z != nullptr ? z + t * scale_stride : nullptr, f % kLanes, sh,
-                        dst + f * sh.k);
-      }
-    });
-  };
-  switch (out.scalar_type()) {
-    case at::kBFloat16:
-      run(out.data_ptr<c10::BFloat16>());
-      break;
-    case at::kFloat:
-      run(out.data_ptr<float>());
-      break;
-    default:
-      TORCH_CHECK(false, "quant_dequant writes bfloat16 or float32, not ", out.scalar_type());
-  }
-}
-
 void quant_dequant_tiles(const at::Tensor& tiles, const at::Tensor& scales,
                          const c10::optional<at::Tensor>& zeros, int64_t group, int64_t bits,
                          at::Tensor& out) {

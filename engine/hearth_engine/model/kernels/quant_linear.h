@@ -13,17 +13,12 @@ at::Tensor quant_linear(const at::Tensor& x, const at::Tensor& tiles, const at::
                         const c10::optional<at::Tensor>& zeros, int64_t out_features,
                         int64_t group, int64_t bits, const c10::optional<at::Tensor>& bias);
 
-// W into out [N, K] (bfloat16 or float32): a prefill chunk's GEMM reads it.
-void quant_dequant(const at::Tensor& tiles, const at::Tensor& scales,
-                   const c10::optional<at::Tensor>& zeros, int64_t group, int64_t bits,
-                   at::Tensor& out);
-
-// Rows ids of W (an embedding lookup): [*ids.shape, K] in dtype.
 // W as the padded [T * 16, K_pad] matrix, a tile at a time (prefill): bfloat16 or float32.
 void quant_dequant_tiles(const at::Tensor& tiles, const at::Tensor& scales,
                          const c10::optional<at::Tensor>& zeros, int64_t group, int64_t bits,
                          at::Tensor& out);
 
+// Rows ids of W (an embedding lookup): [*ids.shape, K] in dtype.
 at::Tensor quant_rows(const at::Tensor& tiles, const at::Tensor& scales,
                       const c10::optional<at::Tensor>& zeros, const at::Tensor& ids,
                       int64_t out_features, int64_t in_features, int64_t group, int64_t bits,

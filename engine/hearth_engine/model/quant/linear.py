@@ -61,14 +61,6 @@ def _scratch(numel: int, dtype: torch.dtype, name: str = "codes") -> torch.Tenso
     return buf[:numel]
 
 
-def dense(w: QuantWeight, dtype: torch.dtype, out: torch.Tensor | None = None) -> torch.Tensor:
-    """``W [N, K]`` in ``dtype`` through the native kernel (into ``out`` if given)."""
-    if out is None:
-        out = torch.empty(w.out_features, w.in_features, dtype=dtype)
-    kernels().quant_dequant(w.tiles, w.scales, w.zeros, w.group, w.bits, out)
-    return out
-
-
 def dense_padded(w: QuantWeight, dtype: torch.dtype) -> torch.Tensor:
     """``W`` as ``[T * 16, K_pad]`` in ``dtype`` (the prefill path), a tile at a time by
     the native ``quant_dequant_tiles``: the reference's arithmetic (``q * s``, ``+ z`` in
