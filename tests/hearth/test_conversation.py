@@ -194,8 +194,9 @@ async def test_prefix_is_identical_across_time_and_satellites(
     for volatile in ("You are in area", "The time is", "Anne", "specify an area"):
         assert volatile not in pinned.pinned.system
     assert "This device is not able to start timers." in pinned.pinned.system
-    no_device = await entry_prefix(hass, config_entry)
-    assert "ask the user to specify an area" in no_device.system
+    no_device = await entry_prefix(hass, config_entry)  # its own line closes its prefix
+    assert "ask the user to specify an area" in no_device.class_lines
+    assert no_device.system == pinned.pinned.system  # the house is shared
 
     context_a, context_b = body_a["messages"][1]["content"], body_b["messages"][1]["content"]
     assert "You are in area Kitchen" in context_a
