@@ -477,6 +477,21 @@ void dequant_tile(const uint8_t* w, const at::Half* s, const at::Half* z, const 
   }
 }
 
+// Calls run(T*) with out's data as bfloat16 or float32, the dtypes the dequantizers write.
+template <typename Run>
+void on_float_out(at::Tensor& out, const char* what, Run&& run) {
+  switch (out.scalar_type()) {
+    case at::kBFloat16:
+      run(out.data_ptr<c10::BFloat16>());
+      break;
+    case at::kFloat:
+      run(out.data_ptr<float>());
+      break;
+    default:
+      TORCH_CHECK(false, what, " writes bfloat16 or float32, not ", out.scalar_type());
+  }
+}
+
 }  // namespace
 
 namespace hearth {
@@ -538,16 +553,7 @@ void quant_dequant_tiles(const at::Tensor& tiles, const at::Tensor& scales,
       }
     });
   };
-  switch (out.scalar_type()) {
-    case at::kBFloat16:
-      run(out.data_ptr<c10::BFloat16>());
-      break;
-    case at::kFloat:
-      run(out.data_ptr<float>());
-      break;
-    default:
-      TORCH_CHECK(false, "quant_dequant_tiles writes bfloat16 or float32, not ", out.scalar_type());
-  }
+  on_float_out(out, "quant_dequant_tiles", run);
 }
 
 at::Tensor quant_rows(const at::Tensor& tiles, const at::Tensor& scales,
@@ -578,16 +584,7 @@ at::Tensor quant_rows(const at::Tensor& tiles, const at::Tensor& scales,
       }
     });
   };
-  switch (dtype) {
-    case at::kBFloat16:
-      run(out.data_ptr<c10::BFloat16>());
-      break;
-    case at::kFloat:
-      run(out.data_ptr<float>());
-      break;
-    default:
-      TORCH_CHECK(false, "quant_rows writes bfloat16 or float32");
-  }
+  on_float_out(out, "quant_rows", run);
   return out;
 }
 
