@@ -23,8 +23,6 @@ request. ``hint_messages`` is pure; ``house_hint`` reads the house.
 
 from __future__ import annotations
 
-import re
-import unicodedata
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,24 +36,25 @@ from homeassistant.helpers import area_registry as ar
 from .examples import (
     LIVE_CONTEXT,
     NOTHING,
-    STEPS,
     House,
     Step,
     Thing,
     exposed_things,
     offered_tools,
 )
+from .intent_words import said_most, words
 from .intents_data import LanguageData, cached_language_data
 from .questions import QUESTION_INTENTS, is_question
 from .sentences import AREA, NAME, recognize, slot_lists
+from .tool_names import bare_name
 
 HINT_CALL_ID = "example_hint"
 # Domains a question that names nothing is asked of (HA's yes-or-no things).
 YES_OR_NO = ("switch", "light")
-# The share of an example sentence's words (less the names) a request must say for
-# the example to be taken when no template matches it.
-MIN_OVERLAP = 0.5
-_WORDS = re.compile(r"\w+", re.UNICODE)
+# What a request that no template matches must say of an intent's words to get its
+# example: one word at most two intents say ("resume", "degrees"), or more of the
+# common ones (intent_words.said_most).
+MIN_SCORE = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,23 +71,6 @@ class Hint:
         return bool(self.messages)
 
 
-def words(text: str) -> set[str]:
-    """The words of ``text``, in any script: lower-case ``\\w+`` runs, and for runs of
-    a script written without spaces (CJK, Thai...) their character pairs."""
-    found: set[str] = set()
-    for word in _WORDS.findall(unicodedata.normalize("NFKC", text).casefold()):
-        if any(_unspaced(ch) for ch in word) and len(word) > 1:
-            found |= {word[i : i + 2] for i in range(len(word) - 1)}
-        else:
-            found.add(word)
-    return found
-
-
-def _unspaced(ch: str) -> bool:
-    name = unicodedata.name(ch, "")
-    return name.startswith(("CJK", "HIRAGANA", "KATAKANA", "THAI", "HANGUL", "LAO", "KHMER"))
-
-
 def hint_messages(
     text: str,
     things: Iterable[Thing],
@@ -98,12 +80,14 @@ def hint_messages(
     *,
     question: bool = False,
     data: LanguageData | None = None,
+    platforms: Mapping[str, frozenset[str]] | None = None,
 ) -> Hint:
     """The example turn (OpenAI messages) nearest to the request ``text`` in a house
     with ``things``, ``areas`` (names), ``tools`` and ``live`` (entity id -> its
     live-context entry, which a question's example reads), in ``data``'s language; an
     empty Hint when nothing is near enough or there is no data. ``question``: the
-    request asks about the house."""
+    request asks about the house. ``platforms``: tool -> the domains it acts on, for
+    the tools that act on some only (house_values.tool_domains)."""
     tools = list(tools)
     if data is None or not tools:
         return Hint()
@@ -111,14 +95,18 @@ def hint_messages(
     areas = list(areas)
     house = House.of(things, areas)
     offered = offered_tools(tools)
+    platforms = {bare_name(tool): acts for tool, acts in (platforms or {}).items()}
     names = [(n, t.domain) for t in things for n in (t.name, *t.aliases)]
     wanted = set(offered) | set(QUESTION_INTENTS if question else ())
     result = recognize(data, text, slot_lists(names, areas), wanted)
     if result is None:
-        return _nearest(data, text, things, house, offered)
+        return _nearest(data, text, things, house, offered, platforms)
     found = _named(result, things)
     if result.unmatched_entities and not found:
-        return Hint()  # a name the house does not have, like none of its names
+        # What it says for a name or an area is not one of the house's: a jacuzzi gets
+        # no example, but a thing's name in it ("resume the music on the bedroom
+        # speaker", read as an area) is a thing said: its words decide, as below.
+        return _nearest(data, text, things, house, offered, platforms, names_house=True)
     domains = {t.domain for t in found} | _said_domains(result)
     area = _said(result, AREA)
 
@@ -151,6 +139,8 @@ def hint_messages(
                                   avoid=avoid, rank=rank)  # fmt: skip
         if turn is not None:
             return Hint(turn, frozenset(domains) or None)
+    if result.unmatched_entities:  # a partial match, of an intent that cannot act on it
+        return _nearest(data, text, things, house, offered, platforms, names_house=True)
     return Hint()
 
 
@@ -192,45 +182,71 @@ def _guess(result: RecognizeResult, house: House) -> list[str]:
     return [d for d in required if d in house.by_domain]
 
 
-def _nearest(
+def _nearest(  # noqa: PLR0917
     data: LanguageData,
     text: str,
     things: list[Thing],
     house: House,
     offered: Mapping[str, tuple[str, tuple[str, ...]]],
+    platforms: Mapping[str, frozenset[str]],
+    *,
+    names_house: bool = False,
 ) -> Hint:
-    """No template matches ``text``: the example whose sentence's words (less the
-    thing's name) the request says most of, if it says at least ``MIN_OVERLAP``."""
+    """No template matches ``text`` (or, ``names_house``, only with a name the house
+    does not have, where it says a thing or an area the house has): the example of
+    the offered intent whose templates say most of its words less the names it says
+    (intent_words.said_most), on the domain of the things it names (naming none: on
+    any) where the intent acts on it (``platforms``: intent -> the domains it acts
+    on), where that says at least ``MIN_SCORE`` and no other intent says as much. An
+    area it names (and no thing) is named in the example too, another one."""
     asked = words(text)
-    named = {t.domain for t in things if words(t.name) and words(t.name) <= asked}
-    best: tuple[float, list[dict[str, Any]], Step] | None = None
-    for step in STEPS:
-        if step.intent == LIVE_CONTEXT or (named and step.domain not in named):
-            continue
-        turn = house.turn(data, step, offered, HINT_CALL_ID)
+    named = [t for t in things if words(t.name) and words(t.name) <= asked]
+    places = [a for a in house.areas if words(a) and words(a) <= asked]
+    if names_house and not (named or places):
+        return Hint()
+    for said in (*(t.name for t in named), *places):
+        asked -= words(said)
+    domains: list[str | None] = [*sorted({t.domain for t in named})]
+    domains = domains or [*sorted(house.by_domain), None]
+    candidates = [
+        (intent, domain)
+        for intent in offered
+        for domain in domains
+        if intent != LIVE_CONTEXT
+        and (domain is None or (acts := platforms.get(intent)) is None or domain in acts)
+    ]
+    ranked = said_most(data, asked, candidates)
+    best = [s for s in ranked if ranked[0].score >= MIN_SCORE and s.score == ranked[0].score]
+    if len({s.intent for s in best}) != 1:
+        return Hint()  # nothing says enough, or two intents say as much
+    avoid = frozenset(t.entity_id for t in named)
+    for scored in best:
+        step = Step(scored.intent, scored.domain or NOTHING)
+        turn = None
+        if places and not named and scored.domain:
+            elsewhere = frozenset(t.entity_id for t in things if t.area in places)
+            turn = house.turn(data, step, offered, HINT_CALL_ID, avoid=elsewhere, by_area=True)
+        turn = turn or house.turn(data, step, offered, HINT_CALL_ID, avoid=avoid)
         if turn is None:
             continue
-        said = words(str(turn[0]["content"]))
-        call = turn[1]["tool_calls"][0]["function"]["arguments"]
-        said -= words(call)  # the names and numbers are not what it asks
-        if not said:
-            continue
-        score = len(said & asked) / len(said)
-        if score >= MIN_OVERLAP and (best is None or score > best[0]):
-            best = (score, turn, step)
-    if best is None:
-        return Hint()
-    step = best[2]
-    if named:
-        return Hint(best[1], frozenset(named))
-    return Hint(best[1], frozenset() if step.domain == NOTHING else None)
+        if named:
+            return Hint(turn, frozenset(t.domain for t in named))
+        if platforms.get(scored.intent) and scored.domain:
+            return Hint(turn, frozenset({scored.domain}))  # it acts on that domain only
+        return Hint(turn, frozenset() if step.domain == NOTHING else None)
+    return Hint()
 
 
 def house_hint(
-    hass: HomeAssistant, tools: Iterable[Mapping[str, Any]], language: str, text: str
+    hass: HomeAssistant,
+    tools: Iterable[Mapping[str, Any]],
+    language: str,
+    text: str,
+    platforms: Mapping[str, frozenset[str]] | None = None,
 ) -> Hint:
     """This request's hint in this house (none without tools, or where ``language``
-    has no intents data or it is not loaded yet: intents_data.async_language_data)."""
+    has no intents data or it is not loaded yet: intents_data.async_language_data);
+    ``platforms``: as ``hint_messages`` takes them."""
     data = cached_language_data(language)
     tools = list(tools)
     if data is None or not tools:
@@ -241,4 +257,6 @@ def house_hint(
     question = is_question(text, language, data, names=names)
     # What HA's live-context tool would say of each entity: a question's example reads it.
     live = async_get_exposed_entities(hass, conversation.DOMAIN) if question else {}
-    return hint_messages(text, things, areas, tools, live, question=question, data=data)
+    return hint_messages(
+        text, things, areas, tools, live, question=question, data=data, platforms=platforms
+    )

@@ -85,12 +85,15 @@ class HouseNames:
         """The names that name more than one entity."""
         return {key: found for key, found in self.things.items() if len(found) > 1}
 
-    def named_domains(self, text: str) -> frozenset[str]:
-        """The domains of the things whose name or alias ``text`` says (the longest
-        name wins where one holds another: "kitchen ceiling light", not "kitchen")."""
+    def said_things(self, text: str) -> frozenset[str]:
+        """The names and aliases (normalized) of things that ``text`` says; the longest
+        wins where one holds another ("kitchen ceiling light", not "kitchen")."""
         said = [name for name in self.mentioned(text) if name in self.things]
-        kept = [n for n in said if not any(n != o and n in o for o in said)]
-        return frozenset(named.domain for name in kept for named in self.things[name])
+        return frozenset(n for n in said if not any(n != o and n in o for o in said))
+
+    def named_domains(self, text: str) -> frozenset[str]:
+        """The domains of the things whose name or alias ``text`` says."""
+        return frozenset(named.domain for n in self.said_things(text) for named in self.things[n])
 
     def mentioned(self, text: str) -> set[str]:
         """The names of things, areas and floors that ``text`` says."""

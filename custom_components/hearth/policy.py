@@ -12,7 +12,10 @@ example), the house (its names, what each tool acts on) and what the server can 
   not ask must call a tool first (``required``; where the server takes OpenAI's
   ``allowed_tools``, only the tools that act on what it names), never answer in prose.
 - **Argument values.** Where the server narrows arguments (Hearth's grammar), a
-  command's on/off calls may name only things of the domains it names.
+  command's on/off calls may name only things of the domains it names, and a request
+  that says a thing's name may name only the things it says (a small model copies the
+  name in its example: asked what the living room thermostat was set to, it read the
+  bedroom's).
 - **Bounded.** At most ``MAX_REQUESTS`` requests; the last may not call a tool. After
   an action, the turn ends with what Home Assistant reports was done (result_speech.py),
   not with the model's words; a repeated call ends it the same way.
@@ -26,6 +29,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .house_names import normalize
 from .house_values import AREA_WIDE, allowed_for
 from .tool_names import bare_name
 
@@ -56,6 +60,7 @@ class Request:
     named: frozenset[str] = frozenset()  # names of this house's things, areas, floors it says
     hint: Sequence[dict[str, Any]] = ()  # its nearest example (hints.py), if any
     about: frozenset[str] | None = None  # the domains it is about (hints.Hint.domains)
+    things: frozenset[str] = frozenset()  # the things it names (house_names.said_things)
 
     @property
     def names_house(self) -> bool:
@@ -145,6 +150,7 @@ def decide(
     sent = None
     if caps.value_lists and values:
         sent = command_values(values, about, names_by_domain or {}) if command else values
+        sent = said_values(sent, request.things)
     return TurnPolicy(
         hint=tuple(request.hint),
         first_choice=first,
@@ -175,3 +181,20 @@ def command_values(
         return values
     narrowed = {**values["argument_values"], **dict.fromkeys(sorted(keys), names)}
     return {**values, "argument_values": narrowed}
+
+
+def said_values(values: dict[str, Any], things: frozenset[str]) -> dict[str, Any]:
+    """``values`` whose ``name`` lists keep only the ``things`` (normalized names) the
+    request says; a list that holds none of them is left whole (the request says a
+    sensor, the tool sets thermostats)."""
+    if not things:
+        return values
+    narrowed = {}
+    for key, listed in values.get("argument_values", {}).items():
+        if key == "name" or key.endswith(".name"):
+            kept = [v for v in listed if normalize(str(v)) in things]
+            if kept:
+                narrowed[key] = kept
+    if not narrowed:
+        return values
+    return {**values, "argument_values": {**values["argument_values"], **narrowed}}

@@ -129,11 +129,20 @@ async def async_prepare_turn(
     by_domain = domain_names(hass)
     pairs = [(name, domain) for domain, found in by_domain.items() for name in found]
     question = bool(text) and is_question(text, language, names=pairs)
-    hint = house_hint(hass, plan.tools, language, text) if text and plan.prefix.examples else Hint()
     platforms = tool_domains(hass, chat_log.llm_api) if chat_log.llm_api else {}
+    hint = Hint()
+    if text and plan.prefix.examples:
+        hint = house_hint(hass, plan.tools, language, text, platforms)
     # What the request is about: its hint's domains, else those of the things it names.
     about = hint.domains if hint.domains is not None else names.named_domains(text) or None
-    request = Request(text, question, frozenset(names.mentioned(text)), tuple(hint.messages), about)
+    request = Request(
+        text,
+        question,
+        frozenset(names.mentioned(text)),
+        tuple(hint.messages),
+        about,
+        things=names.said_things(text),
+    )
     policy = decide(
         request,
         plan.tools,

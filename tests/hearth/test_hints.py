@@ -108,6 +108,40 @@ def test_the_hint_shows_the_tool_the_request_needs_on_another_thing() -> None:
     assert hint[2]["tool_call_id"] == HINT_CALL_ID
 
 
+PLATFORMS = {
+    "climate__HassClimateSetTemperature": frozenset({"climate"}),
+    "media_player__HassMediaPause": frozenset({"media_player"}),
+    "media_player__HassMediaUnpause": frozenset({"media_player"}),
+}
+
+
+def test_no_template_matches_the_intent_whose_templates_say_its_words() -> None:
+    """HA's templates say "resume {name}" and "resume the music in {area}", not "the
+    music on {name}": its words still say which intent (intent_words.py), and the
+    example is of that intent on another thing of the same domain."""
+
+    def nearest(text: str) -> Any:
+        return hint_messages(text, THINGS, AREAS, TOOLS, LIVE, data=EN, platforms=PLATFORMS)
+
+    resume = nearest("Resume the music on the loft speaker")
+    assert _call(resume.messages) == ("media_player__HassMediaUnpause", {"name": "Den Speaker"})
+    assert resume.domains == {"media_player"}
+    pause = nearest("pause the music on the loft speaker")
+    assert _call(pause.messages) == ("media_player__HassMediaPause", {"name": "Den Speaker"})
+    # An area, no thing: the example names another area's, and the intent's domain is
+    # what the request is about (its on/off calls may not name a temperature sensor).
+    warm = nearest("Make it 23 degrees in the loft")
+    tool, arguments = _call(warm.messages)
+    assert tool == "climate__HassClimateSetTemperature"
+    assert arguments["area"] == "Den" and "name" not in arguments
+    assert warm.domains == {"climate"}
+    # A thing it names that no intent offered here acts on, a place the house does not
+    # have, or words two intents say as much: no example.
+    assert not nearest("send robbie back to its dock")
+    assert not nearest("make it 23 degrees in the basement")
+    assert not nearest("the song on the den speaker")  # pause or resume?
+
+
 def test_no_hint_when_nothing_is_near() -> None:
     assert _hint("tell me a joke") == []
     assert _hint("start robbie") == []  # no vacuum tool offered
@@ -208,8 +242,9 @@ async def test_a_turn_sends_the_hint_where_examples_are_pinned(
     hints = [m for m in first["messages"] if m.get("content") == "turn on Porch Light"]
     assert len(hints) == 1 and first["messages"][-1]["content"] == "turn on the kitchen light"
     assert all("tool_choice" not in body for body in spy.bodies[1:])
-    # Its on/off calls may name only lights; the house's names stay for the other tools.
+    # It says the kitchen light by its name: its calls may name only that (the hint's
+    # Porch Light is not to be copied); areas stay free.
     values = first["hearth"]["argument_values"]
-    assert values["HassTurnOn.name"] == values["HassTurnOff.name"]
-    assert "Porch Light" in values["HassTurnOn.name"] and "Hall" not in values["HassTurnOn.name"]
-    assert "Hall" in values["name"]
+    assert values["HassTurnOn.name"] == values["HassTurnOff.name"] == ["Kitchen Light"]
+    assert values["name"] == ["Kitchen Light"]
+    assert values["area"]

@@ -107,6 +107,27 @@ def test_a_command_may_call_only_the_tools_that_act_on_what_it_names() -> None:
     assert values["name"] == ["Kitchen Light", "Thermostat"]
 
 
+def test_a_request_that_says_a_name_may_name_only_what_it_says() -> None:
+    """A small model copies the name of its example (asked what the living room
+    thermostat was set to, it read the bedroom's): the grammar keeps the said one."""
+    asked = Request(
+        "what is the thermostat set to?",
+        question=True,
+        named=frozenset({"thermostat"}),
+        about=frozenset({"climate"}),
+        things=frozenset({"thermostat"}),
+    )
+    said = policy(asked)
+    assert said.read_first
+    assert said.values["argument_values"]["name"] == ["Thermostat"]
+    assert said.values["argument_values"]["area"] == ["Kitchen"]  # areas are left alone
+    # A name no list holds (a sensor, where the lists hold lights) leaves them whole.
+    other = policy(Request("is the porch sensor on?", question=True, things=frozenset({"porch"})))
+    assert other.values["argument_values"]["name"] == ["Kitchen Light", "Thermostat"]
+    # Nothing said by name: the house's values.
+    assert policy(Request("hello", question=False)).values == VALUES
+
+
 def test_other_servers_get_no_values_and_no_allowed_tools() -> None:
     said = policy(
         Request("turn on the kitchen light", question=False, about=frozenset({"light"})), OTHER
