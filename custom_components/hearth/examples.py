@@ -233,11 +233,18 @@ LIVE_HEADER = "Live Context: An overview of the areas and the devices in this sm
 
 def spoken_state(data: LanguageData, said: Said, info: Mapping[str, Any]) -> str | None:
     """HA's answer to the question ``said`` about a thing whose live-context entry is
-    ``info`` (its state, with the unit where it has one), in the data's language."""
+    ``info`` (its state, with the unit where it has one), in the data's language, then
+    the other attributes that entry shows, as it shows them ("temperature: 18"): HA
+    answers with the state alone, and a small model that copies that answered what a
+    thermostat was set to with "heat"."""
     attributes = info.get("attributes") or {}
     state = str(info.get("state", ""))
     unit = attributes.get("unit_of_measurement")
-    return answer(data, said, state, f"{state} {unit}" if unit else state)
+    spoken = answer(data, said, state, f"{state} {unit}" if unit else state)
+    shown = [f"{key}: {value}" for key, value in attributes.items() if key != "unit_of_measurement"]
+    if spoken is None or not shown:
+        return spoken
+    return f"{spoken} ({', '.join(shown)})"
 
 
 def answer(data: LanguageData, said: Said, state: str, with_unit: str) -> str | None:

@@ -17,8 +17,9 @@ live-context entry, and HA's answer to it).
 The hint also says what the request is about (``Hint.domains``): entity.py then lets a
 command call only the tools that act on those domains (house_values.allowed_for).
 
-It is not pinned: it differs per request, so its 60-120 tokens are prefilled with the
-request. ``hint_messages`` is pure; ``house_hint`` reads the house.
+It is not pinned: it differs per request, so its tokens are prefilled with the request
+(an action's example is its call alone, about 40 tokens; a question's shows the result
+and the answer too). ``hint_messages`` is pure; ``house_hint`` reads the house.
 """
 
 from __future__ import annotations
@@ -87,7 +88,30 @@ def hint_messages(
     live-context entry, which a question's example reads), in ``data``'s language; an
     empty Hint when nothing is near enough or there is no data. ``question``: the
     request asks about the house. ``platforms``: tool -> the domains it acts on, for
-    the tools that act on some only (house_values.tool_domains)."""
+    the tools that act on some only (house_values.tool_domains).
+
+    An action's example is its call alone: a turn that acts ends with what Home
+    Assistant says was done, never the model's words, so HA's result and the reply
+    would only be prefilled (about 60 of a hint's 100 tokens). A question's keeps its
+    result and answer: answering from the result is what it shows."""
+    hint = _nearest_turn(text, things, areas, tools, live, question, data, platforms)
+    calls = hint.messages[1]["tool_calls"] if hint else []
+    if calls and bare_name(calls[0]["function"]["name"]) != LIVE_CONTEXT:
+        return Hint(hint.messages[:2], hint.domains)
+    return hint
+
+
+def _nearest_turn(  # noqa: PLR0917
+    text: str,
+    things: Iterable[Thing],
+    areas: Iterable[str],
+    tools: Iterable[Mapping[str, Any]],
+    live: Mapping[str, Mapping[str, Any]],
+    question: bool,
+    data: LanguageData | None,
+    platforms: Mapping[str, frozenset[str]] | None,
+) -> Hint:
+    """``hint_messages``, with the whole turn of an action."""
     tools = list(tools)
     if data is None or not tools:
         return Hint()

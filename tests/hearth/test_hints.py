@@ -103,9 +103,13 @@ def test_the_hint_shows_the_tool_the_request_needs_on_another_thing() -> None:
         "intent__HassTurnOff",
         {"name": "Attic Light"},
     )
+    # An action's example is its call alone (the turn ends with what HA says was
+    # done); a question's shows the result and the answer (below).
     hint = _hint("turn on the kettle")
-    assert [m["role"] for m in hint] == ["user", "assistant", "tool", "assistant"]
-    assert hint[2]["tool_call_id"] == HINT_CALL_ID
+    assert [m["role"] for m in hint] == ["user", "assistant"]
+    asked = _hint("is the den speaker on?", question=True)
+    assert [m["role"] for m in asked] == ["user", "assistant", "tool", "assistant"]
+    assert asked[2]["tool_call_id"] == HINT_CALL_ID
 
 
 PLATFORMS = {
@@ -142,6 +146,19 @@ def test_no_template_matches_the_intent_whose_templates_say_its_words() -> None:
     assert not nearest("the song on the den speaker")  # pause or resume?
 
 
+def test_a_questions_example_answers_with_what_the_house_shows() -> None:
+    """HA answers "X is playing"; the example's reply also says what the live context
+    shows of it (a small model copies the reply: without, it never said the title)."""
+    hint = _hint("what is playing on the loft speaker?", question=True)
+    assert _call(hint) == ("homeassistant__GetLiveContext", {"name": "Den Speaker"})
+    reply = hint[3]["content"]
+    assert reply.startswith("Den speaker is playing")
+    assert "media_title: Clair de Lune" in reply and "media_artist: Debussy" in reply
+    # A unit is part of the state HA says, not said again.
+    temperature = _hint("what is the den temperature?", question=True)
+    assert temperature[3]["content"] in {"Loft temperature is 19.5 °C", "House power is 612 W"}
+
+
 def test_no_hint_when_nothing_is_near() -> None:
     assert _hint("tell me a joke") == []
     assert _hint("start robbie") == []  # no vacuum tool offered
@@ -163,8 +180,8 @@ def test_the_hint_goes_right_before_this_turns_context_and_request() -> None:
         {"role": "user", "content": "hello"},
         {"role": "assistant", "content": "hi"},
     ]
-    assert messages[3:7] == hint
-    assert messages[7:] == [
+    assert messages[3:5] == hint
+    assert messages[5:] == [
         {"role": "system", "content": "it is noon"},
         {"role": "user", "content": "turn on the kettle"},
     ]
