@@ -7,12 +7,13 @@ for its request, in the request's language: the request is matched against Home
 Assistant's own sentence templates (``home-assistant-intents``, with this house's
 names, aliases and areas as slot lists, as HA's matcher does; a name the house does not
 have still matches a template), which gives the intent it asks for and what it names.
-Where no template matches, the example whose sentence shares the most words with the
-request is taken (words: Unicode ``\\w+``; for a script written without spaces,
-character pairs). The example is of that intent, on another thing of the same domain
+Where no template matches (or one matches only with a name the house does not have,
+and the request says one it has), the intent is the one whose templates say most of
+the request's words (intent_words.py: "resume the music on the bedroom speaker" is
+HassMediaUnpause). The example is of that intent, on another thing of the same domain
 where the house has one (a small model copies names), so it shows the call, not the
 answer. A question gets a question's example (``GetLiveContext``, the thing's real
-live-context entry, and HA's answer to it).
+live-context entry, and HA's answer to it with the attributes that entry shows).
 
 The hint also says what the request is about (``Hint.domains``): entity.py then lets a
 command call only the tools that act on those domains (house_values.allowed_for).
@@ -53,9 +54,11 @@ HINT_CALL_ID = "example_hint"
 # Domains a question that names nothing is asked of (HA's yes-or-no things).
 YES_OR_NO = ("switch", "light")
 # What a request that no template matches must say of an intent's words to get its
-# example: one word at most two intents say ("resume", "degrees"), or more of the
-# common ones (intent_words.said_most).
+# example (intent_words.said_most): one word at most two of the language's intents say
+# ("resume", "degrees"), or several that more say; where it names a thing of the house,
+# one that five say ("percent", among the intents that act on that thing).
 MIN_SCORE = 0.5
+MIN_SCORE_NAMED = 0.2
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,7 +224,7 @@ def _nearest(  # noqa: PLR0917
     the offered intent whose templates say most of its words less the names it says
     (intent_words.said_most), on the domain of the things it names (naming none: on
     any) where the intent acts on it (``platforms``: intent -> the domains it acts
-    on), where that says at least ``MIN_SCORE`` and no other intent says as much. An
+    on), where that says enough (``MIN_SCORE``) and no other intent as much. An
     area it names (and no thing) is named in the example too, another one."""
     asked = words(text)
     named = [t for t in things if words(t.name) and words(t.name) <= asked]
@@ -240,7 +243,8 @@ def _nearest(  # noqa: PLR0917
         and (domain is None or (acts := platforms.get(intent)) is None or domain in acts)
     ]
     ranked = said_most(data, asked, candidates)
-    best = [s for s in ranked if ranked[0].score >= MIN_SCORE and s.score == ranked[0].score]
+    enough = MIN_SCORE_NAMED if named else MIN_SCORE
+    best = [s for s in ranked if ranked[0].score >= enough and s.score == ranked[0].score]
     if len({s.intent for s in best}) != 1:
         return Hint()  # nothing says enough, or two intents say as much
     avoid = frozenset(t.entity_id for t in named)

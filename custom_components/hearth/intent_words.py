@@ -6,11 +6,12 @@ request's nearest example is of the intent whose templates say most of its words
 words of an intent are those its templates (``home-assistant-intents``, in the
 request's language) can say, less the names and numbers: the words of each text chunk,
 and, so that a chunk joined to its neighbour is a word too ("degree[s]"), those of one
-walk through the template per choice of its widest alternative. A word counts for less the more
-of the offered intents say it ("the", "set"), as in the old rarity weighting: a word
+walk through the template per choice of its widest alternative. A word counts for
+less the more of the language's intents say it: "the" and "is" next to nothing, a word
 that one intent alone says ("resume", "degrees") decides.
 
-Pure; the words are kept per language data (they are its immutable templates).
+Pure; the words are kept per language data (they are its immutable templates), and
+counted as the language loads, in the executor (intents_data.py).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import re
 import unicodedata
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from hassil.expression import (
     Alternative,
@@ -31,7 +33,8 @@ from hassil.expression import (
 )
 from hassil.intents import IntentData
 
-from .intents_data import LanguageData
+if TYPE_CHECKING:
+    from .intents_data import LanguageData
 
 _WORDS = re.compile(r"\w+", re.UNICODE)
 _MAX_WALKS = 16  # walks of one template: its widest alternative's choices, at most
@@ -155,6 +158,19 @@ def _fits_domain(block: IntentData, domain: str | None) -> bool:
     return domain is None or not wanted or domain in wanted
 
 
+def said_by(data: LanguageData) -> dict[str, int]:
+    """Word -> how many of the language's intents say it (kept per language data;
+    tenths of a second to a second: intents_data computes it as it loads)."""
+    key = ("said_by",)
+    if key not in data.said:
+        counts: dict[str, int] = {}
+        for intent in data.intents.intents:
+            for word in set().union(*(w for _, w in block_words(data, intent))):
+                counts[word] = counts.get(word, 0) + 1
+        data.said[key] = counts
+    return data.said[key]
+
+
 def said_most(
     data: LanguageData,
     asked: set[str],
@@ -162,21 +178,16 @@ def said_most(
 ) -> list[Scored]:
     """The ``candidates`` ((intent, domain) pairs; domain None: any) by how much of the
     request's words ``asked`` (less its names) the intent's templates for the domain
-    say, best first. Each word weighs 1 / the number of the candidates' intents that
-    say it, so what tells the candidates apart decides. Those that say none are left
-    out."""
-    candidates = sorted(set(candidates), key=lambda c: (c[0], c[1] or ""))
-    intents = sorted({intent for intent, _ in candidates})
-    vocab = {i: block_words(data, i) for i in intents}
-    said_by: dict[str, int] = {}
-    for intent in intents:
-        for word in set().union(*(w for _, w in vocab[intent])) & asked:
-            said_by[word] = said_by.get(word, 0) + 1
+    say, best first. Each word weighs 1 / the number of the language's intents that
+    say it: "the" and "is" next to nothing, "resume" and "degrees" much. Those that
+    say none are left out."""
+    counts = said_by(data)
     scored = []
-    for intent, domain in candidates:
-        said = set().union(*(w for b, w in vocab[intent] if _fits_domain(b, domain)))
-        score = sum(1 / said_by[word] for word in said & asked)
-        own = any(domain in _block_domains(b) for b, _ in vocab[intent])
+    for intent, domain in sorted(set(candidates), key=lambda c: (c[0], c[1] or "")):
+        blocks = block_words(data, intent)
+        said = set().union(*(w for b, w in blocks if _fits_domain(b, domain)))
+        score = sum(1 / counts[word] for word in said & asked)
+        own = any(domain in _block_domains(b) for b, _ in blocks)
         if score > 0:
             scored.append(Scored(round(score, 6), intent, domain or "", own))
     return sorted(scored, key=lambda s: (-s.score, not s.own, s.intent, s.domain))

@@ -15,6 +15,7 @@ hint, and only punctuation tells a question.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Mapping
@@ -27,6 +28,7 @@ from homeassistant.core import HomeAssistant
 from homeassistant.util import language as language_util
 
 from .const import LOGGER
+from .intent_words import said_by
 
 # The value an example says for a number slot, by the range's type (HA's list types).
 _RANGE_VALUES = {"percentage": 40, "temperature": 21}
@@ -87,9 +89,11 @@ def load_language_data(language: str) -> LanguageData | None:
         for block in intent.data:
             _ = block.sentences
     responses = (raw.get("responses") or {}).get("intents") or {}
+    data = LanguageData(chosen, intents, responses)
+    said_by(data)  # the words of every intent (hints read them), counted once here
     load_ms = round((time.perf_counter() - started) * 1000, 1)
     LOGGER.debug("Loaded Home Assistant's intents for %s in %s ms", chosen, load_ms)
-    return LanguageData(chosen, intents, responses, load_ms)
+    return dataclasses.replace(data, load_ms=load_ms)
 
 
 class _Loaded:
