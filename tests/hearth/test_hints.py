@@ -19,6 +19,7 @@ from custom_components.hearth.const import CONF_EXAMPLES
 from custom_components.hearth.examples import Thing
 from custom_components.hearth.hints import HINT_CALL_ID, hint_messages
 from custom_components.hearth.house_values import allowed_for, scoped_arguments
+from custom_components.hearth.intent_words import block_words, words
 from custom_components.hearth.intents_data import async_language_data, load_language_data
 from custom_components.hearth.prefix import HousePrefix
 from custom_components.hearth.prompt import build_messages
@@ -147,6 +148,13 @@ def test_no_template_matches_the_intent_whose_templates_say_its_words() -> None:
     # Words most intents say ("is", "at", "in") say no intent: an automation's account
     # of what happened gets no command's example.
     assert not nearest("Motion detected in the den at 23:40 while everyone is in bed.")
+
+
+def test_an_intents_words_are_what_its_templates_can_say() -> None:
+    climate = set().union(*(w for _, w in block_words(EN, "HassClimateSetTemperature")))
+    assert {"degree", "degrees", "temperature", "make"} <= climate  # "degree[s]" said whole
+    assert not climate & {"kitchen", "21"}  # names and numbers are lists' values
+    assert words("Küche 21 キッチン") == {"küche", "キッ", "ッチ", "チン"}
 
 
 def test_a_questions_example_answers_with_what_the_house_shows() -> None:
