@@ -145,6 +145,9 @@ def _nearest_turn(  # noqa: PLR0917
 
     avoid = frozenset(t.entity_id for t in found)
     intent = result.intent.name
+    # Free text it says (a to-do item) is said in the example too: HA has no example
+    # item in any language, and without one the intent has no example at all.
+    free = {k: e.text.strip() for k, e in result.entities.items() if e.is_wildcard and e.text}
     if question or intent in QUESTION_INTENTS:
         asked = [*sorted(domains), *YES_OR_NO] if domains else [*sorted(house.by_domain)]
         for domain in asked:
@@ -163,7 +166,7 @@ def _nearest_turn(  # noqa: PLR0917
             step = Step(intent, domain)
             turn = house.turn(data, step, offered, HINT_CALL_ID, avoid=elsewhere, by_area=True)
         turn = turn or house.turn(data, Step(intent, domain), offered, HINT_CALL_ID,
-                                  avoid=avoid, rank=rank)  # fmt: skip
+                                  avoid=avoid, rank=rank, free=free)  # fmt: skip
         if turn is not None:
             return Hint(turn, frozenset(domains) or None)
     if result.unmatched_entities:  # a partial match, of an intent that cannot act on it

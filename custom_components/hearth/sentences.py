@@ -30,6 +30,7 @@ from hassil import (
     recognize_best,
 )
 from hassil.errors import MissingListError, MissingRuleError
+from hassil.expression import Group, Sentence
 from hassil.intents import IntentData
 from hassil.sample import sample_expression
 from jinja2 import TemplateError
@@ -108,11 +109,12 @@ def _fits(block: IntentData, target: Target) -> bool:
 
 
 def _lists_for(
-    data: LanguageData, names: set[str], target: Target
+    data: LanguageData, names: set[str], target: Target, free: Mapping[str, str] | None = None
 ) -> dict[str, TextSlotList] | None:
     """The lists to sample a sentence that refers to ``names`` (list names) with:
-    the target's list and one value per number (None: it needs a list this target
-    cannot fill, or free text)."""
+    the target's list, one value per number, and the ``free`` text given for a list of
+    free text (list name -> text). None: it needs a list this target cannot fill, free
+    text not given, or a list HA fills at run time."""
     wanted = target.kind
     if wanted and wanted not in names:
         return None
@@ -124,9 +126,21 @@ def _lists_for(
             lists[name] = TextSlotList.from_tuples([(target.said, target.said)], False)
         elif (value := data.range_value(name)) is not None:
             lists[name] = TextSlotList.from_tuples([(str(value), value)], False)
+        elif free and name in free:
+            lists[name] = TextSlotList.from_tuples([(free[name], free[name])], False)
         elif name not in data.intents.slot_lists:
-            return None  # a wildcard (free text) or a list HA fills at run time
+            return None  # free text (a to-do item) or a list HA fills at run time
     return lists
+
+
+def _free_lists(
+    sentence: Sentence, rules: Mapping[str, Sentence], free: Mapping[str, str]
+) -> dict[str, str]:
+    """``free`` (slot name -> text) by the names of the lists ``sentence`` fills
+    those slots from ("{todo_list_item:item}": todo_list_item)."""
+    expression = sentence.expression
+    refs = expression.list_references(rules) if isinstance(expression, Group) else ()
+    return {ref.list_name: free[ref.slot_name] for ref in refs if ref.slot_name in free}
 
 
 def _shortest(texts: Iterable[str]) -> str | None:
@@ -135,21 +149,30 @@ def _shortest(texts: Iterable[str]) -> str | None:
 
 
 def say(
-    data: LanguageData, intent: str, target: Target, *, asked: str | None = None
+    data: LanguageData,
+    intent: str,
+    target: Target,
+    *,
+    asked: str | None = None,
+    free: Mapping[str, str] | None = None,
 ) -> Said | None:
     """A sentence of ``intent`` that names ``target``, read back as HA reads it (None:
     the data has none). Of the templates that fit, one that says the least (fewest
     slots) comes first, so a timer is set in minutes, not hours and minutes. ``asked``:
-    a question's response key to prefer ("one_yesno"). Kept per language data."""
-    key = (intent, target, asked)
+    a question's response key to prefer ("one_yesno"); ``free``: the text to say for a
+    slot of free text (slot name -> text: a to-do ``item``; without, no template that
+    has one). Kept per language data."""
+    key = (intent, target, asked, tuple(sorted((free or {}).items())))
     if key not in data.said:
         if len(data.said) > _CACHED:
             data.said.clear()
-        data.said[key] = _say(data, intent, target, asked)
+        data.said[key] = _say(data, intent, target, asked, free or {})
     return data.said[key]
 
 
-def _say(data: LanguageData, intent: str, target: Target, asked: str | None) -> Said | None:
+def _say(
+    data: LanguageData, intent: str, target: Target, asked: str | None, free: Mapping[str, str]
+) -> Said | None:
     found = data.intents.intents.get(intent)
     if found is None:
         return None
@@ -163,9 +186,10 @@ def _say(data: LanguageData, intent: str, target: Target, asked: str | None) -> 
                 names = set(sentence.list_names(rules))
             except MissingRuleError:
                 continue
-            if names & block.wildcard_list_names:
+            given = _free_lists(sentence, rules, free)
+            if (names & block.wildcard_list_names) - set(given):
                 continue
-            if (lists := _lists_for(data, names, target)) is not None:
+            if (lists := _lists_for(data, names, target, given)) is not None:
                 rank = (asked is not None and block.response != asked, len(names), order)
                 candidates.append((rank, sentence, {**block.slot_lists, **lists}, rules))
                 break  # the block's first sentence that fits

@@ -150,6 +150,26 @@ def test_no_template_matches_the_intent_whose_templates_say_its_words() -> None:
     assert not nearest("Motion detected in the den at 23:40 while everyone is in bed.")
 
 
+def test_free_text_it_says_is_said_in_the_example() -> None:
+    """HA's data has no example to-do item in any language: the request's own goes in
+    the example, on another list (without it the intent had no example at all)."""
+    lists = [Thing("todo.shopping", "Shopping List"), Thing("todo.chores", "Chores")]
+    tools = [function_tool("todo__HassListAddItem", "item", "name")]
+    hint = hint_messages("put batteries on the shopping list", lists, [], tools, {}, data=EN)
+    assert _call(hint.messages) == (
+        "todo__HassListAddItem",
+        {"item": "batteries", "name": "Chores"},
+    )
+    assert hint.domains == {"todo"}
+    german = [Thing("todo.einkauf", "Einkaufsliste"), Thing("todo.haus", "Hausarbeit")]
+    hint = hint_messages("Setz Milch auf die Einkaufsliste", german, [], tools, {},
+                         data=load_language_data("de"))  # fmt: skip
+    assert _call(hint.messages) == (
+        "todo__HassListAddItem",
+        {"item": "Milch", "name": "Hausarbeit"},
+    )
+
+
 def test_an_intents_words_are_what_its_templates_can_say() -> None:
     climate = set().union(*(w for _, w in block_words(EN, "HassClimateSetTemperature")))
     assert {"degree", "degrees", "temperature", "make"} <= climate  # "degree[s]" said whole
