@@ -193,6 +193,7 @@ class HearthLLMEntity(Entity):
                     seen_calls=seen_calls,
                     repeat_speech=turn.speech(self.hass, chat_log.content) or failure,
                     resolve=turn.resolve,
+                    refuse=turn.refusal,
                     instead=failure,
                     asks=turn.asks,
                 )

@@ -22,6 +22,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from .intent_words import words
 from .tool_names import bare_name
 
 # Domains in the order a shared name most likely means them when nothing else tells:
@@ -99,6 +100,28 @@ class HouseNames:
         """The names of things, areas and floors that ``text`` says."""
         said = normalize(text)
         return {name for name in (*self.things, *self.areas, *self.floors) if says(said, name)}
+
+
+def unasked(name: str, names: HouseNames, request: str) -> bool:
+    """Whether ``name`` names things of the house none of whose names and aliases
+    shares a word with the ``request`` (a word, or one of four letters or more inside
+    another: "Flur" in "Flurlicht"). A name the house does not have is not judged
+    here: Home Assistant refuses it."""
+    found = {named.entity_id for named in names.things.get(normalize(name), ())}
+    if not found:
+        return False
+    theirs = set().union(*(
+        words(other) for other, named in names.things.items()
+        if any(n.entity_id in found for n in named)
+    ))  # fmt: skip
+    return not any(_shares(word, other) for word in words(request) for other in theirs)
+
+
+def _shares(word: str, other: str) -> bool:
+    if word == other:
+        return True
+    short, long = sorted((word, other), key=len)
+    return len(short) >= 4 and short in long
 
 
 def says(text: str, name: str) -> bool:

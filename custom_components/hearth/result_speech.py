@@ -192,9 +192,12 @@ class Responses:
         return f"{said.rstrip('.!。')}: {', '.join(names)}."
 
 
+# The start of the error a call gets that names a thing the request did not (turn.py).
+NOT_ASKED = "The request did not name"
 # HA's reasons for a failed match (helpers/intent.py, in the tool's error text) -> the
 # key of the sentence Assist says for it, and whether it needs the call's name.
 ERROR_KEYS = (
+    (NOT_ASKED, "no_intent"),  # Hearth's: "Sorry, I couldn't understand that"
     ("Multiple entities share the name", "duplicate_entities"),
     ("No entities matched the name", "no_entity"),
     ("The area does not exist", "no_area"),

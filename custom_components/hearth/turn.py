@@ -25,7 +25,7 @@ from .const import (
 )
 from .errors import async_spoken
 from .hints import Hint, house_hint
-from .house_names import HouseNames, resolve_call
+from .house_names import FREE_NAME, HouseNames, resolve_call, unasked
 from .house_values import domain_names, house_names, scoped_arguments, tool_domains
 from .intents_data import async_language_data
 from .policy import Capabilities, Options, Request, TurnPolicy, decide
@@ -33,6 +33,7 @@ from .prompt import HearthNative
 from .questions import is_question, live_context_tool
 from .request_plan import RequestPlan
 from .result_speech import (
+    NOT_ASKED,
     Outcome,
     Responses,
     async_responses,
@@ -58,6 +59,7 @@ class Turn:
     fallback: str  # what is said in place of a reply that is not speech
     spoken: bool  # a conversation (speech); an AI Task's reply is structured data
     language: str
+    follow_up: bool = False  # the conversation has earlier turns ("turn it off")
 
     def resolve(self, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
         """A call's arguments as Home Assistant should run them (see resolve_call)."""
@@ -72,6 +74,23 @@ class Turn:
             about=self.policy.about,
             request=self.text,
         )
+
+    def refusal(self, tool: str, arguments: Mapping[str, Any]) -> str | None:
+        """Why a call is not run (None: it is). In the first turn of a conversation a
+        call may name by ``name`` only a thing that shares a word with the request
+        ("turn off the heating" turned off a bathroom light, and said so): the model
+        reads why and may call again, and Assist says it did not understand."""
+        short, name = bare_name(tool), arguments.get("name")
+        if (
+            not self.spoken
+            or self.follow_up
+            or not short.startswith("Hass")
+            or any(word in short for word in FREE_NAME)
+            or not isinstance(name, str)
+            or not unasked(name, self.names, self.text)
+        ):
+            return None
+        return f"{NOT_ASKED} {name}: call a tool only on what the request names."
 
     def speech(self, hass: HomeAssistant, content: Sequence[conversation.Content]) -> str | None:
         """What the turn says after its last tool calls (None: the model goes on)."""
@@ -174,6 +193,7 @@ async def async_prepare_turn(
         fallback=await async_spoken(hass, language, "markup_only"),
         spoken=spoken,
         language=language,
+        follow_up=len(asked) > 1,
     )
 
 

@@ -31,6 +31,7 @@ from .prompt import HearthNative
 from .speech import MarkupFilter, speakable
 
 Resolve = Callable[[str, dict[str, Any]], dict[str, Any]]
+Refuse = Callable[[str, dict[str, Any]], str | None]  # why a call is not run (None: it is)
 
 
 @dataclass
@@ -112,20 +113,22 @@ def invalid_args_result(call: Mapping[str, Any]) -> conversation.ToolResultConte
     """The tool result of a call whose arguments are not a JSON object: the tool is not
     run (HA would run it with no arguments); the model reads why and may call again."""
     function = call["function"]
+    text = (
+        f"The arguments of {function['name']} were not valid JSON (a JSON object was "
+        f"expected): {function['arguments']!r}"
+    )
+    return refused_result(call, "InvalidToolArguments", text)
+
+
+def refused_result(
+    call: Mapping[str, Any], error: str, text: str
+) -> conversation.ToolResultContentDeltaDict:
+    """The tool result of a call that was not run: ``error`` and why (``text``)."""
     return {
         "role": "tool_result",
         "tool_call_id": call["id"],
-        "tool_name": function["name"],
-        "result": llm.ToolResult(
-            data={
-                "error": "InvalidToolArguments",
-                "error_text": (
-                    f"The arguments of {function['name']} were not valid JSON (a JSON "
-                    f"object was expected): {function['arguments']!r}"
-                ),
-            },
-            error=True,
-        ),
+        "tool_name": call["function"]["name"],
+        "result": llm.ToolResult(data={"error": error, "error_text": text}, error=True),
     }
 
 
@@ -148,6 +151,7 @@ async def transform_stream(
     seen_calls: set[str],
     repeat_speech: str | None = None,
     resolve: Resolve | None = None,
+    refuse: Refuse | None = None,
     instead: str | None = None,
     asks: Callable[[str], bool] | None = None,
 ) -> AsyncGenerator[
@@ -193,14 +197,19 @@ async def transform_stream(
         text = instead  # after an error, what went wrong; a question for the user stays
     if text.strip():
         yield {"content": text.strip()}
-    invalid: list[dict[str, Any]] = []
+    refused: list[conversation.ToolResultContentDeltaDict] = []
     if raw_calls:
         tool_inputs = []
         for call in raw_calls:
             name = call["function"]["name"]
             arguments = parse_tool_args(call["function"]["arguments"])
-            if arguments is None:
-                invalid.append(call)
+            why = None if arguments is None or refuse is None else refuse(name, arguments)
+            if arguments is None or why is not None:
+                refused.append(
+                    invalid_args_result(call)
+                    if arguments is None
+                    else refused_result(call, "NotRequested", str(why))
+                )
                 # Not run by the chat log (external): its result is the error below.
                 tool_inputs.append(
                     llm.ToolInput(tool_name=name, tool_args={}, id=call["id"], external=True)
@@ -218,5 +227,5 @@ async def transform_stream(
     if raw_calls:
         message["tool_calls"] = raw_calls
     yield {"native": HearthNative(context=context, message=message)}
-    for call in invalid:
-        yield invalid_args_result(call)
+    for result in refused:
+        yield result

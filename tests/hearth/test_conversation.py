@@ -16,6 +16,7 @@ from unittest.mock import patch
 
 from freezegun.api import FrozenDateTimeFactory
 from homeassistant.components.conversation import trace as conversation_trace
+from homeassistant.components.homeassistant.exposed_entities import async_expose_entity
 from homeassistant.core import HomeAssistant
 from homeassistant.helpers import area_registry as ar
 from homeassistant.helpers import device_registry as dr
@@ -224,9 +225,12 @@ async def test_tool_first_makes_the_first_request_call_a_tool(
     first, *rest = spy.bodies
     assert first["tool_choice"] == "required"
     assert all(body.get("tool_choice") in {None, "none"} for body in rest)
-    events = conversation_trace.async_get_traces()[-1].as_dict()["events"]
-    (call, *_) = [e["data"] for e in events if e["event_type"] == "tool_call"]
-    assert call["tool_name"].endswith(tuple(t["function"]["name"] for t in first["tools"]))
+    # The first reply is a call (run, or, naming a thing "hello" does not say, refused
+    # with a result the model reads: turn.py); the next request carries it.
+    (*_, called) = [m for m in rest[0]["messages"] if m.get("tool_calls")]
+    assert called["tool_calls"][0]["function"]["name"] in {
+        t["function"]["name"] for t in first["tools"]
+    }
     assert speech(result)
 
 
@@ -311,6 +315,46 @@ async def test_requests_carry_the_house_names_for_the_grammar(
     assert not [name for name in tools if "Timer" in name]
     offered = {tool["function"]["name"] for tool in spy.bodies[0]["tools"]}
     assert set(tools) <= offered
+
+
+async def test_a_call_on_a_thing_the_request_did_not_name_is_not_run(
+    hass: HomeAssistant, entry: MockConfigEntry
+) -> None:
+    """Asked about the kitchen light, a call that turns on the porch lamp is not run:
+    the model reads why, and Assist says it did not understand. Said later in the same
+    conversation ("and the other one"), it runs. tiny-tools always names the kitchen
+    light, so its call is rewritten here to stand for a model that picked another thing
+    (the engine and Home Assistant are real)."""
+    hass.states.async_set("light.porch", "off", {"friendly_name": "Porch Lamp"})
+    async_expose_entity(hass, "conversation", "light.porch", True)
+    original = ChatClient.async_chat_stream
+    bodies: list[dict[str, Any]] = []
+
+    async def porch_instead(client: ChatClient, body: Any) -> Any:
+        bodies.append(json.loads(json.dumps(body)))
+        first = len(bodies) == 1 or body["messages"][-1]["role"] == "user"
+        async for chunk in original(client, body):
+            for choice in chunk.get("choices") or ():
+                for call in (choice.get("delta") or {}).get("tool_calls") or ():
+                    arguments = (call.get("function") or {}).get("arguments")
+                    if first and arguments:
+                        call["function"]["arguments"] = arguments.replace(
+                            "Kitchen Light", "Porch Lamp"
+                        )
+            yield chunk
+
+    with patch.object(ChatClient, "async_chat_stream", porch_instead):
+        result = await converse(hass, "turn on the kitchen light")
+        events = conversation_trace.async_get_traces()[-1].as_dict()["events"]
+        assert [e for e in events if e["event_type"] == "tool_call"] == []  # not run
+        assert hass.states.get(KITCHEN_LIGHT).state == "off"
+        tool_message = bodies[1]["messages"][-1]
+        assert json.loads(tool_message["content"])["error"] == "NotRequested"
+        assert speech(result) == "Sorry, I couldn't understand that"
+        # A later turn may refer back to what an earlier one said: not judged.
+        later = await converse(hass, "turn on the kitchen light too", result.conversation_id)
+    # (a state without a light platform: HA reports the call, the state stays)
+    assert [t.name for t in later.response.success_results] == ["Porch Lamp"]
 
 
 async def test_invalid_tool_arguments_are_a_tool_error_the_model_reads(

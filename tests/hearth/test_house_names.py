@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from custom_components.hearth.house_names import HouseNames, Named, resolve_call
+from custom_components.hearth.house_names import HouseNames, Named, resolve_call, unasked
 
 GARAGE_COVER = Named("cover.garage_door_opener", "garage", main=True)
 GARAGE_LIGHT = Named("light.garage_door_opener")
@@ -132,3 +132,22 @@ def test_the_domains_of_the_things_a_request_names() -> None:
     assert HOUSE.named_domains("turn on the kitchen") == {"light"}  # a thing and an area
     assert HOUSE.named_domains("turn on the Küche Licht") == {"light"}
     assert HOUSE.named_domains("tell me a joke") == frozenset()
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "not_asked"),
+    [
+        ("Garage Door Opener", "turn off the heating", True),
+        ("Garage Door Opener", "open the garage", False),
+        ("garage light", "switch on the garage light", False),
+        # Another name or alias of the same thing counts ("garage light" is the light's).
+        ("Garage Door Opener", "light in the garage, please", False),
+        ("Küche Licht", "Mach das Küchenlicht an", False),  # "Küche" inside "Küchenlicht"
+        ("Küche Licht", "キッチンの電気をつけて", False),  # its alias, without spaces
+        ("Office Window", "Schließ die Haustür ab", True),
+        ("Kitchen", "turn on the TV", True),
+        ("Jacuzzi", "turn off the heating", False),  # not the house's: HA refuses it
+    ],
+)
+def test_a_call_may_name_only_what_the_request_says(name: str, text: str, not_asked: bool) -> None:
+    assert unasked(name, HOUSE, text) is not_asked
