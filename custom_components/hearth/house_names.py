@@ -12,6 +12,9 @@ name to the call before Home Assistant runs it, chosen from what the call and th
 request say, never a guess between equals. An area or floor given where a thing of that
 name was meant (or the other way round) is moved to the argument HA matches it by.
 
+``unasked`` tells a call that names a thing none of whose names the request says a
+word of (turn.py does not run it in a conversation's first turn).
+
 Pure: ``HouseNames`` is built by house_values.house_names from the registries.
 """
 
