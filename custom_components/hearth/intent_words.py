@@ -20,7 +20,7 @@ import re
 import unicodedata
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from hassil.expression import (
     Alternative,
@@ -31,10 +31,19 @@ from hassil.expression import (
     Sentence,
     TextChunk,
 )
-from hassil.intents import IntentData
+from hassil.intents import IntentData, Intents
 
-if TYPE_CHECKING:
-    from .intents_data import LanguageData
+
+class LanguageData(Protocol):
+    """What is read of a language's data (intents_data.LanguageData, which imports
+    this module to count the words as it loads)."""
+
+    @property
+    def intents(self) -> Intents: ...
+
+    @property
+    def said(self) -> dict[Any, Any]: ...
+
 
 _WORDS = re.compile(r"\w+", re.UNICODE)
 _MAX_WALKS = 16  # walks of one template: its widest alternative's choices, at most
