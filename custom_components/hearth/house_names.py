@@ -39,6 +39,13 @@ DOMAIN_ORDER = (
 FREE_NAME = ("Timer", "Broadcast")
 
 
+def names_entity(tool: str) -> bool:
+    """Whether ``tool`` is an intent whose ``name`` is an exposed entity's (not a
+    timer's or a broadcast's free text)."""
+    short = bare_name(tool)
+    return short.startswith("Hass") and not any(word in short for word in FREE_NAME)
+
+
 def normalize(name: str) -> str:
     """A name as Home Assistant compares it (``intent._normalize_name``)."""
     return name.strip().casefold()
@@ -167,9 +174,8 @@ def resolve_call(
     opener light"), then the device's own entity and ``DOMAIN_ORDER``. A
     ``name`` that is only an area or floor becomes that; an ``area`` or ``floor`` alone
     that is only, or also, a thing's name becomes that ``name``."""
-    short = bare_name(tool)
     accepts = frozenset(accepts)
-    if not short.startswith("Hass") or any(word in short for word in FREE_NAME):
+    if not names_entity(tool):
         return arguments
     arguments = _moved(arguments, names, accepts)
     name = arguments.get("name")

@@ -93,7 +93,7 @@ def load_language_data(language: str) -> LanguageData | None:
     said_by(data)  # the words of every intent (hints read them), counted once here
     load_ms = round((time.perf_counter() - started) * 1000, 1)
     LOGGER.debug("Loaded Home Assistant's intents for %s in %s ms", chosen, load_ms)
-    return dataclasses.replace(data, load_ms=load_ms)
+    return dataclasses.replace(data, load_ms=load_ms, said=data.said)  # keeps the counts
 
 
 class _Loaded:

@@ -25,7 +25,7 @@ from .const import (
 )
 from .errors import async_spoken
 from .hints import Hint, house_hint
-from .house_names import FREE_NAME, HouseNames, resolve_call, unasked
+from .house_names import HouseNames, names_entity, resolve_call, unasked
 from .house_values import domain_names, house_names, scoped_arguments, tool_domains
 from .intents_data import async_language_data
 from .policy import Capabilities, Options, Request, TurnPolicy, decide
@@ -80,12 +80,11 @@ class Turn:
         call may name by ``name`` only a thing that shares a word with the request
         ("turn off the heating" turned off a bathroom light, and said so): the model
         reads why and may call again, and Assist says it did not understand."""
-        short, name = bare_name(tool), arguments.get("name")
+        name = arguments.get("name")
         if (
             not self.spoken
             or self.follow_up
-            or not short.startswith("Hass")
-            or any(word in short for word in FREE_NAME)
+            or not names_entity(tool)
             or not isinstance(name, str)
             or not unasked(name, self.names, self.text)
         ):
