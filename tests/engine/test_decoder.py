@@ -255,7 +255,10 @@ async def test_a_pin_made_without_int8_is_never_served_to_int8(
     ("args", "message"),
     [
         (("--quantize", "int8", "--dtype", "float32"), "--quantize int8: int8 weights compute"),
-        (("--quantize", "int8", "--forward", "transformers"), "--quantize int8 needs --forward"),
+        (
+            ("--quantize", "int8", "--dtype", "bfloat16", "--forward", "transformers"),
+            "--quantize int8 needs --forward",
+        ),
     ],
 )
 def test_unsupported_combinations_are_one_line_at_start(
