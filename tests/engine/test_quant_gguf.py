@@ -1,6 +1,7 @@
 """A quantized GGUF file served packed (``model/quant/folder.py``): its matrices never
 become floats, the cached folder serves exactly as the first conversion did, and the
-prefix cache changes nothing (float32 activations: the kernels' exact path).
+prefix cache changes nothing (float32 activations, quantized per row for the integer
+dots: a row's result does not depend on which other rows share its call).
 
 The files are the tiny Llamas of ``gguf_files`` with their matrices quantized by gguf-py
 (Q8_0, Q4_0, Q4_1: the K-quants need rows of 256 and are covered, block by block, in

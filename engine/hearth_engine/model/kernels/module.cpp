@@ -12,7 +12,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("bias") = py::none());
   m.def("quant_linear", &hearth::quant_linear, "a linear from 4/8-bit tiles, at most 16 rows",
         py::arg("x"), py::arg("tiles"), py::arg("scales"), py::arg("zeros"),
-        py::arg("out_features"), py::arg("group"), py::arg("bits"), py::arg("bias") = py::none());
+        py::arg("out_features"), py::arg("group"), py::arg("bits"), py::arg("bias") = py::none(),
+        py::arg("exact") = false);
   m.def("quant_dequant_tiles", &hearth::quant_dequant_tiles,
         "4/8-bit tiles into the padded [T * 16, K_pad] matrix (prefill)");
   m.def("quant_rows", &hearth::quant_rows, "rows of 4/8-bit tiles (an embedding lookup)");

@@ -8,10 +8,12 @@
 namespace hearth {
 
 // y = x W^T (+ bias) for x [..., K] (bfloat16 or float32) with at most 16 rows, where
-// W[f, k] = scales[f, k / group] * q[f, k] (+ zeros[f, k / group]).
+// W[f, k] = scales[f, k / group] * q[f, k] (+ zeros[f, k / group]). The inputs are
+// quantized to int8 per group (integer dots), or, with ``exact`` and float32 inputs, not.
 at::Tensor quant_linear(const at::Tensor& x, const at::Tensor& tiles, const at::Tensor& scales,
                         const c10::optional<at::Tensor>& zeros, int64_t out_features,
-                        int64_t group, int64_t bits, const c10::optional<at::Tensor>& bias);
+                        int64_t group, int64_t bits, const c10::optional<at::Tensor>& bias,
+                        bool exact);
 
 // W as the padded [T * 16, K_pad] matrix, a tile at a time (prefill): bfloat16 or float32.
 void quant_dequant_tiles(const at::Tensor& tiles, const at::Tensor& scales,

@@ -3,8 +3,9 @@
 One copy of the weights serves both phases (``kernels/quant_linear.cpp``):
 
 * **decode** (at most ``DECODE_ROWS`` rows): ``quant_linear`` reads the packed tiles;
-  bfloat16 rows are quantized per group to int8 and multiplied with AVX-512 VNNI integer
-  dots (llama.cpp's scheme), float32 rows take the exact float path;
+  the rows (bfloat16 or float32) are quantized per group to int8 and multiplied with
+  integer dots (AVX-512 VNNI, or AVX2's vpmaddubsw: llama.cpp's scheme); ``exact``
+  keeps float32 rows unrounded (a float path several times slower, for tests);
 * **prefill** (more rows): the matrix is dequantized a tile at a time
   (``quant_dequant_tiles``) into a scratch buffer (per thread, reused, the size of the
   largest matrix) and multiplied by one GEMM (oneDNN, AMX where the CPU has it). On the
@@ -106,8 +107,11 @@ def join(parts: Sequence[QuantWeight]) -> list[QuantWeight]:
 class QuantLinear:
     """``y = x @ W.T + b`` for a ``W`` kept as one or more ``QuantWeight`` parts."""
 
-    def __init__(self, parts: Sequence[QuantWeight], bias: torch.Tensor | None) -> None:
+    def __init__(
+        self, parts: Sequence[QuantWeight], bias: torch.Tensor | None, exact: bool = False
+    ) -> None:
         self.parts = join(parts)
+        self.exact = exact
         self.in_features = self.parts[0].in_features
         if any(p.in_features != self.in_features for p in self.parts):
             raise ValueError("the parts of a quantized linear must read the same input")
@@ -127,7 +131,7 @@ class QuantLinear:
     def _part(self, w: QuantWeight, x: torch.Tensor, rows: int) -> torch.Tensor:
         if rows <= DECODE_ROWS and x.dtype in (torch.bfloat16, torch.float32):
             return self._kernels.quant_linear(  # type: ignore[attr-defined]
-                x, w.tiles, w.scales, w.zeros, w.out_features, w.group, w.bits
+                x, w.tiles, w.scales, w.zeros, w.out_features, w.group, w.bits, exact=self.exact
             )
         weight = dense_padded(w, x.dtype)  # [T * 16, K_pad]: padding rows and columns
         if weight.shape[1] != w.in_features:
