@@ -93,6 +93,13 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
         help="compile the decode step in the background (inductor; eager until it is ready;"
         " cached under ~/.cache/hearth/inductor); auto: bfloat16 on a CPU",
     )
+    group.add_argument(
+        "--no-jump-forward",
+        dest="jump_forward",
+        action="store_false",
+        help="decode the tokens a grammar forces one step each (by default they are appended"
+        " in one forward: a tool call's '{\"name\": \"' and a lone allowed tool's name)",
+    )
 
 
 def add_serve_args(parser: argparse.ArgumentParser) -> None:
@@ -154,4 +161,5 @@ def engine_config_from_args(args: argparse.Namespace) -> EngineConfig:
         quantize=args.quantize,
         forward=args.forward,
         compile=args.compile,
+        jump_forward=args.jump_forward,
     )

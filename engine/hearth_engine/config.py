@@ -45,6 +45,8 @@ class EngineConfig:
     forward: str = "auto"  # auto | lean | transformers (runner.Forward)
     compile: str = "off"  # auto | on | off (step_compiler.CompileMode)
     default_max_tokens: int = 512
+    # Tokens a grammar forces are appended without a decode step each (jump-forward).
+    jump_forward: bool = True
     extra_stop_tokens: tuple[str, ...] = field(
         default=("<|im_end|>", "<|endoftext|>", "<|eot_id|>")
     )

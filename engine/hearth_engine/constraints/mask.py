@@ -40,6 +40,17 @@ class Constraint:
         _LOGGER.warning("A constrained request sampled a refused token: %s", self.error)
         return False
 
+    def forced(self) -> list[int]:
+        """The tokens the grammar allows next and nothing else (jump-forward decoding:
+        ``{"name": "`` after ``<tool_call>``, a tool's whole name where only one is
+        allowed). They are appended without a forward pass each; [] when none are, or
+        when the matcher cannot tell (the next step then masks as usual)."""
+        try:
+            return list(self.matcher.compute_ff_tokens())
+        except Exception as err:  # noqa: BLE001 -- never fatal: the mask still holds
+            _LOGGER.debug("Forced tokens unavailable: %s", type(err).__name__)
+            return []
+
     @property
     def done(self) -> bool:
         """Nothing but the end of the reply can follow."""

@@ -103,15 +103,7 @@ def _prepare(state: ServerState, body: dict[str, Any]) -> PreparedChat:
     max_tokens = requested or min(
         state.engine.config.default_max_tokens, max(1, limit - len(prompt))
     )
-    try:
-        state.engine.check_context(len(prompt), max_tokens)
-    except ContextLengthError as err:
-        raise APIError(
-            422,
-            str(err),
-            param="max_tokens" if requested else "messages",
-            code="context_length_exceeded",
-        ) from None
+    _check_context(state, len(prompt), max_tokens, bool(requested))
     stop = body.get("stop", ())
     if tool_choice == "none" and tools:
         stop = (*stop, formatter.stop_marker)
@@ -128,6 +120,12 @@ def _prepare(state: ServerState, body: dict[str, Any]) -> PreparedChat:
         stop=stop,
     )
     constraint = constraint_for(state, body, forced)
+    if forced and constraint is not None and state.engine.config.jump_forward:
+        ahead = _forced_ahead(state, constraint)
+        if ahead:  # computed with the prompt, not a step each
+            prompt = [*prompt, *ahead[0]]
+            forced += ahead[1]
+            _check_context(state, len(prompt), max_tokens, bool(requested))
     options = body.get("stream_options") or {}
     return PreparedChat(
         prompt=prompt,
@@ -141,6 +139,32 @@ def _prepare(state: ServerState, body: dict[str, Any]) -> PreparedChat:
         constraint=constraint,
         aliases=tool_aliases(tools or []) if constraint is not None else None,
     )
+
+
+def _check_context(state: ServerState, prompt: int, max_tokens: int, requested: bool) -> None:
+    try:
+        state.engine.check_context(prompt, max_tokens)
+    except ContextLengthError as err:
+        raise APIError(
+            422,
+            str(err),
+            param="max_tokens" if requested else "messages",
+            code="context_length_exceeded",
+        ) from None
+
+
+def _forced_ahead(state: ServerState, constraint: Constraint) -> tuple[list[int], str] | None:
+    """The tokens (and their text) the grammar forces right after the forced reply start:
+    ``{"name": "`` after ``<tool_call>``, and a tool's whole name where only one is
+    allowed. Consumed by ``constraint``; None when there are none (or their text would
+    not be whole characters, which the reply's parser could not read back)."""
+    tokens = constraint.forced()
+    if not tokens:
+        return None
+    text = state.formatter.tokenizer.decode(tokens)
+    if "\ufffd" in text or not all(constraint.advance(t) for t in tokens):
+        return None
+    return tokens, text
 
 
 def _usage(stats: RequestStats) -> dict[str, Any]:

@@ -77,6 +77,8 @@ def engine_stats(engine: Engine) -> dict[str, Any]:
         "decode_seconds_total": round(c.decode_seconds, 6),
         "decode_steps_total": c.decode_steps,
         "mixed_steps_total": c.mixed_steps,
+        "forced_tokens_total": c.forced_tokens,
+        "extend_steps_total": c.extend_steps,
         "decode_tokens_per_s": _rate(c.generated_tokens, c.decode_seconds, 2),
         "kv_cache_capacity_bytes": cache.capacity_bytes,
         "kv_cache_used_bytes": cache.used_bytes,

@@ -31,6 +31,12 @@ __all__ = ["GROWTH_TOKENS", "DecodeBatch"]
 Allocate = Callable[[int, int, int], KVBuffer]  # (rows, capacity, length)
 
 
+def _room(seq: Sequence) -> int:
+    """Columns a row's buffer should have free: its next tokens, at most a growth step,
+    and at least what it has to feed now (tokens a grammar forced)."""
+    return max(min(seq.remaining_decode, GROWTH_TOKENS), len(seq.unfed))
+
+
 class DecodeBatch:
     def __init__(
         self, runner: ModelRunner, pool: BufferPool, allocate: Allocate | None = None
@@ -78,11 +84,11 @@ class DecodeBatch:
         return parts
 
     def _has_room(self, seq: Sequence, buffer: KVBuffer) -> bool:
-        return buffer.capacity - seq.own_len >= min(seq.remaining_decode, GROWTH_TOKENS)
+        return buffer.capacity - seq.own_len >= _room(seq)
 
     def _rebuild(self, rows: list[Sequence]) -> None:
         end = max(seq.own_len for seq in rows)
-        room = min(max(seq.remaining_decode for seq in rows), GROWTH_TOKENS)
+        room = max(_room(seq) for seq in rows)
         buffer = self._allocate(len(rows), end + room + 1, end)
         sources = {id(seq.kv): seq.kv for seq in rows}
         if self.buffer is not None:
@@ -122,6 +128,20 @@ class DecodeBatch:
         for seq in self.rows:
             seq.kv_len += 1
         return logits
+
+    def extend(self, token_ids: list[int]) -> torch.Tensor:
+        """Feed the batch's only row several tokens in one forward (the prefill path:
+        tokens a grammar forced); returns the last one's logits [1, V]."""
+        assert len(self.rows) == 1
+        assert self.buffer is not None
+        seq = self.rows[0]
+        if self.buffer.length + len(token_ids) > self.buffer.capacity:
+            self._rebuild(self.rows)
+        assert seq.kv is self.buffer
+        assert seq.kv_offset == 0
+        logits = self.runner.prefill(self.buffer, token_ids, seq.shared, seq.window)
+        seq.kv_len += len(token_ids)
+        return logits[None]
 
     def mixed_step(
         self, token_ids: list[int], chunk: Sequence, chunk_ids: list[int]

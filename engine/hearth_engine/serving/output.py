@@ -36,6 +36,8 @@ class Counters:
     decode_seconds: float = 0.0
     decode_steps: int = 0
     mixed_steps: int = 0  # decode steps that also ran a prefill chunk (worker.MIX_MAX_TOKENS)
+    forced_tokens: int = 0  # generated tokens the grammar forced (no step of their own)
+    extend_steps: int = 0  # steps that fed a row several tokens at once (forced ones)
     pin_rebuilds: int = 0
     pin_restores: int = 0
     pin_reuses: int = 0
@@ -47,6 +49,7 @@ class OutputProcessor:
         self.counters = counters
         self.context_length = runner.info.context_length
         self.stop_token_ids = stop_token_ids(runner, config.extra_stop_tokens)
+        self.jump_forward = config.jump_forward
         # Called with each finished request's figures before its last event is sent
         # (the stats window: a client reading /v1/stats right after its response must
         # find its request there).
@@ -64,7 +67,23 @@ class OutputProcessor:
                     logits[i, ids] = float("-inf")
 
     def accept(self, seq: Sequence, token: int) -> str | None:
-        """Record a sampled token and emit its text; returns a finish reason, or None."""
+        """Record a sampled token, and after it the tokens its grammar forces (when
+        ``jump_forward``): emit their text; returns a finish reason, or None.
+
+        Forced tokens get no forward pass of their own: the next step feeds them all at
+        once (``Sequence.unfed``), so ``{"name": "`` costs one step, not four.
+        """
+        reason = self._accept_one(seq, token)
+        if reason is not None or seq.constraint is None or not self.jump_forward:
+            return reason
+        for forced in seq.constraint.forced():
+            self.counters.forced_tokens += 1
+            reason = self._accept_one(seq, forced)
+            if reason is not None:
+                return reason
+        return None
+
+    def _accept_one(self, seq: Sequence, token: int) -> str | None:
         now = time.monotonic()
         seq.generated.append(token)
         self.counters.generated_tokens += 1

@@ -161,6 +161,12 @@ class Sequence:
     def remaining_decode(self) -> int:
         return max(0, self.params.max_tokens - len(self.generated))
 
+    @property
+    def unfed(self) -> list[int]:
+        """The tokens the next step feeds: the last sampled one, and any forced after it
+        (jump-forward), none of which has KV yet."""
+        return self.generated[max(0, self.kv_len - len(self.prompt)) :]
+
     def tokens_with_kv(self) -> list[int]:
         """Token ids whose KV this sequence holds (the last sampled token has none yet)."""
         return (self.prompt + self.generated)[: self.kv_len]

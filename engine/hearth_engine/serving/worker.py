@@ -46,6 +46,11 @@ _LOGGER = logging.getLogger(__name__)
 MIX_MAX_TOKENS = 256
 
 
+def _extends(rows: list[Sequence]) -> bool:
+    """Whether the decode rows are one row with several tokens to feed (forced ones)."""
+    return len(rows) == 1 and len(rows[0].unfed) > 1
+
+
 @dataclass(frozen=True)
 class Command:
     """Work for the worker thread; ``fail`` tells the command's owner when it raised."""
@@ -115,6 +120,7 @@ class WorkerLoop:
                 and prefill.state is State.PREFILLING
                 and plan.chunk <= MIX_MAX_TOKENS
                 and self.runner.can_mix
+                and not _extends(plan.decode)
             ):
                 self._mixed_step(plan.decode, prefill, plan.chunk)
                 return True
@@ -236,7 +242,11 @@ class WorkerLoop:
     def _decode_step(self, rows: list[Sequence]) -> None:
         batch = self._batch_of(rows)
         t0 = time.monotonic()
-        logits = batch.step([seq.generated[-1] for seq in rows])
+        if _extends(rows):  # a lone row with forced tokens: all of them in one forward
+            logits = batch.extend(rows[0].unfed)
+            self.counters.extend_steps += 1
+        else:  # one token a row (a row's forced tokens then take a step each)
+            logits = batch.step([seq.unfed[0] for seq in rows])
         self.counters.decode_steps += 1
         self.counters.decode_seconds += time.monotonic() - t0
         self._decoded(rows, logits)
@@ -248,7 +258,7 @@ class WorkerLoop:
         start = seq.kv_len
         t0 = time.monotonic()
         logits, chunk_logits = batch.mixed_step(
-            [row.generated[-1] for row in rows], seq, seq.prompt[start : start + n]
+            [row.unfed[0] for row in rows], seq, seq.prompt[start : start + n]
         )
         elapsed = time.monotonic() - t0
         seq.kv_len += n
@@ -277,12 +287,15 @@ class WorkerLoop:
         return batch
 
     def _decoded(self, rows: list[Sequence], logits: torch.Tensor) -> None:
-        """After a decode step: each row's next token."""
+        """After a decode step: the next token of each row that has fed all its tokens
+        (a row still holding forced tokens feeds the next one instead)."""
         batch = self.kv.batch
+        ready = [not seq.unfed for seq in rows]
         self.output.hold_stops(logits, rows)
-        self.masker.apply(logits, [seq.constraint for seq in rows])
+        constraints = [s.constraint if r else None for s, r in zip(rows, ready, strict=True)]
+        self.masker.apply(logits, constraints)
         for i, seq in enumerate(rows):
-            if not seq.cancelled:
+            if ready[i] and not seq.cancelled:
                 self._next_token(seq, logits[i])
         if not self.scheduler.decoding:
             batch.set_rows([])
