@@ -6,7 +6,10 @@ prefixes must be identical byte for byte (nothing in them is volatile by design)
 the requests the same: for the first request of each captured turn, its role, agent,
 prefix version and the context and user messages it carries (times and dates
 normalized). Assistant and tool messages come from the model and HA's tool results, and
-whether a turn takes a tool round depends on the model, so those are left out.
+whether a turn takes a tool round depends on the model, so those are left out. So is
+the thing a question's worked example asks about: it is the one whose live state shows
+the most (hints.py), and the states are what the model's earlier calls made them (a
+tiny-tools trained on another host acts otherwise); the example's tool stays.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from hearth_bench.stack import ROOT
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
+HINT_CALL_ID = "example_hint"  # custom_components/hearth/hints.py (another venv: not imported)
 STALE = f"the household fixture is stale: run `{CAPTURE_COMMAND}` and commit {FIXTURE.name}"
 _TIME = re.compile(r"\b\d{1,2}:\d{2}(:\d{2})?\b")
 _DATE = re.compile(r"\b\d{4}-\d{2}-\d{2}\b")
@@ -51,13 +55,26 @@ def normalize(text: str) -> str:
     return _DATE.sub("<date>", _TIME.sub("<time>", text))
 
 
+def example_tool(messages: list[dict[str, Any]], at: int) -> str | None:
+    """The tool of the worked example whose request is ``messages[at]``, if it is one."""
+    following = messages[at + 1] if at + 1 < len(messages) else {}
+    calls = following.get("tool_calls") or []
+    if calls and calls[0].get("id") == HINT_CALL_ID:
+        return str(calls[0]["function"]["name"])
+    return None
+
+
 def sample_shape(sample: Sample) -> tuple[Any, ...]:
-    said = tuple(
-        (m["role"], normalize(str(m.get("content") or "")))
-        for m in sample.suffix
-        if m["role"] in ("system", "user")
-    )
-    return (sample.role, sample.agent, sample.prefix, sample.turn, said)
+    said = []
+    for at, m in enumerate(sample.suffix):
+        if m["role"] not in ("system", "user"):
+            continue
+        tool = example_tool(sample.suffix, at)
+        if tool is not None and tool.endswith("GetLiveContext"):
+            said.append(("example", tool))
+        else:
+            said.append((m["role"], normalize(str(m.get("content") or ""))))
+    return (sample.role, sample.agent, sample.prefix, sample.turn, tuple(said))
 
 
 def shapes(fixture: Fixture) -> list[tuple[Any, ...]]:
