@@ -33,6 +33,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator, Sequence
@@ -79,6 +80,11 @@ X86_OPTIONS = {
 }
 NO_AMX = ("-DGGML_AMX_TILE=OFF", "-DGGML_AMX_INT8=OFF", "-DGGML_AMX_BF16=OFF")
 START_TIMEOUT_S = 120.0
+
+
+# How long a test waits for a build that scripts/test runs beside the suites (on 2 cores
+# it takes 9-15 minutes, most of it while the engine suite runs).
+BUILD_WAIT_S = 1800.0
 
 
 class LlamaServerMissingError(RuntimeError):
@@ -131,13 +137,36 @@ def build_dir(version: str | None = None) -> Path:
     return hearth_cache() / "llama.cpp" / f"{version}-{build_key(version)}"
 
 
-def find_llama_server() -> Path:
-    """The built ``llama-server`` binary; a clear error naming ``scripts/setup`` if absent."""
-    binary = build_dir() / "bin" / "llama-server"
+def building_pid(folder: Path) -> int | None:
+    """The process building ``folder`` now (``scripts/setup`` writes its pid into the
+    ``.partial`` work folder), or None when no build of it is running."""
+    try:
+        pid = int((folder.parent / f"{folder.name}.partial" / "pid").read_text())
+        os.kill(pid, 0)
+    except (OSError, ValueError):
+        return None
+    return pid
+
+
+def find_llama_server(wait_s: float = BUILD_WAIT_S) -> Path:
+    """The built ``llama-server`` binary. While ``scripts/test`` still builds it in the
+    background, this waits (up to ``wait_s``, saying so every minute); a clear error
+    naming ``scripts/setup`` if it is absent, or names the build's log if that failed."""
+    folder = build_dir()
+    binary = folder / "bin" / "llama-server"
+    deadline, said = time.monotonic() + wait_s, 0.0
+    while not os.access(binary, os.X_OK) and building_pid(folder) is not None:
+        if time.monotonic() >= deadline:
+            break
+        if time.monotonic() - said >= 60:
+            print(f"waiting for llama.cpp's server build ({folder}.partial)", file=sys.stderr)
+            said = time.monotonic()
+        time.sleep(2)
     if not os.access(binary, os.X_OK):
+        log = folder.parent / f"{folder.name}.partial" / "build.log"
+        hint = f"its build failed: see {log}" if log.exists() else "run scripts/setup"
         raise LlamaServerMissingError(
-            f"llama.cpp's server is not built for this machine ({binary} is missing): "
-            "run scripts/setup"
+            f"llama.cpp's server is not built for this machine ({binary} is missing): {hint}"
         )
     return binary
 

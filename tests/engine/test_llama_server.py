@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import threading
+import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -166,3 +169,48 @@ def test_the_build_follows_the_cpu_and_never_uses_amx(monkeypatch: pytest.Monkey
     key = llama_server.build_key("0.3.36")
     monkeypatch.setattr(llama_server, "cpu_features", lambda: f"{avx2} avx512f")
     assert llama_server.build_key("0.3.36") != key
+
+
+def test_a_build_under_way_is_waited_for(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """scripts/test builds llama-server beside the suites: a test that needs it waits
+    while the build's process lives, and gets the binary once it is there."""
+    monkeypatch.setenv("HEARTH_CACHE_DIR", str(tmp_path))
+    folder = llama_server.build_dir()
+    (folder.parent / f"{folder.name}.partial").mkdir(parents=True)
+    builder = subprocess.Popen(["sleep", "30"])
+    try:
+        (folder.parent / f"{folder.name}.partial" / "pid").write_text(str(builder.pid))
+
+        def finish() -> None:
+            time.sleep(1.5)
+            (folder / "bin").mkdir(parents=True)
+            binary = folder / "bin" / "llama-server"
+            binary.write_text("#!/bin/sh\n")
+            binary.chmod(0o755)
+
+        threading.Thread(target=finish).start()
+        started = time.monotonic()
+        assert find_llama_server(wait_s=20) == folder / "bin" / "llama-server"
+        assert time.monotonic() - started >= 1.0
+    finally:
+        builder.kill()
+        builder.wait()
+
+
+def test_a_failed_build_is_named_not_waited_for(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("HEARTH_CACHE_DIR", str(tmp_path))
+    folder = llama_server.build_dir()
+    work = folder.parent / f"{folder.name}.partial"
+    work.mkdir(parents=True)
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    (work / "pid").write_text(str(dead.pid))
+    (work / "build.log").write_text("error: no compiler\n")
+    started = time.monotonic()
+    with pytest.raises(
+        llama_server.LlamaServerMissingError, match=r"build failed: see .*build\.log"
+    ):
+        find_llama_server(wait_s=60)
+    assert time.monotonic() - started < 10

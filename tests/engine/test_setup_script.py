@@ -18,7 +18,8 @@ def _run(*args: str) -> subprocess.CompletedProcess[str]:
 def test_help_names_both_purposes() -> None:
     result = _run("--help")
     assert result.returncode == 0
-    assert "Usage: scripts/setup [--for demo|test|bench] [--engine-only] [--plan]" in result.stdout
+    usage = "Usage: scripts/setup [--for demo|test|bench] [--engine-only] [--llama-in-background]"
+    assert usage in result.stdout
     assert "demo (scripts/develop)" in result.stdout
     assert "test (scripts/test, and the default)" in result.stdout
 
@@ -47,6 +48,7 @@ def test_the_demo_builds_neither_test_models_nor_llama_cpp() -> None:
         "environments": ["engine", "ha"],
         "builds": ["native", "default"],
         "then": [],
+        "beside": [],
     }
     test = _plan("--for", "test")
     assert test["builds"] == ["native", "default", "tiny", "tiny-tools"]
@@ -55,8 +57,15 @@ def test_the_demo_builds_neither_test_models_nor_llama_cpp() -> None:
     assert test["then"] == ["llama-server", "browser"]
     assert _plan("--for", "bench")["then"] == ["llama-server", "browser", "llama-tools"]
     assert _plan("--engine-only")["environments"] == ["engine"]
+    # scripts/test: llama-server builds beside the rest (its tests wait for it).
+    beside = _plan("--for", "test", "--llama-in-background")
+    assert (beside["then"], beside["beside"]) == (["browser"], ["llama-server"])
+    assert test["beside"] == [] and demo["beside"] == []
 
 
 def test_develop_and_test_ask_for_their_purpose() -> None:
     assert '"$ROOT/scripts/setup" --for demo' in (ROOT / "scripts" / "develop").read_text()
-    assert '"$ROOT/scripts/setup" --for test' in (ROOT / "scripts" / "test").read_text()
+    assert (
+        '"$ROOT/scripts/setup" --for test --llama-in-background'
+        in (ROOT / "scripts" / "test").read_text()
+    )
