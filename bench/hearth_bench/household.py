@@ -79,6 +79,8 @@ CONFIGS = {
     "no_cache": ("none", False, False),
     "last_prompt": ("last_prompt", False, False),
     "hearth_fresh_prefix": ("radix", True, False),
+    # Hearth with every token a grammar forces decoded one step each (before jump-forward).
+    "hearth_no_jump_forward": ("radix", True, True),
     # --engine-url: the server as the plugin drives it: each agent's prefix primed at start
     # and after each rename (max_tokens 1), requests on the primed prefix until then; on
     # llama.cpp cache_prompt.
@@ -87,6 +89,7 @@ CONFIGS = {
     # sends the house as it is now.
     "external_unprimed": ("server", False, False),
 }
+CONFIG_ARGS = {"hearth_no_jump_forward": ("--no-jump-forward",)}  # engine flags of a config
 EXTERNAL = "external"
 EXTERNALS = ("external", "external_unprimed")
 PRIMING_TEXT = "Hello"  # the user message after the prefix in a priming request
@@ -431,7 +434,7 @@ class Replay:
 
     def engine_args(self) -> list[str]:
         args = ["--model", self.settings.model, "--cache-mode", self.cache_mode]
-        args += ["--max-queue", "256"]
+        args += ["--max-queue", "256", *CONFIG_ARGS.get(self.name, ())]
         if self.settings.kv_cache_mb:
             args += ["--kv-cache-mb", str(self.settings.kv_cache_mb)]
         return args

@@ -4,7 +4,7 @@
   GQA 4/2 heads) and a byte-level BPE tokenizer trained on a synthetic corpus. Random
   weights give long, varied greedy outputs, which is what exactness tests need.
 * ``tiny-tools``: the same tokenizer and a slightly wider model (hidden 256), trained
-  for about two minutes (once, then cached) on scripted dialogues so that its greedy
+  for five to ten minutes on 2 cores (once, then cached) on scripted dialogues so that its greedy
   output is known in advance, also deep inside a 2k-token prompt:
 
   - a user turn with ``turn on the kitchen light`` (or any ``turn on the kitchen ...``,
@@ -40,7 +40,7 @@ _LOGGER = logging.getLogger(__name__)
 
 TOKENIZER_VERSION = "bpe4096/1"
 TINY_VERSION = f"tiny/1+{TOKENIZER_VERSION}"
-TOOLS_VERSION = f"tiny-tools/4+{TOKENIZER_VERSION}"
+TOOLS_VERSION = f"tiny-tools/5+{TOKENIZER_VERSION}"
 
 # Qwen2's pre-tokenizer pattern: AutoTokenizer must re-tokenize exactly like training.
 QWEN_SPLIT = (
@@ -57,7 +57,7 @@ TOOLS_MODEL_DONE = "Done, the light is on."
 TOOLS_MODEL_REPLY = "Hello from Hearth."
 LEARNING_RATE = 3e-3
 LONG_EVERY = 3
-CHECKPOINTS = (300, 400, 500, 600, 700, 800, 1000, 1200)
+CHECKPOINTS = (500, 600, 700, 800, 1000, 1200)
 # The self-check must also pass here or later: stopping at the first clean checkpoint
 # left a model, on some hosts, that held only for the training dialogues themselves.
 MIN_STEPS = 500
@@ -272,17 +272,41 @@ def _train(
     for step in range(total):
         model.train()
         ids, labels, positions = _batch(rng, tokenizer, step % LONG_EVERY == LONG_EVERY - 1, 8)
-        logits = model(input_ids=ids, position_ids=positions).logits
-        loss = torch.nn.functional.cross_entropy(
-            logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), ignore_index=-100
-        )
         optim.zero_grad()
-        loss.backward()
+        _backward(model, ids, labels, positions)
         optim.step()
         sched.step()
         if step + 1 in checkpoints:
             model.eval()
             yield step + 1
+
+
+def _backward(model: Any, ids: Any, labels: Any, positions: Any) -> None:
+    """Gradients of the mean cross entropy over the labelled tokens (the answers).
+
+    The same loss as one forward of the padded batch, for a quarter less time: the rows
+    go in two halves sorted by length, each cut to its own longest row (padding sits
+    after every answer and no real token attends to it), and the head and the softmax
+    run only on the labelled positions (a few dozen of each row's hundreds)."""
+    import torch
+
+    labelled = labels != -100
+    total = int(labelled.sum())
+    ends = labelled.cumsum(dim=1).argmax(dim=1)  # each row's last labelled position
+    order = torch.argsort(ends)
+    for part in (order[: len(order) // 2], order[len(order) // 2 :]):
+        if len(part) == 0:
+            continue
+        width = int(ends[part].max()) + 1
+        hidden = model.model(
+            input_ids=ids[part, :width], position_ids=positions[part, :width]
+        ).last_hidden_state
+        keep = labelled[part, :width]
+        logits = model.lm_head(hidden[keep])
+        loss = torch.nn.functional.cross_entropy(
+            logits, labels[part, :width][keep], reduction="sum"
+        )
+        (loss / total).backward()
 
 
 def _greedy(model: Any, ids: list[int], max_new: int, end: int) -> list[int]:
