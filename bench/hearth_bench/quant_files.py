@@ -1,11 +1,11 @@
 """The GGUF files users have, made here with llama.cpp's own tools, cached.
 
-``scripts/setup --for bench`` builds ``llama-quantize`` from the same llama.cpp sdist as
-``llama-server`` and copies its ``convert_hf_to_gguf.py`` (with ``conversion/`` and
-``gguf-py/``) beside it: ``$HEARTH_CACHE/llama.cpp/<version>-<key>-tools``
-(``tools_dir``; the key is ``llama_server.build_key``). This module turns a Hugging Face
-folder into an F16 GGUF with the converter, then into ``Q4_K_M`` / ``Q8_0`` with
-``llama-quantize``, once per (shape, format):
+``scripts/setup`` builds ``llama-quantize`` with ``llama-server`` from the same llama.cpp
+sdist and copies its ``convert_hf_to_gguf.py`` (with ``conversion/`` and ``gguf-py/``)
+beside it: ``$HEARTH_CACHE/llama.cpp/<version>-<key>`` (an older cache had them apart, in
+``tools_dir``, which ``scripts/setup --for bench`` still builds where neither is there).
+This module turns a Hugging Face folder into an F16 GGUF with the converter, then into
+``Q4_K_M`` / ``Q8_0`` with ``llama-quantize``, once per (shape, format):
 ``$HEARTH_CACHE/gguf/<shape>-<format>.gguf``.
 
 Shapes (``SHAPES``): ``default`` is SmolLM2-135M-Instruct with its real weights (quality
@@ -24,7 +24,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from .llama_server import build_key, hearth_cache, pinned_version
+from .llama_server import build_dir, build_key, hearth_cache, pinned_version
 
 FORMATS = ("Q4_K_M", "Q8_0")
 SHAPES: dict[str, dict[str, Any]] = {
@@ -57,14 +57,15 @@ def tools_dir(version: str | None = None) -> Path:
 
 def tools() -> tuple[Path, Path]:
     """``(convert_hf_to_gguf.py, llama-quantize)``; a clear error when not built."""
-    base = tools_dir()
-    convert, quantize = base / "convert" / "convert_hf_to_gguf.py", base / "bin" / "llama-quantize"
-    if not convert.is_file() or not os.access(quantize, os.X_OK):
-        raise ToolsMissingError(
-            f"llama.cpp's converter and quantizer are not built ({base}): "
-            "run scripts/setup --for bench"
-        )
-    return convert, quantize
+    for base in (build_dir(), tools_dir()):  # beside llama-server, or an older separate build
+        convert = base / "convert" / "convert_hf_to_gguf.py"
+        quantize = base / "bin" / "llama-quantize"
+        if convert.is_file() and os.access(quantize, os.X_OK):
+            return convert, quantize
+    raise ToolsMissingError(
+        f"llama.cpp's converter and quantizer are not built ({build_dir()}): "
+        "run scripts/setup --for bench"
+    )
 
 
 def gguf_path(shape: str, fmt: str) -> Path:
