@@ -40,7 +40,7 @@ _LOGGER = logging.getLogger(__name__)
 
 TOKENIZER_VERSION = "bpe4096/1"
 TINY_VERSION = f"tiny/1+{TOKENIZER_VERSION}"
-TOOLS_VERSION = f"tiny-tools/5+{TOKENIZER_VERSION}"
+TOOLS_VERSION = f"tiny-tools/6+{TOKENIZER_VERSION}"
 
 # Qwen2's pre-tokenizer pattern: AutoTokenizer must re-tokenize exactly like training.
 QWEN_SPLIT = (
@@ -155,8 +155,13 @@ def _tools(rng: random.Random) -> list[dict[str, Any]] | None:
 
 
 def _tool_result(rng: random.Random) -> dict[str, Any]:
-    """A tool result: a short generic one, or the shape of Home Assistant's intents."""
+    """A tool result: a short generic one, the shape of Home Assistant's intents, or an
+    error as the integration reports one (the reply after it is scripted the same: a
+    model trained on successes only called again after an error on some hosts)."""
     target = filler_text(rng, 1)
+    if rng.random() < 0.3:
+        kind = rng.choice(["MatchFailedError", "NotRequested", "InvalidArguments", "Error"])
+        return {"error": kind, "error_text": target}
     if rng.random() < 0.5:
         return {"success": rng.random() < 0.8, "data": {"targets": [target]}}
     return {
