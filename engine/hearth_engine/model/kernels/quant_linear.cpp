@@ -514,6 +514,26 @@ inline void store_scaled(const float* b, float sv, float zv, int64_t n, T* out) 
 #endif
     }
   }
+#elif defined(__AVX2__)
+  const __m256 vs = _mm256_set1_ps(sv), vz = _mm256_set1_ps(zv);
+  for (; c + 8 <= n; c += 8) {
+    __m256 v = _mm256_mul_ps(_mm256_loadu_ps(b + c), vs);
+    asm("" : "+x"(v));  // no fused multiply-add, as above
+    v = _mm256_add_ps(v, vz);
+    if constexpr (std::is_same_v<T, float>) {
+      _mm256_storeu_ps(out + c, v);
+    } else {
+      // bfloat16, round to nearest even as c10 does (the values are finite: the scales
+      // and zeros are checked): add 0x7FFF plus the kept part's lowest bit, keep the top.
+      const __m256i bits = _mm256_castps_si256(v);
+      const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
+      const __m256i up = _mm256_add_epi32(bits, _mm256_add_epi32(odd, _mm256_set1_epi32(0x7FFF)));
+      const __m256i top = _mm256_srli_epi32(up, 16);
+      const __m128i packed = _mm_packus_epi32(_mm256_castsi256_si128(top),
+                                              _mm256_extracti128_si256(top, 1));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(out + c), packed);
+    }
+  }
 #endif
   for (; c < n; ++c) {
     volatile float p = b[c] * sv;  // no fused multiply-add here either
@@ -531,17 +551,38 @@ void dequant_tile(const uint8_t* w, const at::Half* s, const at::Half* z, const 
     if constexpr (Bits == 8) {
       const int8_t* src = reinterpret_cast<const int8_t*>(w) + (k0 / 4) * 64;
       for (int64_t j = 0; j < group / 4; ++j, src += 64)
-        for (int lane = 0; lane < kLanes; ++lane)
+        for (int lane = 0; lane < kLanes; ++lane) {
+#if defined(__AVX2__)  // a lane's 4 codes widened at once (the loop below is scalar code)
+          int32_t word;
+          std::memcpy(&word, src + lane * 4, sizeof(word));
+          _mm_storeu_ps(block + lane * group + j * 4,
+                        _mm_cvtepi32_ps(_mm_cvtepi8_epi32(_mm_cvtsi32_si128(word))));
+#else
           for (int i = 0; i < 4; ++i) block[lane * group + j * 4 + i] = src[lane * 4 + i];
+#endif
+        }
     } else {
       const uint8_t* src = w + (k0 / 8) * 64;
+#if defined(__AVX2__)  // a lane's 8 nibbles (4 low, then 4 high) in one register
+      const __m256i shifts = _mm256_setr_epi32(0, 8, 16, 24, 4, 12, 20, 28);
+      const __m256i nibble = _mm256_set1_epi32(0x0F);
+#endif
       for (int64_t p = 0; p < group / 8; ++p, src += 64)
-        for (int lane = 0; lane < kLanes; ++lane)
+        for (int lane = 0; lane < kLanes; ++lane) {
+#if defined(__AVX2__)
+          int32_t word;
+          std::memcpy(&word, src + lane * 4, sizeof(word));
+          const __m256i q = _mm256_and_si256(
+              _mm256_srlv_epi32(_mm256_set1_epi32(word), shifts), nibble);
+          _mm256_storeu_ps(block + lane * group + p * 8, _mm256_cvtepi32_ps(q));
+#else
           for (int i = 0; i < 4; ++i) {
             const uint8_t byte = src[lane * 4 + i];
             block[lane * group + p * 8 + i] = static_cast<float>(byte & 0x0F);
             block[lane * group + p * 8 + 4 + i] = static_cast<float>(byte >> 4);
           }
+#endif
+        }
     }
     for (int lane = 0; lane < kLanes; ++lane) {
       const float sv = static_cast<float>(s[g * kLanes + lane]);
