@@ -41,6 +41,8 @@ SCALE_FIELDS = {
     "Q4_0": [0],
     "Q4_1": [0, 2],
     "Q4_K": [0, 2],
+    "Q5_0": [0],
+    "Q5_1": [0, 2],
     "Q5_K": [0, 2],
     "Q6_K": [208],
     "Q8_0": [0],
@@ -77,7 +79,7 @@ def test_blocks_map_onto_the_files_own_values(type_name: str) -> None:
     ours = tiles.dequantize(to_quant_weight(raw, type_name, 6, 512)).numpy()
     error = np.abs(ours - expected).max() / np.abs(expected).max()
     # Exact where the file's scale is itself a float16; else the product rounds once.
-    assert error <= (0.0 if type_name in ("Q4_0", "Q4_1", "Q8_0") else 2**-10)
+    assert error <= (0.0 if type_name in ("Q4_0", "Q4_1", "Q5_0", "Q8_0") else 2**-10)
 
 
 def _forms(seed: int, n: int, k: int) -> list[tiles.QuantWeight]:

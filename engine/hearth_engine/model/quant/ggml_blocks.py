@@ -9,6 +9,8 @@ type   ggml block                             Hearth form
 Q4_0   32 weights: ``d * (q - 8)``, q 0..15   int4, group 32, scale d, zero -8d
 Q4_1   32 weights: ``d * q + m``, q 0..15      int4, group 32, scale d, zero m
 Q4_K   256: 8 groups of 32, ``d*sc*q - dm*m``  int4, group 32, scale d*sc, zero -dm*m
+Q5_0   32 weights: ``d * (q - 16)``, q 0..31   int8 (q - 16), group 32, scale d
+Q5_1   32 weights: ``d * q + m``, q 0..31      int8 (q - 16), group 32, zero m + 16d
 Q5_K   256: as Q4_K with 5-bit q (0..31)       int8 (q - 16), group 32, zero +16 scale
 Q6_K   256: 16 groups of 16, ``d*sc*(q-32)``   int8 (q - 32), group 16, no zero
 Q8_0   32: ``d * q``, q int8                   int8, group 32, no zero
@@ -50,6 +52,10 @@ BLOCK_TYPES: dict[str, BlockType] = {
     "Q4_0": BlockType("Q4_0", 32, 18, 4, 32),
     "Q4_1": BlockType("Q4_1", 32, 20, 4, 32),
     "Q4_K": BlockType("Q4_K", SUPER, 144, 4, 32),
+    # llama-quantize's fallback where rows are not whole super-blocks (a 576-wide model's
+    # Q4_K_M file is mostly Q5_0).
+    "Q5_0": BlockType("Q5_0", 32, 22, 8, 32),
+    "Q5_1": BlockType("Q5_1", 32, 24, 8, 32),
     "Q5_K": BlockType("Q5_K", SUPER, 176, 8, 32),
     "Q6_K": BlockType("Q6_K", SUPER, 210, 8, 16),
     "Q8_0": BlockType("Q8_0", 32, 34, 8, 32),
@@ -81,6 +87,25 @@ def _q4_1(b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     qs = b[:, 4:]
     q = np.concatenate([qs & 15, qs >> 4], axis=1)
     return q.astype(np.int16), d, m
+
+
+def _q5_codes(qh: np.ndarray, qs: np.ndarray) -> np.ndarray:
+    """A Q5_0/Q5_1 block's 32 codes (0..31): low nibbles then high ones of ``qs`` [B, 16],
+    with bit j of the little-endian word ``qh`` [B, 4] as weight j's fifth bit."""
+    high_bits = qh.copy().view("<u4").astype(np.uint32)  # [B, 1]
+    fifth = (high_bits >> np.arange(32, dtype=np.uint32)[None, :]) & 1  # [B, 32]
+    low = np.concatenate([qs & 15, qs >> 4], axis=1).astype(np.int16)
+    return low | (fifth.astype(np.int16) << 4)
+
+
+def _q5_0(b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    d = _f16(b[:, :2])
+    return _q5_codes(b[:, 2:6], b[:, 6:]) - 16, d, None
+
+
+def _q5_1(b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    d, m = _f16(b[:, :2]), _f16(b[:, 2:4])
+    return _q5_codes(b[:, 4:8], b[:, 8:]) - 16, d, m + 16.0 * d
 
 
 def _q4_k(b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
@@ -124,6 +149,8 @@ _DECODERS = {
     "Q4_0": _q4_0,
     "Q4_1": _q4_1,
     "Q4_K": _q4_k,
+    "Q5_0": _q5_0,
+    "Q5_1": _q5_1,
     "Q5_K": _q5_k,
     "Q6_K": _q6_k,
     "Q8_0": _q8_0,
