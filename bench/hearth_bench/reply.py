@@ -52,12 +52,20 @@ def satellite_sample(fixture: Fixture) -> Sample:
 
 
 def request_body(fixture: Fixture, question: str, number: int, max_tokens: int) -> dict[str, Any]:
-    """Kitchen-satellite request ``number`` on the pinned prefix, asking ``question``."""
-    body = fixture.body(satellite_sample(fixture), version=0)
-    messages = [m for m in body["messages"] if m["role"] != "user"]
+    """Kitchen-satellite request ``number`` on the pinned prefix, asking ``question``:
+    the pinned messages whole (their worked examples too), the satellite's context line,
+    then the question (the captured request's own words and example are left out)."""
+    sample = satellite_sample(fixture)
+    body = fixture.body(sample, version=0)
+    pinned = fixture.agents[sample.agent].prefixes[0].messages
+    context = [m for m in sample.suffix if m["role"] == "system"]
     return {
         **body,
-        "messages": [*messages, {"role": "user", "content": f"Request {number}. {question}"}],
+        "messages": [
+            *pinned,
+            *context,
+            {"role": "user", "content": f"Request {number}. {question}"},
+        ],
         "tool_choice": "none",
         "temperature": 0.0,
         "max_tokens": max_tokens,
