@@ -184,6 +184,9 @@ def fuse(
     under ``--quantize int4`` become a ``QuantLinear`` (one copy, no decode tiles).
     """
     packed = [getattr(m, QUANT_ATTR, None) for m in modules]
+    for module in modules:  # the fused linear holds them now: joined parts are new tiles,
+        if hasattr(module, QUANT_ATTR):  # and their originals go as each layer is built
+            delattr(module, QUANT_ATTR)  # (the allocator keeps freed memory: the peak)
     if any(p is not None for p in packed) or quantization == Quantization.INT4:
         return _quant_fuse(modules, packed)
     weight = torch.cat([m.weight.detach() for m in modules]) if len(modules) > 1 else None

@@ -26,6 +26,7 @@ from .hardware import pick_device, pick_dtype
 from .kv import KVBuffer, KVLayout, segment_tokens
 from .layer_types import sliding_layers, state_layers
 from .linear import Quantization, int8_unsupported
+from .quant.linear import exact_float_rows
 from .loader import LoadedModel, load_model
 from .step_compiler import CompileMode, CompileState, StepCompiler, wants_compile
 
@@ -385,7 +386,8 @@ class ModelRunner:
         ids = torch.randint(1, vocab, (tokens,), generator=gen).tolist()
         half = tokens // 2
         try:
-            noise, error, scale = self._shared_prefix_trial(ids, half)
+            with exact_float_rows():
+                noise, error, scale = self._shared_prefix_trial(ids, half)
         except Exception as err:  # noqa: BLE001 - any failure means: copy, as before
             _LOGGER.warning("Shared-prefix attention unavailable (%s): prefixes are copied", err)
             return False

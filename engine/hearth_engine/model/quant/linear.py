@@ -21,8 +21,9 @@ features fill whole tiles are joined into one part (one kernel call).
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import torch
 
@@ -33,6 +34,24 @@ DECODE_ROWS = 16  # quant_linear's limit: decode steps of up to 16 rows
 INT4_GROUP = 32  # --quantize int4: the group size (as Q4_K's sub-blocks)
 
 _SCRATCH = threading.local()
+_EXACT = threading.local()  # exact_float_rows() on this thread
+
+
+@contextlib.contextmanager
+def exact_float_rows() -> Iterator[None]:
+    """Within it (this thread), float32 rows take the kernels' exact float path.
+
+    For the engine's start-up self-test (``ModelRunner.check_shared_prefix``), which
+    bounds reading a prefix in place by how much a forward moves when only its float
+    rounding changes: quantizing activations turns a rounding-sized difference into a
+    whole quantization step now and then (0.25 on a logit, measured), which would fail
+    the test for a reason that is not attention's."""
+    before = getattr(_EXACT, "on", False)
+    _EXACT.on = True
+    try:
+        yield
+    finally:
+        _EXACT.on = before
 
 
 class QuantKernelsMissingError(RuntimeError):
@@ -131,7 +150,14 @@ class QuantLinear:
     def _part(self, w: QuantWeight, x: torch.Tensor, rows: int) -> torch.Tensor:
         if rows <= DECODE_ROWS and x.dtype in (torch.bfloat16, torch.float32):
             return self._kernels.quant_linear(  # type: ignore[attr-defined]
-                x, w.tiles, w.scales, w.zeros, w.out_features, w.group, w.bits, exact=self.exact
+                x,
+                w.tiles,
+                w.scales,
+                w.zeros,
+                w.out_features,
+                w.group,
+                w.bits,
+                exact=self.exact or getattr(_EXACT, "on", False),
             )
         weight = dense_padded(w, x.dtype)  # [T * 16, K_pad]: padding rows and columns
         if weight.shape[1] != w.in_features:
