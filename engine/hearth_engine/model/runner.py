@@ -26,8 +26,8 @@ from .hardware import pick_device, pick_dtype
 from .kv import KVBuffer, KVLayout, segment_tokens
 from .layer_types import sliding_layers, state_layers
 from .linear import Quantization, int8_unsupported
-from .quant.linear import exact_float_rows
 from .loader import LoadedModel, load_model
+from .quant.linear import exact_float_rows
 from .step_compiler import CompileMode, CompileState, StepCompiler, wants_compile
 
 _LOGGER = logging.getLogger(__name__)
