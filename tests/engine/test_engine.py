@@ -206,6 +206,27 @@ async def test_random_cancellations_leave_no_locks(make_engine) -> None:
     assert fin.stats.cached_tokens == 300
 
 
+async def test_a_row_cancelled_between_steps_ends_alone(make_engine, monkeypatch) -> None:
+    """Regression: ``Engine.cancel`` sets the flag, then posts the drop. A step that ends
+    in between left the cancelled row with no token to feed, and the next step raised
+    IndexError, failing every running request. Here the drop is never posted (the window
+    held open): the worker drops the row itself and the other request finishes."""
+    engine = make_engine()
+    monkeypatch.setattr(engine, "cancel", lambda seq: setattr(seq, "cancelled", True))
+    params = SamplingParams(max_tokens=40, min_tokens=40)
+    other = asyncio.create_task(engine.generate(tokens(70, 30), params))
+    stream = engine.stream(tokens(71, 30), params)
+    async for event in stream:
+        if isinstance(event, TokenEvent):
+            break
+    await stream.aclose()  # sets the flag only, mid-decode
+    _, ids, fin = await other
+    assert fin.reason == "length" and len(ids) == 40
+    await settle(engine)
+    assert engine_stats(engine)["requests_cancelled"] == 1
+    assert engine_stats(engine)["requests_failed"] == 0
+
+
 async def test_queue_full_is_refused_not_hung(make_engine) -> None:
     engine = make_engine(max_queue=2, max_running=1)
     streams = [engine.stream(tokens(30 + i, 50), SamplingParams(max_tokens=50)) for i in range(3)]

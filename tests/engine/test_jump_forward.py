@@ -161,3 +161,22 @@ def test_extend_gives_the_logits_of_one_step_a_token(tiny_runner64: ModelRunner)
     got = runner.prefill(extended, tokens, shared, window)
     torch.testing.assert_close(got, want, atol=1e-9, rtol=0)
     assert extended.length == stepped.length == 8
+
+
+async def test_forced_tokens_are_fed_a_chunk_at_a_time(
+    make_engine: Any, tiny_runner64: ModelRunner, compiler: ConstraintCompiler
+) -> None:
+    """A grammar may force many tokens (a long required key): they are fed in pieces of
+    at most ``chunk_tokens``, as a prompt is, and the reply is the same."""
+    ids_in = prompt(tiny_runner64, 5)
+    params = SamplingParams(max_tokens=60)
+    replies, extends = [], []
+    for chunk in (256, 2):
+        engine = make_engine(tiny_runner64, chunk_tokens=chunk)
+        _, ids, _ = await engine.generate(
+            ids_in, params, constraint=compiler.start(REQUIRED, FORCED)
+        )
+        replies.append(ids)
+        extends.append(engine_stats(engine)["extend_steps_total"])
+    assert replies[0] == replies[1]
+    assert extends[1] > extends[0] > 0

@@ -242,8 +242,8 @@ class WorkerLoop:
     def _decode_step(self, rows: list[Sequence]) -> None:
         batch = self._batch_of(rows)
         t0 = time.monotonic()
-        if _extends(rows):  # a lone row with forced tokens: all of them in one forward
-            logits = batch.extend(rows[0].unfed)
+        if _extends(rows):  # a lone row with forced tokens: up to a chunk in one forward
+            logits = batch.extend(rows[0].unfed[: self.config.chunk_tokens])
             self.counters.extend_steps += 1
         else:  # one token a row (a row's forced tokens then take a step each)
             logits = batch.step([seq.unfed[0] for seq in rows])
@@ -295,7 +295,9 @@ class WorkerLoop:
         constraints = [s.constraint if r else None for s, r in zip(rows, ready, strict=True)]
         self.masker.apply(logits, constraints)
         for i, seq in enumerate(rows):
-            if ready[i] and not seq.cancelled:
+            if seq.cancelled:  # now: with no token sampled it has nothing to feed next
+                self._drop(seq, "cancelled")
+            elif ready[i]:
                 self._next_token(seq, logits[i])
         if not self.scheduler.decoding:
             batch.set_rows([])
