@@ -305,6 +305,28 @@ async def test_house_values_stay_out_of_the_prompt(client: Client) -> None:
     assert narrowed["usage"]["prompt_tokens"] == plain["usage"]["prompt_tokens"]
 
 
+async def test_forced_tokens_count_against_the_reply_not_the_prompt(client: Client) -> None:
+    """Regression: the tokens a grammar forces after ``<tool_call>`` (jump-forward) were
+    added to the prompt after the default ``max_tokens`` was set from the room left, so a
+    request that fits near the context's end was refused with a 422."""
+
+    def body(words: int) -> dict[str, Any]:
+        messages = [{"role": "user", "content": "lamp " * words}]
+        return {"messages": messages, "tools": TOOLS, "tool_choice": "required"}
+
+    async def prompt_tokens(words: int) -> int:  # max_tokens 1: no room for forced tokens
+        return int((await client.chat(**body(words), max_tokens=1))["usage"]["prompt_tokens"])
+
+    base = await prompt_tokens(100)
+    per_100 = await prompt_tokens(200) - base
+    words = 100 + (32768 - 100 - base) * 100 // per_100  # about 100 tokens of room left
+    room = 32768 - await prompt_tokens(words)
+    assert 8 < room < 512, room  # the default max_tokens is then the room left
+    reply = await client.chat(**body(words))
+    assert reply["usage"]["prompt_tokens"] + reply["usage"]["completion_tokens"] <= 32768
+    assert reply["choices"][0]["finish_reason"] in ("length", "tool_calls")
+
+
 async def test_a_call_cut_short_is_neither_a_call_nor_spoken_markup(client: Client) -> None:
     body = {"messages": MESSAGES, "tools": TOOLS, "tool_choice": "required", "max_tokens": 6}
     reply = await client.chat(**body)

@@ -111,6 +111,16 @@ def _prepare(state: ServerState, body: dict[str, Any]) -> PreparedChat:
     min_tokens = body.get("min_tokens") or 0
     if min_tokens > max_tokens:
         raise bad_request("min_tokens cannot exceed max_tokens", param="min_tokens")
+    constraint = constraint_for(state, body, forced)
+    if forced and constraint is not None and state.engine.config.jump_forward:
+        # Forced tokens are part of the reply: they count against its max_tokens (so a
+        # prompt that fits without them fits with them), and need one token left after.
+        ahead = _forced_ahead(state, constraint, budget=max_tokens - 1)
+        if ahead:  # computed with the prompt, not a step each
+            prompt = [*prompt, *ahead[0]]
+            forced += ahead[1]
+            max_tokens -= len(ahead[0])
+            min_tokens = max(0, min_tokens - len(ahead[0]))
     params = SamplingParams(
         max_tokens=max_tokens,
         min_tokens=min_tokens,
@@ -119,13 +129,6 @@ def _prepare(state: ServerState, body: dict[str, Any]) -> PreparedChat:
         seed=None if seed is None else seed % (2**63),
         stop=stop,
     )
-    constraint = constraint_for(state, body, forced)
-    if forced and constraint is not None and state.engine.config.jump_forward:
-        ahead = _forced_ahead(state, constraint)
-        if ahead:  # computed with the prompt, not a step each
-            prompt = [*prompt, *ahead[0]]
-            forced += ahead[1]
-            _check_context(state, len(prompt), max_tokens, bool(requested))
     options = body.get("stream_options") or {}
     return PreparedChat(
         prompt=prompt,
@@ -153,17 +156,28 @@ def _check_context(state: ServerState, prompt: int, max_tokens: int, requested: 
         ) from None
 
 
-def _forced_ahead(state: ServerState, constraint: Constraint) -> tuple[list[int], str] | None:
+def _forced_ahead(
+    state: ServerState, constraint: Constraint, budget: int
+) -> tuple[list[int], str] | None:
     """The tokens (and their text) the grammar forces right after the forced reply start:
     ``{"name": "`` after ``<tool_call>``, and a tool's whole name where only one is
-    allowed. Consumed by ``constraint``; None when there are none (or their text would
-    not be whole characters, which the reply's parser could not read back)."""
+    allowed. Consumed by ``constraint``; None when there are none, when they are more
+    than ``budget``, or when their text would not be whole characters (which the reply's
+    parser could not read back)."""
     tokens = constraint.forced()
-    if not tokens:
+    if not tokens or len(tokens) > budget:
         return None
     text = state.formatter.tokenizer.decode(tokens)
-    if "\ufffd" in text or not all(constraint.advance(t) for t in tokens):
+    if "\ufffd" in text:
         return None
+    if not all(constraint.advance(t) for t in tokens):
+        # The grammar refused what it said it forces: its state is now unknown, so the
+        # request fails here rather than decoding under a half-consumed grammar.
+        raise APIError(
+            500,
+            "internal engine error: a grammar refused its own forced tokens",
+            type_="server_error",
+        )
     return tokens, text
 
 
