@@ -164,7 +164,15 @@ def find_llama_server(wait_s: float = BUILD_WAIT_S) -> Path:
         time.sleep(2)
     if not os.access(binary, os.X_OK):
         log = folder.parent / f"{folder.name}.partial" / "build.log"
-        hint = f"its build failed: see {log}" if log.exists() else "run scripts/setup"
+        background = folder.parent / "background-build.log"
+        if building_pid(folder) is not None:
+            hint = f"its build is still running after {wait_s:.0f} s: see {background}"
+        elif log.exists():
+            hint = f"its build failed: see {log}"
+        elif background.exists():
+            hint = f"its build failed: see {background}"
+        else:
+            hint = "run scripts/setup"
         raise LlamaServerMissingError(
             f"llama.cpp's server is not built for this machine ({binary} is missing): {hint}"
         )

@@ -24,7 +24,11 @@ import pytest
 
 from hearth_bench import llama_server
 from hearth_bench.household import probe_server
-from hearth_bench.llama_server import LlamaServer, default_gguf, find_llama_server
+from hearth_bench.llama_server import BUILD_WAIT_S, LlamaServer, default_gguf, find_llama_server
+
+# The first test that needs llama-server may wait for scripts/test's background build
+# (find_llama_server): its set-up counts toward the test's timeout.
+pytestmark = pytest.mark.timeout(BUILD_WAIT_S + 600)
 
 # ~670 tokens of house-like text: long enough that reuse is unmistakable.
 HOUSE = "You control a smart home. Devices:\n" + "\n".join(
@@ -214,3 +218,23 @@ def test_a_failed_build_is_named_not_waited_for(
     ):
         find_llama_server(wait_s=60)
     assert time.monotonic() - started < 10
+
+
+def test_a_build_still_running_at_the_deadline_is_said_to_run(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Not "failed": the build goes on, and its background log is where to look."""
+    monkeypatch.setenv("HEARTH_CACHE_DIR", str(tmp_path))
+    folder = llama_server.build_dir()
+    work = folder.parent / f"{folder.name}.partial"
+    work.mkdir(parents=True)
+    builder = subprocess.Popen(["sleep", "30"])
+    try:
+        (work / "pid").write_text(str(builder.pid))
+        with pytest.raises(
+            llama_server.LlamaServerMissingError, match=r"still running .*background-build\.log"
+        ):
+            find_llama_server(wait_s=1)
+    finally:
+        builder.kill()
+        builder.wait()

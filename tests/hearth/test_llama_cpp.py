@@ -30,10 +30,14 @@ from custom_components.hearth.const import (
     DOMAIN,
 )
 from custom_components.hearth.server_info import ServerKind
-from hearth_bench.llama_server import LlamaServer, LlamaServerMissingError
+from hearth_bench.llama_server import BUILD_WAIT_S, LlamaServer, LlamaServerMissingError
 
 from .common import KITCHEN_LIGHT, ChatSpy, async_setup_entry, converse, hearth_traces, make_entry
 from .conftest import sockets_allowed
+
+# The first test that needs llama-server may wait for scripts/test's background build
+# (find_llama_server): its set-up counts toward the test's timeout.
+pytestmark = pytest.mark.timeout(BUILD_WAIT_S + 600)
 
 PIN = "sensor.hearth_prefix_pin"
 REUSE_GOAL = 0.9  # of the prompt, on the first request after a (primed) house change
