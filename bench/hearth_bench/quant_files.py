@@ -29,10 +29,11 @@ from .llama_server import build_dir, build_key, hearth_cache, pinned_version
 FORMATS = ("Q4_K_M", "Q8_0")
 SHAPES: dict[str, dict[str, Any]] = {
     "default": {},
-    # Qwen2 is Llama with q/k/v biases: written as a Llama with them, so that the
-    # tokenizer loads as the default model's (as a qwen2 folder, transformers gives it
-    # Qwen2's pre-tokenizer, which llama.cpp's converter does not recognise), the same
-    # compute in both engines.
+    # Qwen2 is Llama with q/k/v biases: written as a Llama with attention biases (which
+    # in transformers' Llama also gives o_proj one: a vector more a layer than Qwen2), so
+    # that the tokenizer loads as the default model's (as a qwen2 folder, transformers
+    # gives it Qwen2's pre-tokenizer, which llama.cpp's converter does not recognise).
+    # Both engines serve the same file, so they compute the same.
     "qwen2.5-1.5b": {
         "model_type": "llama", "attention_bias": True, "head_dim": 128,
         "hidden_size": 1536, "intermediate_size": 8960, "num_hidden_layers": 28,
