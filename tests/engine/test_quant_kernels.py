@@ -32,6 +32,7 @@ from hearth_engine.model.quant.linear import (
     QuantEmbedding,
     QuantLinear,
     dense_padded,
+    exact_float_rows,
     quantize_int4,
     quantize_int8_groups,
 )
@@ -219,3 +220,17 @@ def test_the_kernel_refuses_tiles_of_another_shape(kernels: object) -> None:
     w = quantize_int4(torch.randn(32, 64))
     with pytest.raises(RuntimeError, match="tiles must be"):
         kernels.quant_linear(torch.randn(1, 96), w.tiles, w.scales, w.zeros, 32, 32, 4)  # type: ignore[attr-defined]
+
+
+def test_the_self_test_keeps_bfloat16_decode_rows_unquantized(kernels: object) -> None:
+    """Within ``exact_float_rows`` (the start-up self-test) bfloat16 decode rows are the
+    dequantized matrix's product, as a prefill's: quantizing them to int8 turned rounding
+    noise into whole steps, and a 3B-shaped Q4_K_M file in bfloat16 failed the test and
+    copied every prefix. Outside it they take the integer kernel."""
+    w = quantize_int4(torch.randn(48, 96))
+    xb = torch.randn(4, 96).bfloat16()
+    dense = torch.nn.functional.linear(xb, dense_padded(w, torch.bfloat16)[:, :96])[:, :48]
+    with exact_float_rows():
+        inside = QuantLinear([w], None)(xb)
+    assert torch.equal(inside, dense)
+    assert not torch.equal(QuantLinear([w], None)(xb), dense)

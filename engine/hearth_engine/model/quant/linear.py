@@ -39,13 +39,17 @@ _EXACT = threading.local()  # exact_float_rows() on this thread
 
 @contextlib.contextmanager
 def exact_float_rows() -> Iterator[None]:
-    """Within it (this thread), float32 rows take the kernels' exact float path.
+    """Within it (this thread), decode rows are not quantized: float32 rows take the
+    kernels' exact float path, bfloat16 rows (which the kernel always quantizes) the
+    prefill's dequantize-and-multiply.
 
     For the engine's start-up self-test (``ModelRunner.check_shared_prefix``), which
     bounds reading a prefix in place by how much a forward moves when only its float
     rounding changes: quantizing activations turns a rounding-sized difference into a
     whole quantization step now and then (0.25 on a logit, measured), which would fail
-    the test for a reason that is not attention's."""
+    the test for a reason that is not attention's (a Llama-3.2-3B-shaped Q4_K_M file in
+    bfloat16 failed it, 0.49 against 0.20, and copied every prefix: a request on a
+    6,300-token house then needed 2 GB of working KV and was refused)."""
     before = getattr(_EXACT, "on", False)
     _EXACT.on = True
     try:
@@ -148,16 +152,11 @@ class QuantLinear:
         return out if self.bias is None else out + self.bias.to(out.dtype)
 
     def _part(self, w: QuantWeight, x: torch.Tensor, rows: int) -> torch.Tensor:
-        if rows <= DECODE_ROWS and x.dtype in (torch.bfloat16, torch.float32):
+        exact = self.exact or getattr(_EXACT, "on", False)
+        kernel_rows = (torch.float32,) if exact else (torch.bfloat16, torch.float32)
+        if rows <= DECODE_ROWS and x.dtype in kernel_rows:
             return self._kernels.quant_linear(  # type: ignore[attr-defined]
-                x,
-                w.tiles,
-                w.scales,
-                w.zeros,
-                w.out_features,
-                w.group,
-                w.bits,
-                exact=self.exact or getattr(_EXACT, "on", False),
+                x, w.tiles, w.scales, w.zeros, w.out_features, w.group, w.bits, exact=exact
             )
         weight = dense_padded(w, x.dtype)  # [T * 16, K_pad]: padding rows and columns
         if weight.shape[1] != w.in_features:
