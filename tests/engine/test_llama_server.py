@@ -201,13 +201,19 @@ def test_a_build_under_way_is_waited_for(monkeypatch: pytest.MonkeyPatch, tmp_pa
         builder.wait()
 
 
-def test_a_failed_build_is_named_not_waited_for(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
-) -> None:
+def build_work_folder(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """The ``.partial`` folder of a build of this machine's llama-server, in a new cache."""
     monkeypatch.setenv("HEARTH_CACHE_DIR", str(tmp_path))
     folder = llama_server.build_dir()
     work = folder.parent / f"{folder.name}.partial"
     work.mkdir(parents=True)
+    return work
+
+
+def test_a_failed_build_is_named_not_waited_for(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    work = build_work_folder(monkeypatch, tmp_path)
     dead = subprocess.Popen(["true"])
     dead.wait()
     (work / "pid").write_text(str(dead.pid))
@@ -224,10 +230,7 @@ def test_a_build_still_running_at_the_deadline_is_said_to_run(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     """Not "failed": the build goes on, and its background log is where to look."""
-    monkeypatch.setenv("HEARTH_CACHE_DIR", str(tmp_path))
-    folder = llama_server.build_dir()
-    work = folder.parent / f"{folder.name}.partial"
-    work.mkdir(parents=True)
+    work = build_work_folder(monkeypatch, tmp_path)
     builder = subprocess.Popen(["sleep", "30"])
     try:
         (work / "pid").write_text(str(builder.pid))
