@@ -51,8 +51,9 @@ def log_likelihood(runner: ModelRunner, ids: list[int]) -> float:
     buffer = runner.new_buffer(1, len(ids) + 1)
     total = 0.0
     logits = runner.prefill(buffer, ids[:1])
-    for i in range(1, len(ids)):
-        total += float(torch.log_softmax(logits[-1].float(), dim=-1)[ids[i]])
+    for i in range(1, len(ids)):  # prefill gives [V], a decode step [1, V]
+        last = logits.reshape(-1, logits.shape[-1])[-1]
+        total += float(torch.log_softmax(last.float(), dim=-1)[ids[i]])
         logits = runner.decode(buffer, [ids[i]], [i], None, ())
     return total / (len(ids) - 1)
 
