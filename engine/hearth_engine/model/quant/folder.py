@@ -48,10 +48,12 @@ def has_packed(folder: Path) -> bool:
 
 
 def _unpermute(rows: np.ndarray, heads: int) -> np.ndarray:
-    """Undo llama.cpp's q/k row order: [heads, 2, dim/2] -> [heads, dim/2, 2] (rows only)."""
+    """Undo llama.cpp's q/k row order (its converter wrote [heads, 2, dim/2] as
+    [heads, dim/2, 2]): [heads, dim/2, 2] -> [heads, 2, dim/2], rows only. Applying the
+    converter's own reshape again is not its inverse (only where dim/2 is 2)."""
     n = rows.shape[0]
     return (
-        rows.reshape(heads, 2, n // heads // 2, *rows.shape[1:]).swapaxes(1, 2).reshape(rows.shape)
+        rows.reshape(heads, n // heads // 2, 2, *rows.shape[1:]).swapaxes(1, 2).reshape(rows.shape)
     )
 
 
