@@ -70,6 +70,10 @@ class Hint:
 
     messages: list[dict[str, Any]] = field(default_factory=list)
     domains: frozenset[str] | None = None
+    # The action a sentence template of HA says the request asks for, where one matched
+    # with this house's names (HA's own matcher would run it): "lock the front door" is
+    # HassTurnOn. None where no template matched it whole, or it asks a question.
+    intent: str | None = None
 
     def __bool__(self) -> bool:
         return bool(self.messages)
@@ -100,7 +104,7 @@ def hint_messages(
     hint = _nearest_turn(text, things, areas, tools, live, question, data, platforms)
     calls = hint.messages[1]["tool_calls"] if hint else []
     if calls and bare_name(calls[0]["function"]["name"]) != LIVE_CONTEXT:
-        return Hint(hint.messages[:2], hint.domains)
+        return Hint(hint.messages[:2], hint.domains, hint.intent)
     return hint
 
 
@@ -158,7 +162,7 @@ def _nearest_turn(  # noqa: PLR0917
         return Hint()
     if not domains and not _takes_target(result):
         turn = house.turn(data, Step(intent, NOTHING), offered, HINT_CALL_ID)
-        return Hint(turn or [], frozenset())
+        return Hint(turn or [], frozenset(), intent if turn else None)
     for domain in sorted(domains) or _guess(result, house):
         turn = None
         if area and not found:  # an area, not a thing: the example names another area's
@@ -168,7 +172,8 @@ def _nearest_turn(  # noqa: PLR0917
         turn = turn or house.turn(data, Step(intent, domain), offered, HINT_CALL_ID,
                                   avoid=avoid, rank=rank, free=free)  # fmt: skip
         if turn is not None:
-            return Hint(turn, frozenset(domains) or None)
+            whole = not result.unmatched_entities
+            return Hint(turn, frozenset(domains) or None, intent if whole else None)
     if result.unmatched_entities:  # a partial match, of an intent that cannot act on it
         return _nearest(data, text, things, house, offered, platforms, names_house=True)
     return Hint()

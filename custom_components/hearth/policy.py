@@ -11,6 +11,9 @@ example), the house (its names, what each tool acts on) and what the server can 
 - **A command acts or asks.** A request that names something of this house and does
   not ask must call a tool first (``required``; where the server takes OpenAI's
   ``allowed_tools``, only the tools that act on what it names), never answer in prose.
+  Where one of HA's sentence templates reads the request whole with this house's
+  names, the command may call only that template's intent: HA's matcher would run
+  it ("lock the front door" is ``HassTurnOn``; the small model unlocked it).
 - **Argument values.** Where the server narrows arguments (Hearth's grammar), a
   command's on/off calls may name only things of the domains it names, and a request
   that says a thing's name may name only the things it says (a small model copies the
@@ -61,6 +64,7 @@ class Request:
     hint: Sequence[dict[str, Any]] = ()  # its nearest example (hints.py), if any
     about: frozenset[str] | None = None  # the domains it is about (hints.Hint.domains)
     things: frozenset[str] = frozenset()  # the things it names (house_names.said_things)
+    intent: str | None = None  # the action HA's templates read in it (hints.Hint.intent)
 
     @property
     def names_house(self) -> bool:
@@ -139,6 +143,8 @@ def decide(
     allowed = None
     if command and caps.allowed_tools and tool_domains is not None:
         allowed = allowed_for(tools, tool_domains, about)
+    if command and caps.allowed_tools and request.intent:
+        allowed = said_intent(tools, allowed, request.intent) or allowed
     first: str | dict[str, Any] | None = None
     if read_first:
         first = {"type": "function", "function": {"name": live_tool}}
@@ -162,6 +168,17 @@ def decide(
         max_requests=max_requests or MAX_REQUESTS,
         request={"named": sorted(request.named), "question": request.question},
     )
+
+
+def said_intent(
+    tools: Sequence[Mapping[str, Any]], allowed: list[str] | None, intent: str
+) -> list[str] | None:
+    """Of ``allowed`` (None: all ``tools``), the tool of the ``intent`` a template of
+    HA read in the request: a small model told to lock a door unlocked it, with the
+    example of locking right before it. None where no such tool is offered."""
+    names = allowed or [str((t.get("function") or {}).get("name", "")) for t in tools]
+    chosen = [name for name in names if bare_name(name) == intent]
+    return chosen or None
 
 
 def command_values(

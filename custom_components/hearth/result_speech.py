@@ -16,6 +16,7 @@ the language data and render with Home Assistant's template engine.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -208,7 +209,11 @@ ERROR_KEYS = (
     ("No entities were in the area", "no_entity_in_area"),
     ("No entities were on the floor", "no_entity_in_floor"),
     ("No entities supported the required features", "feature_not_supported"),
+    ("No entities were in the required state", "entity_wrong_state"),
+    ("Multiple entities matched, but a single target is required", "duplicate_entities"),
 )
+# The states HA's error text says it required: "... (given name 'Den', states playing)".
+_STATES = re.compile(r"\bstates ([^,)\s]+)")
 
 
 def error_key(outcome: Outcome) -> tuple[str, dict[str, Any]]:
@@ -228,6 +233,11 @@ def error_key(outcome: Outcome) -> tuple[str, dict[str, Any]]:
         key = key.replace("entity", "domain") if slots["domain"] else "handle_error"
     if key == "no_entity_exposed" and not slots["entity"]:
         key = "handle_error"
+    if key == "duplicate_entities" and not slots["entity"]:
+        key = "duplicate_targets"
+    if key == "entity_wrong_state":  # as HA's own agent says it: "no device is playing"
+        state = _STATES.search(told)
+        key, slots["state"] = (key, state.group(1)) if state else ("handle_error", None)
     return key, slots
 
 

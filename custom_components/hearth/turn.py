@@ -160,6 +160,7 @@ async def async_prepare_turn(
         tuple(hint.messages),
         about,
         things=names.said_things(text),
+        intent=hint.intent,
     )
     policy = decide(
         request,

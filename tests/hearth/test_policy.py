@@ -107,6 +107,29 @@ def test_a_command_may_call_only_the_tools_that_act_on_what_it_names() -> None:
     assert values["name"] == ["Kitchen Light", "Thermostat"]
 
 
+def test_a_command_a_template_reads_may_call_only_its_intent() -> None:
+    """HA's template reads "lock the front door" as HassTurnOn: the small model, free
+    to pick among the tools for locks, unlocked it."""
+    about = frozenset({"lock"})
+    said = policy(Request("lock the door", question=False, about=about, intent="HassTurnOn"))
+    choice = said.tool_choice(0, True)
+    assert [t["function"]["name"] for t in choice["allowed_tools"]["tools"]] == ["HassTurnOn"]
+    assert said.allowed == ["HassTurnOn"]
+    # No template read it: the tools for what it names, as before.
+    free = policy(Request("lock the door", question=False, about=about))
+    assert "HassTurnOff" in free.allowed
+    # The intent is not offered: left to the domains.
+    other = policy(Request("lock the door", question=False, about=about, intent="HassLock"))
+    assert other.allowed == free.allowed
+    # A question, or another server, is not narrowed.
+    asked = Request("is the door locked", question=True, about=about, intent="HassTurnOn")
+    assert policy(asked).allowed is None
+    assert (
+        policy(Request("x", question=False, about=about, intent="HassTurnOn"), OTHER).allowed
+        is None
+    )
+
+
 def test_a_request_that_says_a_name_may_name_only_what_it_says() -> None:
     """A small model copies the name of its example (asked what the living room
     thermostat was set to, it read the bedroom's): the grammar keeps the said one."""

@@ -103,3 +103,31 @@ async def test_ha_sentences_in_the_users_language(hass: HomeAssistant) -> None:
     assert german.failed(hass, ["Garage"]) == "Es ist ein unerwarteter Fehler aufgetreten: Garage."
     nothing = await async_responses(hass, "tlh")  # no intents data: nothing rendered
     assert render_response(hass, nothing.intents, light) is None
+
+
+async def test_an_error_is_said_as_assist_says_it(hass: HomeAssistant) -> None:
+    """Asked to pause a player that is already paused, HA's intent fails on its state:
+    Assist says no device is playing, not "An unexpected error occurred"."""
+    english = await async_responses(hass, "en")
+    german = await async_responses(hass, "de")
+
+    def failed(text: str, **arguments: Any) -> Outcome:
+        return Outcome("HassMediaPause", arguments, {"error_text": text}, error=True)
+
+    paused = failed(
+        "No entities were in the required state (given name 'Den Speaker', domains "
+        "media_player, states playing)",
+        name="Den Speaker",
+    )
+    assert english.error(hass, paused) == "Sorry, no device is playing"
+    assert "playing" in german.error(hass, paused)
+    assert english.error(hass, failed("No entities were in the required state")) == (
+        "An unexpected error occurred"  # no state said: nothing to name
+    )
+    several = "Multiple entities matched, but a single target is required (given area 'Den')"
+    assert english.error(hass, failed(several, area="Den")) == (
+        "Sorry, more than one device matched your request"
+    )
+    assert english.error(hass, failed(several, name="Speaker")) == (
+        "Sorry, there are multiple devices called Speaker"
+    )
