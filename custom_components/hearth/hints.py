@@ -47,7 +47,7 @@ from .examples import (
 from .intent_words import said_most, words
 from .intents_data import LanguageData, cached_language_data
 from .questions import QUESTION_INTENTS, is_question
-from .sentences import AREA, NAME, recognize, slot_lists
+from .sentences import AREA, NAME, TARGET_LISTS, recognize, slot_lists
 from .tool_names import bare_name
 
 HINT_CALL_ID = "example_hint"
@@ -74,6 +74,8 @@ class Hint:
     # with this house's names (HA's own matcher would run it): "lock the front door" is
     # HassTurnOn. None where no template matched it whole, or it asks a question.
     intent: str | None = None
+    # What that template read of its target: name, area, floor and domain -> the value.
+    slots: Mapping[str, str] = field(default_factory=dict)
 
     def __bool__(self) -> bool:
         return bool(self.messages)
@@ -104,7 +106,7 @@ def hint_messages(
     hint = _nearest_turn(text, things, areas, tools, live, question, data, platforms)
     calls = hint.messages[1]["tool_calls"] if hint else []
     if calls and bare_name(calls[0]["function"]["name"]) != LIVE_CONTEXT:
-        return Hint(hint.messages[:2], hint.domains, hint.intent)
+        return Hint(hint.messages[:2], hint.domains, hint.intent, hint.slots)
     return hint
 
 
@@ -162,7 +164,7 @@ def _nearest_turn(  # noqa: PLR0917
         return Hint()
     if not domains and not _takes_target(result):
         turn = house.turn(data, Step(intent, NOTHING), offered, HINT_CALL_ID)
-        return Hint(turn or [], frozenset(), intent if turn else None)
+        return Hint(turn or [], frozenset(), intent if turn else None, _target(result))
     for domain in sorted(domains) or _guess(result, house):
         turn = None
         if area and not found:  # an area, not a thing: the example names another area's
@@ -172,8 +174,9 @@ def _nearest_turn(  # noqa: PLR0917
         turn = turn or house.turn(data, Step(intent, domain), offered, HINT_CALL_ID,
                                   avoid=avoid, rank=rank, free=free)  # fmt: skip
         if turn is not None:
-            whole = not result.unmatched_entities
-            return Hint(turn, frozenset(domains) or None, intent if whole else None)
+            if result.unmatched_entities:
+                return Hint(turn, frozenset(domains) or None)
+            return Hint(turn, frozenset(domains) or None, intent, _target(result))
     if result.unmatched_entities:  # a partial match, of an intent that cannot act on it
         return _nearest(data, text, things, house, offered, platforms, names_house=True)
     return Hint()
@@ -196,6 +199,13 @@ def _named(result: RecognizeResult, things: list[Thing]) -> list[Thing]:
 def _said(result: RecognizeResult, slot: str) -> str | None:
     entity = result.entities.get(slot)
     return None if entity is None or entity.value is None else str(entity.value)
+
+
+def _target(result: RecognizeResult) -> dict[str, str]:
+    """What ``result``'s template read of its target (its name, area, floor, domain);
+    "" for a slot it takes from the speaking device (its area: not known here)."""
+    slots = (*TARGET_LISTS, "domain")
+    return {slot: _said(result, slot) or "" for slot in slots if slot in result.entities}
 
 
 def _said_domains(result: RecognizeResult) -> set[str]:

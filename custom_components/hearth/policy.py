@@ -13,7 +13,9 @@ example), the house (its names, what each tool acts on) and what the server can 
   ``allowed_tools``, only the tools that act on what it names), never answer in prose.
   Where one of HA's sentence templates reads the request whole with this house's
   names, the command may call only that template's intent: HA's matcher would run
-  it ("lock the front door" is ``HassTurnOn``; the small model unlocked it).
+  it ("lock the front door" is ``HassTurnOn``; the small model unlocked it), and its
+  call names what the template read: "all the lights in the office" is the office's
+  lights by area, not one light by name.
 - **Argument values.** Where the server narrows arguments (Hearth's grammar), a
   command's on/off calls may name only things of the domains it names, and a request
   that says a thing's name may name only the things it says (a small model copies the
@@ -37,6 +39,7 @@ from .house_values import AREA_WIDE, allowed_for
 from .tool_names import bare_name
 
 MAX_REQUESTS = 3  # a call, a retry after an error, then words
+TARGETS = ("name", "area", "floor")  # the arguments that name what a call acts on
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +68,7 @@ class Request:
     about: frozenset[str] | None = None  # the domains it is about (hints.Hint.domains)
     things: frozenset[str] = frozenset()  # the things it names (house_names.said_things)
     intent: str | None = None  # the action HA's templates read in it (hints.Hint.intent)
+    slots: Mapping[str, str] = field(default_factory=dict)  # its target (hints.Hint.slots)
 
     @property
     def names_house(self) -> bool:
@@ -143,8 +147,10 @@ def decide(
     allowed = None
     if command and caps.allowed_tools and tool_domains is not None:
         allowed = allowed_for(tools, tool_domains, about)
+    read = None  # the one tool of the intent a template read in it
     if command and caps.allowed_tools and request.intent:
-        allowed = said_intent(tools, allowed, request.intent) or allowed
+        read = said_intent(tools, allowed, request.intent)
+        allowed = read or allowed
     first: str | dict[str, Any] | None = None
     if read_first:
         first = {"type": "function", "function": {"name": live_tool}}
@@ -157,6 +163,8 @@ def decide(
     if caps.value_lists and values:
         sent = command_values(values, about, names_by_domain or {}) if command else values
         sent = said_values(sent, request.things)
+        if read:
+            sent = read_values(sent, request.intent or "", request.slots)
     return TurnPolicy(
         hint=tuple(request.hint),
         first_choice=first,
@@ -179,6 +187,22 @@ def said_intent(
     names = allowed or [str((t.get("function") or {}).get("name", "")) for t in tools]
     chosen = [name for name in names if bare_name(name) == intent]
     return chosen or None
+
+
+def read_values(values: dict[str, Any], intent: str, slots: Mapping[str, str]) -> dict[str, Any]:
+    """``values`` where the call of ``intent`` targets what HA's template read (its
+    ``slots``): the name, area and floor it read, and none it did not read (asked for
+    all the lights in the office, the small model switched on one of them by name); the
+    domain it read, else any of the house's. A slot read as "" (the speaking device's
+    area) is left to the model."""
+    narrowed = {
+        f"{intent}.{slot}": [slots[slot]] if slots.get(slot) else []
+        for slot in TARGETS
+        if slots.get(slot) != ""
+    }
+    if slots.get("domain"):
+        narrowed[f"{intent}.domain"] = [slots["domain"]]
+    return {**values, "argument_values": {**values.get("argument_values", {}), **narrowed}}
 
 
 def command_values(

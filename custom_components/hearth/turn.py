@@ -161,6 +161,7 @@ async def async_prepare_turn(
         about,
         things=names.said_things(text),
         intent=hint.intent,
+        slots=hint.slots,
     )
     policy = decide(
         request,

@@ -233,6 +233,29 @@ def test_narrowing_keeps_an_own_enum() -> None:
     assert schema["properties"]["area"] == {"anyOf": [{"type": "string"}, {"type": "integer"}]}
 
 
+def test_an_empty_list_leaves_the_argument_out(
+    tokenizer: Any, compiler: ConstraintCompiler
+) -> None:
+    """The lights of an area: a call that names one light acts on it alone."""
+    open_args = {"type": "object", "properties": {"name": {"type": "string"},
+                                                  "area": {"type": "string"}}}  # fmt: skip
+    tools = tuple(
+        {"type": "function", "function": {"name": name, "parameters": open_args}}
+        for name in ("HassTurnOn", "HassTurnOff")
+    )
+    values = {"HassTurnOn.name": [], "HassTurnOn.area": ["Kitchen"]}
+    req = ConstraintRequest(tools=tools, tool_choice="required", argument_values=values)
+    assert allows(tokenizer, compiler, req, call("HassTurnOn", {"area": "Kitchen"}))
+    assert not allows(tokenizer, compiler, req, call("HassTurnOn", {"name": "Garage"}))
+    assert not allows(tokenizer, compiler, req, call("HassTurnOn", {"area": "Kitchen", "x": "y"}))
+    assert allows(tokenizer, compiler, req, call("HassTurnOff", {"name": "Garage", "x": "y"}))
+    # Without it, the same call may name a thing.
+    free = ConstraintRequest(tools=tools, tool_choice="required")
+    assert allows(tokenizer, compiler, free, call("HassTurnOn", {"name": "Garage"}))
+    # A required argument is never left out: the tool could not be called.
+    assert narrow_schema(LIGHT_ARGS, {"name": []}) == LIGHT_ARGS
+
+
 def test_json_schema_response_format(tokenizer: Any, compiler: ConstraintCompiler) -> None:
     schema = {
         "type": "object",

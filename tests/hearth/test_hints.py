@@ -108,6 +108,9 @@ def test_the_hint_shows_the_tool_the_request_needs_on_another_thing() -> None:
     # the words decide, or a question.
     read = hint_messages("Lock the front door", THINGS, AREAS, TOOLS, LIVE, data=EN)
     assert read.intent == "HassTurnOn"
+    assert read.slots == {"name": "Front Door"}
+    lights = hint_messages("turn off the lights in the attic", THINGS, AREAS, TOOLS, LIVE, data=EN)
+    assert (lights.intent, lights.slots) == ("HassTurnOff", {"area": "Attic", "domain": "light"})
     unread = hint_messages("resume the music on the den speaker", THINGS, AREAS, TOOLS, LIVE,
                            platforms=PLATFORMS, data=EN)  # fmt: skip
     assert unread and unread.intent is None
@@ -304,5 +307,6 @@ async def test_a_turn_sends_the_hint_where_examples_are_pinned(
     # Porch Light is not to be copied); areas stay free.
     values = first["hearth"]["argument_values"]
     assert values["HassTurnOn.name"] == values["HassTurnOff.name"] == ["Kitchen Light"]
+    assert values["HassTurnOn.area"] == values["HassTurnOn.floor"] == []  # it read none
     assert values["name"] == ["Kitchen Light"]
     assert values["area"]

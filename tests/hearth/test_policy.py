@@ -130,6 +130,31 @@ def test_a_command_a_template_reads_may_call_only_its_intent() -> None:
     )
 
 
+def test_the_call_names_what_the_template_read() -> None:
+    """HA's template read the office's lights by area: the call may not name one."""
+    slots = {"area": "Kitchen", "domain": "light"}
+    asked = Request("all the lights in the kitchen off", question=False,
+                    about=frozenset({"light"}), intent="HassTurnOff", slots=slots)  # fmt: skip
+    values = policy(asked).values["argument_values"]
+    assert values["HassTurnOff.area"] == ["Kitchen"]
+    assert values["HassTurnOff.name"] == values["HassTurnOff.floor"] == []
+    assert values["HassTurnOff.domain"] == ["light"]
+    assert values["HassTurnOn.name"] == ["Kitchen Light"]  # other tools as before
+    # By name: that name, no area.
+    named = policy(Request("lock the door", question=False, about=frozenset({"lock"}),
+                           intent="HassTurnOn", slots={"name": "Front Door"}))  # fmt: skip
+    assert named.values["argument_values"]["HassTurnOn.name"] == ["Front Door"]
+    assert named.values["argument_values"]["HassTurnOn.area"] == []
+    # The speaking device's area (read as ""): left to the model.
+    here = policy(Request("lights off", question=False, about=frozenset({"light"}),
+                          intent="HassTurnOff", slots={"area": "", "domain": "light"}))  # fmt: skip
+    assert "HassTurnOff.area" not in here.values["argument_values"]
+    assert here.values["argument_values"]["HassTurnOff.name"] == []
+    # No template read it: nothing of the kind.
+    free = policy(Request("lock the door", question=False, about=frozenset({"lock"})))
+    assert "HassTurnOn.area" not in free.values["argument_values"]
+
+
 def test_a_request_that_says_a_name_may_name_only_what_it_says() -> None:
     """A small model copies the name of its example (asked what the living room
     thermostat was set to, it read the bedroom's): the grammar keeps the said one."""

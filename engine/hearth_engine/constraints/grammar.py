@@ -121,14 +121,20 @@ def narrow_schema(schema: Any, values: dict[str, list[str]]) -> Any:
     limited to those values (arrays of strings: their items).
 
     An argument that already has an enum keeps the values both allow (its own enum if
-    none are common: the tool's own list is never widened).
+    none are common: the tool's own list is never widened). An empty list: the argument
+    may not be given (unless the schema requires it), and then no argument the schema
+    does not list may be either.
     """
     if not isinstance(schema, dict) or not isinstance(schema.get("properties"), dict):
         return schema
     out = copy.deepcopy(schema)
+    required = set(out.get("required") or ())
     for name, allowed in values.items():
         prop = out["properties"].get(name)
-        if isinstance(prop, dict):
+        if not allowed and name not in required:
+            if out["properties"].pop(name, None) is not None:
+                out["additionalProperties"] = False
+        elif isinstance(prop, dict) and allowed:
             out["properties"][name] = _restrict(prop, allowed)
     return out
 

@@ -205,8 +205,6 @@ def _argument_values(value: Any) -> dict[str, list[str]]:
             raise vol.Invalid(f"{name!r} is not a valid argument name")
         if not isinstance(values, list) or not all(isinstance(v, str) and v for v in values):
             raise vol.Invalid(f"{name}: expected a list of non-empty strings")
-        if not values:
-            raise vol.Invalid(f"{name}: the list is empty (leave the argument out instead)")
         if len(values) > MAX_VALUES:
             raise vol.Invalid(f"{name}: at most {MAX_VALUES} values")
         if any(len(v) > MAX_VALUE_LEN for v in values):
