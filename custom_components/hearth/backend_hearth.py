@@ -15,6 +15,9 @@ from .server_stats import RequestWindow
 MANUFACTURER = "Hearth"
 
 
+EMPTY_VALUES = "empty_argument_values"  # the engine's /v1/stats extension for it
+
+
 class HearthBackend:
     """A Hearth engine: every capability the integration knows."""
 
@@ -30,8 +33,14 @@ class HearthBackend:
         self.chat = chat
 
     def request_extensions(self, values: Mapping[str, Any] | None) -> dict[str, Any]:
-        """The ``hearth`` field: the house's argument values for the tool-call grammar."""
-        return {"hearth": dict(values)} if values else {}
+        """The ``hearth`` field: the house's argument values for the tool-call grammar
+        (an argument left out, an empty list, only where the engine takes it)."""
+        if not values:
+            return {}
+        told = values.get("argument_values")
+        if isinstance(told, Mapping) and EMPTY_VALUES not in self.info.extensions:
+            values = {**values, "argument_values": {k: v for k, v in told.items() if v}}
+        return {"hearth": dict(values)}
 
     def reports(self, stat: str, status: EngineStatus) -> bool:
         """The engine reports every figure the sensors show."""

@@ -61,6 +61,7 @@ class ServerInfo:
     health: bool = True  # it has a /health route (liveness); else /v1/models is used
     metrics: bool = False  # /metrics answers with the kind's metric names
     slots: int = 0  # llama.cpp's slots (0: unknown or not llama.cpp)
+    extensions: frozenset[str] = frozenset()  # what a Hearth engine's ``hearth`` field takes
 
     @property
     def name(self) -> str:
@@ -75,6 +76,7 @@ class ServerInfo:
             "health": self.health,
             "metrics": self.metrics,
             "slots": self.slots,
+            "extensions": sorted(self.extensions),
         }
 
 
@@ -89,7 +91,11 @@ async def async_probe(client: HearthClient) -> ServerInfo:
     model = next((str(m["id"]) for m in models if isinstance(m, dict) and "id" in m), None)
     stats = _json_or_none(await client.async_optional_text("/v1/stats"))
     if isinstance(stats, dict) and "instance_id" in stats:
-        return ServerInfo(ServerKind.HEARTH, model=model, health=health, metrics=True)
+        told = stats.get("extensions")
+        extensions = frozenset(str(e) for e in told) if isinstance(told, list) else frozenset()
+        return ServerInfo(
+            ServerKind.HEARTH, model=model, health=health, metrics=True, extensions=extensions
+        )
     kind = _kind_from_owner(models)
     metrics_text = await _optional(client, "/metrics")
     if metrics_text is not None:

@@ -23,6 +23,7 @@ from custom_components.hearth.api import (
     HearthNotFoundError,
     HearthResponseError,
 )
+from custom_components.hearth.backend_hearth import HearthBackend
 from custom_components.hearth.server_info import ServerKind, async_probe
 
 from .common import EngineProcess, LoopbackServer, free_port
@@ -202,3 +203,27 @@ async def test_probe_tells_llama_cpp_by_its_props(
     info = await async_probe(_client(hass, server.url))
     assert info.kind is ServerKind.LLAMA_CPP
     assert (info.health, info.metrics, info.slots) == (True, True, 4)
+
+
+async def test_empty_argument_lists_go_only_to_an_engine_that_takes_them(
+    hass: HomeAssistant, engine: EngineProcess, odd_server: Callable[..., OddServer]
+) -> None:
+    """An argument left out (an empty list) is sent where the engine lists the
+    extension (this one does), and dropped for an older engine, which would refuse
+    the request (the real engine's 400 is in tests/engine/test_server_constraints.py)."""
+    values = {"argument_values": {"name": ["Den"], "HassTurnOn.name": []}}
+    info = await async_probe(_client(hass, engine.url))
+    assert "empty_argument_values" in info.extensions
+    sent = HearthBackend(info, _client(hass, engine.url), None).request_extensions(values)  # type: ignore[arg-type]
+    assert sent == {"hearth": values}
+    older = await odd_server(
+        {
+            "/health": _answer(200, '{"status": "ok"}'),
+            "/v1/models": _answer(200, '{"data": [{"id": "smol"}]}'),
+            "/v1/stats": _answer(200, '{"instance_id": "a"}'),
+        }
+    )
+    info = await async_probe(_client(hass, older.url))
+    assert (info.kind, info.extensions) == (ServerKind.HEARTH, frozenset())
+    sent = HearthBackend(info, _client(hass, older.url), None).request_extensions(values)  # type: ignore[arg-type]
+    assert sent == {"hearth": {"argument_values": {"name": ["Den"]}}}

@@ -21,6 +21,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from ..model import native
+from .schemas import HEARTH_EXTENSIONS
 
 if TYPE_CHECKING:
     from ..serving.engine import Engine
@@ -52,6 +53,7 @@ def engine_stats(engine: Engine) -> dict[str, Any]:
         "instance_id": engine.instance_id,
         "uptime_s": round(time.time() - engine.started_at, 3),
         "version": engine_version(),
+        "extensions": list(HEARTH_EXTENSIONS),
         "model": engine.info.name,
         "device": engine.info.device,
         "dtype": engine.info.dtype,

@@ -193,6 +193,11 @@ def _response_format(value: Any) -> dict[str, Any] | None:
     return {"type": "json_schema", "json_schema": {**spec, "schema": schema}}
 
 
+# What the ``hearth`` request field takes, as ``/v1/stats`` lists it: a client can tell
+# an engine that takes an empty list (an argument left out) from an older one.
+HEARTH_EXTENSIONS = ("argument_values", "argument_tools", "empty_argument_values")
+
+
 def _argument_values(value: Any) -> dict[str, list[str]]:
     """``hearth.argument_values``: tool argument name -> the string values it may take."""
     if not isinstance(value, dict):
