@@ -169,6 +169,7 @@ async def run(
         engine.stop()
     report = summarize(outcomes, mode, model, str(dataset))
     report["agent_options"] = dict(agent_options or {})
+    report["engine_args"] = list(engine_args)
     return report, outcomes
 
 
@@ -182,6 +183,11 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--mode", choices=MODES, default="llm")
     parser.add_argument("--model", default="default", help="default, tiny-tools or a folder")
     parser.add_argument("--dtype", default="auto")
+    parser.add_argument(
+        "--quantize",
+        default=None,
+        help="the engine's --quantize (none, int8, int4; default: the engine's own choice)",
+    )
     parser.add_argument("--limit", type=int, default=None, help="sentences, spread evenly")
     parser.add_argument("--json", type=Path, default=None, help="write the report object here")
     parser.add_argument(
@@ -203,6 +209,8 @@ def main(argv: list[str]) -> int:
     if args.no_examples:
         agent_options["examples"] = False
     engine_args = ["--dtype", args.dtype]
+    if args.quantize:
+        engine_args += ["--quantize", args.quantize]
     # SIGTERM unwinds like Ctrl-C, so the engine and Home Assistant are stopped too.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     with contextlib.ExitStack() as stack:
