@@ -74,7 +74,7 @@ class Hint:
     # with this house's names (HA's own matcher would run it): "lock the front door" is
     # HassTurnOn. None where no template matched it whole, or it asks a question.
     intent: str | None = None
-    # What that template read of its target: name, area, floor and domain -> the value.
+    # What that template read of its target: name, area, floor, domain, device class.
     slots: Mapping[str, str] = field(default_factory=dict)
 
     def __bool__(self) -> bool:
@@ -203,8 +203,9 @@ def _said(result: RecognizeResult, slot: str) -> str | None:
 
 def _target(result: RecognizeResult) -> dict[str, str]:
     """What ``result``'s template read of its target (its name, area, floor, domain);
-    "" for a slot it takes from the speaking device (its area: not known here)."""
-    slots = (*TARGET_LISTS, "domain")
+    "" for a slot it takes from the speaking device (its area: not known here). The
+    device class too ("the curtains": ``curtain``)."""
+    slots = (*TARGET_LISTS, "domain", "device_class")
     return {slot: _said(result, slot) or "" for slot in slots if slot in result.entities}
 
 

@@ -193,15 +193,16 @@ def read_values(values: dict[str, Any], intent: str, slots: Mapping[str, str]) -
     """``values`` where the call of ``intent`` targets what HA's template read (its
     ``slots``): the name, area and floor it read, and none it did not read (asked for
     all the lights in the office, the small model switched on one of them by name); the
-    domain it read, else any of the house's. A slot read as "" (the speaking device's
-    area) is left to the model."""
+    domain and device class it read, else any of the house's. A slot read as "" (the
+    speaking device's area) is left to the model."""
     narrowed = {
         f"{intent}.{slot}": [slots[slot]] if slots.get(slot) else []
         for slot in TARGETS
         if slots.get(slot) != ""
     }
-    if slots.get("domain"):
-        narrowed[f"{intent}.domain"] = [slots["domain"]]
+    for kind in ("domain", "device_class"):  # the curtains of an area, not its doors
+        if slots.get(kind):
+            narrowed[f"{intent}.{kind}"] = [slots[kind]]
     return {**values, "argument_values": {**values.get("argument_values", {}), **narrowed}}
 
 

@@ -117,6 +117,11 @@ def test_the_hint_shows_the_tool_the_request_needs_on_another_thing() -> None:
     asked = hint_messages("is the den speaker on?", THINGS, AREAS, TOOLS, LIVE, question=True,
                           data=EN)  # fmt: skip
     assert asked.intent is None
+    covers = [Thing("cover.den", "Den Curtains", area="Den"),
+              Thing("cover.loft", "Loft Curtains", area="Loft")]  # fmt: skip
+    curtains = hint_messages("open the curtains in the den", covers, AREAS, TOOLS, LIVE, data=EN)
+    assert curtains.intent == "HassTurnOn"
+    assert curtains.slots == {"area": "Den", "domain": "cover", "device_class": "curtain"}
     # An action's example is its call alone (the turn ends with what HA says was
     # done); a question's shows the result and the answer (below).
     hint = _hint("turn on the kettle")

@@ -140,6 +140,11 @@ def test_the_call_names_what_the_template_read() -> None:
     assert values["HassTurnOff.name"] == values["HassTurnOff.floor"] == []
     assert values["HassTurnOff.domain"] == ["light"]
     assert values["HassTurnOn.name"] == ["Kitchen Light"]  # other tools as before
+    curtains = {"area": "Kitchen", "domain": "cover", "device_class": "curtain"}
+    covers = frozenset({"cover"})
+    opened = policy(Request("open the kitchen curtains", question=False, about=covers,
+                            intent="HassTurnOn", slots=curtains))  # fmt: skip
+    assert opened.values["argument_values"]["HassTurnOn.device_class"] == ["curtain"]
     # By name: that name, no area.
     named = policy(Request("lock the door", question=False, about=frozenset({"lock"}),
                            intent="HassTurnOn", slots={"name": "Front Door"}))  # fmt: skip
