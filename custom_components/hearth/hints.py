@@ -34,6 +34,7 @@ from homeassistant.components import conversation
 from homeassistant.components.homeassistant.llm import async_get_exposed_entities
 from homeassistant.core import HomeAssistant
 from homeassistant.helpers import area_registry as ar
+from homeassistant.helpers import floor_registry as fr
 
 from .examples import (
     LIVE_CONTEXT,
@@ -91,19 +92,23 @@ def hint_messages(
     question: bool = False,
     data: LanguageData | None = None,
     platforms: Mapping[str, frozenset[str]] | None = None,
+    floors: Iterable[str] = (),
+    area_aliases: Iterable[str] = (),
 ) -> Hint:
     """The example turn (OpenAI messages) nearest to the request ``text`` in a house
     with ``things``, ``areas`` (names), ``tools`` and ``live`` (entity id -> its
     live-context entry, which a question's example reads), in ``data``'s language; an
     empty Hint when nothing is near enough or there is no data. ``question``: the
     request asks about the house. ``platforms``: tool -> the domains it acts on, for
-    the tools that act on some only (house_values.tool_domains).
+    the tools that act on some only (house_values.tool_domains). ``floors`` (names and
+    aliases) and ``area_aliases``: what else HA's matcher reads as a place.
 
     An action's example is its call alone: a turn that acts ends with what Home
     Assistant says was done, never the model's words, so HA's result and the reply
     would only be prefilled (about 60 of a hint's 100 tokens). A question's keeps its
     result and answer: answering from the result is what it shows."""
-    hint = _nearest_turn(text, things, areas, tools, live, question, data, platforms)
+    places = (list(floors), list(area_aliases))
+    hint = _nearest_turn(text, things, areas, tools, live, question, data, platforms, places)
     calls = hint.messages[1]["tool_calls"] if hint else []
     if calls and bare_name(calls[0]["function"]["name"]) != LIVE_CONTEXT:
         return Hint(hint.messages[:2], hint.domains, hint.intent, hint.slots)
@@ -119,8 +124,10 @@ def _nearest_turn(  # noqa: PLR0917
     question: bool,
     data: LanguageData | None,
     platforms: Mapping[str, frozenset[str]] | None,
+    places: tuple[list[str], list[str]],
 ) -> Hint:
-    """``hint_messages``, with the whole turn of an action."""
+    """``hint_messages``, with the whole turn of an action (``places``: the floors and
+    the areas' aliases)."""
     tools = list(tools)
     if data is None or not tools:
         return Hint()
@@ -131,7 +138,8 @@ def _nearest_turn(  # noqa: PLR0917
     platforms = {bare_name(tool): acts for tool, acts in (platforms or {}).items()}
     names = [(n, t.domain) for t in things for n in (t.name, *t.aliases)]
     wanted = set(offered) | set(QUESTION_INTENTS if question else ())
-    result = recognize(data, text, slot_lists(names, areas), wanted)
+    floors, area_aliases = places
+    result = recognize(data, text, slot_lists(names, [*areas, *area_aliases], floors), wanted)
     if result is None:
         return _nearest(data, text, things, house, offered, platforms)
     found = _named(result, things)
@@ -298,12 +306,23 @@ def house_hint(
     tools = list(tools)
     if data is None or not tools:
         return Hint()
-    areas = [area.name for area in ar.async_get(hass).async_list_areas()]
+    listed = ar.async_get(hass).async_list_areas()
+    areas = [area.name for area in listed]
+    floors = [n for f in fr.async_get(hass).async_list_floors() for n in (f.name, *f.aliases)]
     things = exposed_things(hass)
     names = [(n, t.domain) for t in things for n in (t.name, *t.aliases)]
     question = is_question(text, language, data, names=names)
     # What HA's live-context tool would say of each entity: a question's example reads it.
     live = async_get_exposed_entities(hass, conversation.DOMAIN) if question else {}
     return hint_messages(
-        text, things, areas, tools, live, question=question, data=data, platforms=platforms
+        text,
+        things,
+        areas,
+        tools,
+        live,
+        question=question,
+        data=data,
+        platforms=platforms,
+        floors=floors,
+        area_aliases=[alias for area in listed for alias in area.aliases],
     )

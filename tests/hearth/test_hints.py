@@ -117,6 +117,16 @@ def test_the_hint_shows_the_tool_the_request_needs_on_another_thing() -> None:
     asked = hint_messages("is the den speaker on?", THINGS, AREAS, TOOLS, LIVE, question=True,
                           data=EN)  # fmt: skip
     assert asked.intent is None
+    # Floors (and areas' aliases) read as HA's matcher reads them.
+    upstairs = hint_messages("Turn off the lights upstairs", THINGS, AREAS, TOOLS, LIVE,
+                             data=EN, floors=["Upstairs"])  # fmt: skip
+    assert (upstairs.intent, upstairs.slots) == (
+        "HassTurnOff",
+        {"floor": "Upstairs", "domain": "light"},
+    )
+    roof = hint_messages("turn on the lights in the roof space", THINGS, AREAS, TOOLS, LIVE,
+                         data=EN, area_aliases=["Roof Space"])  # fmt: skip
+    assert roof.slots == {"area": "Roof Space", "domain": "light"}
     covers = [Thing("cover.den", "Den Curtains", area="Den"),
               Thing("cover.loft", "Loft Curtains", area="Loft")]  # fmt: skip
     curtains = hint_messages("open the curtains in the den", covers, AREAS, TOOLS, LIVE, data=EN)
