@@ -15,7 +15,9 @@ from .server_stats import RequestWindow
 MANUFACTURER = "Hearth"
 
 
-EMPTY_VALUES = "empty_argument_values"  # the engine's /v1/stats extension for it
+# The engine's /v1/stats extensions for leaving an argument out and requiring one: a
+# call may be kept from naming a thing only where the place it names is required too.
+PRESENCE = frozenset({"empty_argument_values", "required_arguments"})
 
 
 class HearthBackend:
@@ -34,12 +36,15 @@ class HearthBackend:
 
     def request_extensions(self, values: Mapping[str, Any] | None) -> dict[str, Any]:
         """The ``hearth`` field: the house's argument values for the tool-call grammar
-        (an argument left out, an empty list, only where the engine takes it)."""
+        (arguments left out, an empty list, or required, only where the engine takes
+        both: an older engine would refuse the request)."""
         if not values:
             return {}
         told = values.get("argument_values")
-        if isinstance(told, Mapping) and EMPTY_VALUES not in self.info.extensions:
-            values = {**values, "argument_values": {k: v for k, v in told.items() if v}}
+        if not self.info.extensions >= PRESENCE:
+            values = {k: v for k, v in values.items() if k != "required_arguments"}
+            if isinstance(told, Mapping):
+                values["argument_values"] = {k: v for k, v in told.items() if v}
         return {"hearth": dict(values)}
 
     def reports(self, stat: str, status: EngineStatus) -> bool:

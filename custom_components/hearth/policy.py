@@ -193,8 +193,10 @@ def read_values(values: dict[str, Any], intent: str, slots: Mapping[str, str]) -
     """``values`` where the call of ``intent`` targets what HA's template read (its
     ``slots``): the name, area and floor it read, and none it did not read (asked for
     all the lights in the office, the small model switched on one of them by name); the
-    domain and device class it read, else any of the house's. A slot read as "" (the
-    speaking device's area) is left to the model."""
+    domain and device class it read, else any of the house's. The targets it read are
+    required: a call of the lights upstairs that said no floor (and may say no name)
+    switched off every light of the house. A slot read as "" (the speaking device's
+    area) is left to the model."""
     narrowed = {
         f"{intent}.{slot}": [slots[slot]] if slots.get(slot) else []
         for slot in TARGETS
@@ -203,7 +205,12 @@ def read_values(values: dict[str, Any], intent: str, slots: Mapping[str, str]) -
     for kind in ("domain", "device_class"):  # the curtains of an area, not its doors
         if slots.get(kind):
             narrowed[f"{intent}.{kind}"] = [slots[kind]]
-    return {**values, "argument_values": {**values.get("argument_values", {}), **narrowed}}
+    required = sorted(f"{intent}.{slot}" for slot in TARGETS if slots.get(slot))
+    return {
+        **values,
+        "argument_values": {**values.get("argument_values", {}), **narrowed},
+        "required_arguments": required,
+    }
 
 
 def command_values(

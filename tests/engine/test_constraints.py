@@ -249,6 +249,14 @@ def test_an_empty_list_leaves_the_argument_out(
     assert not allows(tokenizer, compiler, req, call("HassTurnOn", {"name": "Garage"}))
     assert not allows(tokenizer, compiler, req, call("HassTurnOn", {"area": "Kitchen", "x": "y"}))
     assert allows(tokenizer, compiler, req, call("HassTurnOff", {"name": "Garage", "x": "y"}))
+    # Left out with nothing required, the call would act on every light of the house:
+    # the area it names is required.
+    assert allows(tokenizer, compiler, req, call("HassTurnOn", {}))
+    needs = ConstraintRequest(tools=tools, tool_choice="required", argument_values=values,
+                              required_arguments=("HassTurnOn.area",))  # fmt: skip
+    assert not allows(tokenizer, compiler, needs, call("HassTurnOn", {}))
+    assert allows(tokenizer, compiler, needs, call("HassTurnOn", {"area": "Kitchen"}))
+    assert allows(tokenizer, compiler, needs, call("HassTurnOff", {}))  # another tool
     # Without it, the same call may name a thing.
     free = ConstraintRequest(tools=tools, tool_choice="required")
     assert allows(tokenizer, compiler, free, call("HassTurnOn", {"name": "Garage"}))

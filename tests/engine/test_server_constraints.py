@@ -249,6 +249,8 @@ BROKEN_TOOL = {
         ({"response_format": {"type": "json_schema"}}, "invalid_value", "response_format"),
         ({"hearth": {"argument_values": {"name": "Kitchen"}}}, "invalid_value", "hearth"),
         ({"hearth": {"argument_values": {"name": [""]}}}, "invalid_value", "hearth"),
+        ({"hearth": {"required_arguments": "area"}}, "invalid_value", "hearth"),
+        ({"hearth": {"required_arguments": ["a b"]}}, "invalid_value", "hearth"),
         ({"hearth": {"values": {}}}, "invalid_value", "hearth"),
         ({"hearth": {"argument_tools": "HassTurnOn"}}, "invalid_value", "hearth"),
         ({"hearth": {"argument_tools": [""]}}, "invalid_value", "hearth"),

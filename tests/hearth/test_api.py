@@ -205,15 +205,18 @@ async def test_probe_tells_llama_cpp_by_its_props(
     assert (info.health, info.metrics, info.slots) == (True, True, 4)
 
 
-async def test_empty_argument_lists_go_only_to_an_engine_that_takes_them(
+async def test_argument_presence_goes_only_to_an_engine_that_takes_it(
     hass: HomeAssistant, engine: EngineProcess, odd_server: Callable[..., OddServer]
 ) -> None:
-    """An argument left out (an empty list) is sent where the engine lists the
-    extension (this one does), and dropped for an older engine, which would refuse
-    the request (the real engine's 400 is in tests/engine/test_server_constraints.py)."""
-    values = {"argument_values": {"name": ["Den"], "HassTurnOn.name": []}}
+    """An argument left out (an empty list) or required is sent where the engine lists
+    those extensions (this one does), and dropped for an older engine, which would
+    refuse the request (the real engine's 400 is in tests/engine/test_server_constraints.py)."""
+    values = {
+        "argument_values": {"name": ["Den"], "HassTurnOn.name": []},
+        "required_arguments": ["HassTurnOn.area"],
+    }
     info = await async_probe(_client(hass, engine.url))
-    assert "empty_argument_values" in info.extensions
+    assert {"empty_argument_values", "required_arguments"} <= info.extensions
     sent = HearthBackend(info, _client(hass, engine.url), None).request_extensions(values)  # type: ignore[arg-type]
     assert sent == {"hearth": values}
     older = await odd_server(

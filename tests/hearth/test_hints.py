@@ -323,5 +323,6 @@ async def test_a_turn_sends_the_hint_where_examples_are_pinned(
     values = first["hearth"]["argument_values"]
     assert values["HassTurnOn.name"] == values["HassTurnOff.name"] == ["Kitchen Light"]
     assert values["HassTurnOn.area"] == values["HassTurnOn.floor"] == []  # it read none
+    assert first["hearth"]["required_arguments"] == ["HassTurnOn.name"]  # the real engine's
     assert values["name"] == ["Kitchen Light"]
     assert values["area"]

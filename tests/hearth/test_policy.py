@@ -140,6 +140,8 @@ def test_the_call_names_what_the_template_read() -> None:
     assert values["HassTurnOff.name"] == values["HassTurnOff.floor"] == []
     assert values["HassTurnOff.domain"] == ["light"]
     assert values["HassTurnOn.name"] == ["Kitchen Light"]  # other tools as before
+    # What it read is required (no name and no area: every light of the house).
+    assert policy(asked).values["required_arguments"] == ["HassTurnOff.area"]
     curtains = {"area": "Kitchen", "domain": "cover", "device_class": "curtain"}
     covers = frozenset({"cover"})
     opened = policy(Request("open the kitchen curtains", question=False, about=covers,
@@ -154,6 +156,7 @@ def test_the_call_names_what_the_template_read() -> None:
     here = policy(Request("lights off", question=False, about=frozenset({"light"}),
                           intent="HassTurnOff", slots={"area": "", "domain": "light"}))  # fmt: skip
     assert "HassTurnOff.area" not in here.values["argument_values"]
+    assert here.values["required_arguments"] == []
     assert here.values["argument_values"]["HassTurnOff.name"] == []
     # No template read it: nothing of the kind.
     free = policy(Request("lock the door", question=False, about=frozenset({"lock"})))

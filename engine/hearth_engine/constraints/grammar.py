@@ -76,6 +76,8 @@ class ConstraintRequest:
     argument_values: dict[str, list[str]] | None = None
     # The tools that bare ``argument_values`` keys apply to (None: every tool).
     argument_tools: tuple[str, ...] | None = None
+    # Arguments a call must give: ``arg`` in every tool, ``Tool.arg`` in that one.
+    required_arguments: tuple[str, ...] | None = None
 
     @property
     def wants_json(self) -> bool:
@@ -116,27 +118,41 @@ def tool_aliases(tools: list[dict[str, Any]] | tuple[dict[str, Any], ...]) -> di
     return {a: names[0] for a, names in short.items() if len(names) == 1 and a and a not in full}
 
 
-def narrow_schema(schema: Any, values: dict[str, list[str]]) -> Any:
+def narrow_schema(schema: Any, values: dict[str, list[str]], required: tuple[str, ...] = ()) -> Any:
     """``schema`` (a tool's parameters) with its string arguments named in ``values``
     limited to those values (arrays of strings: their items).
 
     An argument that already has an enum keeps the values both allow (its own enum if
     none are common: the tool's own list is never widened). An empty list: the argument
     may not be given (unless the schema requires it), and then no argument the schema
-    does not list may be either.
+    does not list may be either. ``required``: arguments (of those it lists) that a
+    call must give.
     """
     if not isinstance(schema, dict) or not isinstance(schema.get("properties"), dict):
         return schema
     out = copy.deepcopy(schema)
-    required = set(out.get("required") or ())
+    given = set(out.get("required") or ())  # what the tool itself requires
     for name, allowed in values.items():
         prop = out["properties"].get(name)
-        if not allowed and name not in required:
+        if not allowed and name not in given:
             if out["properties"].pop(name, None) is not None:
                 out["additionalProperties"] = False
         elif isinstance(prop, dict) and allowed:
             out["properties"][name] = _restrict(prop, allowed)
+    needed = [name for name in required if name in out["properties"] and name not in given]
+    if needed:
+        out["required"] = [*(out.get("required") or ()), *needed]
     return out
+
+
+def required_for(tool: str, required: tuple[str, ...]) -> tuple[str, ...]:
+    """The ``required_arguments`` that apply to ``tool`` (bare names: every tool)."""
+    out = []
+    for key in required:
+        owner, dot, arg = key.rpartition(".")
+        if not dot or _names(tool, owner):
+            out.append(arg)
+    return tuple(out)
 
 
 def _names(tool: str, owner: str) -> bool:
@@ -277,8 +293,9 @@ def build_grammar(
         fn = tool["function"]
         schema = fn.get("parameters") or {"type": "object", "properties": {}}
         values = values_for(fn["name"], req.argument_values or {}, req.argument_tools)
-        if values:
-            schema = narrow_schema(schema, values)
+        required = required_for(fn["name"], req.required_arguments or ())
+        if values or required:
+            schema = narrow_schema(schema, values, required)
         schema = bound_enum_arrays(schema)
         names = [fn["name"], *(a for a, full in aliases.items() if full == fn["name"])]
         spelled = " | ".join(json.dumps(json.dumps(n)) for n in names)

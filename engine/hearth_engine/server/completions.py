@@ -58,6 +58,7 @@ def constraint_for(state: ServerState, body: dict[str, Any], forced: str) -> Con
         response_format=body.get("response_format"),
         argument_values=(body.get("hearth") or {}).get("argument_values"),
         argument_tools=(body.get("hearth") or {}).get("argument_tools"),
+        required_arguments=(body.get("hearth") or {}).get("required_arguments"),
     )
     try:
         return state.constraints.start(request, forced)

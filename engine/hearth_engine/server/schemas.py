@@ -195,7 +195,12 @@ def _response_format(value: Any) -> dict[str, Any] | None:
 
 # What the ``hearth`` request field takes, as ``/v1/stats`` lists it: a client can tell
 # an engine that takes an empty list (an argument left out) from an older one.
-HEARTH_EXTENSIONS = ("argument_values", "argument_tools", "empty_argument_values")
+HEARTH_EXTENSIONS = (
+    "argument_values",
+    "argument_tools",
+    "empty_argument_values",
+    "required_arguments",
+)
 
 
 def _argument_values(value: Any) -> dict[str, list[str]]:
@@ -225,7 +230,7 @@ def _hearth(value: Any) -> dict[str, Any] | None:
         return None
     if not isinstance(value, dict):
         raise vol.Invalid("expected an object")
-    known = ["argument_tools", "argument_values"]
+    known = ["argument_tools", "argument_values", "required_arguments"]
     unknown = set(value) - set(known)
     if unknown:
         raise vol.Invalid(f"unknown keys {sorted(unknown)}; known: {known}")
@@ -234,7 +239,21 @@ def _hearth(value: Any) -> dict[str, Any] | None:
         out["argument_values"] = _argument_values(value["argument_values"])
     if value.get("argument_tools") is not None:
         out["argument_tools"] = _argument_tools(value["argument_tools"])
+    if value.get("required_arguments") is not None:
+        out["required_arguments"] = _required_arguments(value["required_arguments"])
     return out
+
+
+def _required_arguments(value: Any) -> tuple[str, ...]:
+    """``hearth.required_arguments``: arguments a call must give (``Tool.arg`` or ``arg``)."""
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise vol.Invalid("required_arguments: expected a list of argument names")
+    if len(value) > MAX_ARGUMENTS:
+        raise vol.Invalid(f"required_arguments: at most {MAX_ARGUMENTS} names")
+    for name in value:
+        if not ARGUMENT_NAME_RE.match(name):
+            raise vol.Invalid(f"required_arguments: {name!r} is not a valid argument name")
+    return tuple(sorted(set(value)))
 
 
 def _argument_tools(value: Any) -> tuple[str, ...]:
