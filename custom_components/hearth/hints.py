@@ -25,6 +25,7 @@ and the answer too). ``hint_messages`` is pure; ``house_hint`` reads the house.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -111,7 +112,7 @@ def hint_messages(
     hint = _nearest_turn(text, things, areas, tools, live, question, data, platforms, places)
     calls = hint.messages[1]["tool_calls"] if hint else []
     if calls and bare_name(calls[0]["function"]["name"]) != LIVE_CONTEXT:
-        return Hint(hint.messages[:2], hint.domains, hint.intent, hint.slots)
+        return dataclasses.replace(hint, messages=hint.messages[:2])
     return hint
 
 

@@ -146,13 +146,9 @@ def narrow_schema(schema: Any, values: dict[str, list[str]], required: tuple[str
 
 
 def required_for(tool: str, required: tuple[str, ...]) -> tuple[str, ...]:
-    """The ``required_arguments`` that apply to ``tool`` (bare names: every tool)."""
-    out = []
-    for key in required:
-        owner, dot, arg = key.rpartition(".")
-        if not dot or _names(tool, owner):
-            out.append(arg)
-    return tuple(out)
+    """The ``required_arguments`` that apply to ``tool`` (bare names: every tool), scoped
+    as ``values_for`` scopes keys."""
+    return tuple(values_for(tool, {key: [] for key in required}))
 
 
 def _names(tool: str, owner: str) -> bool:
