@@ -205,6 +205,111 @@ def test_a_decode_step_through_attention_py_uses_the_kernel_and_agrees_with_torc
     assert (fast.double() - want).abs().mean() <= (slow.double() - want).abs().mean()
 
 
+@pytest.fixture(scope="module")
+def prefix_kernel(kernels: object) -> object:
+    if not kernels.prefix_attention_ready():  # type: ignore[attr-defined]
+        pytest.skip("this CPU has no AVX512-BF16: torch's flash kernel reads prefix parts")
+    return kernels
+
+
+def prefix_case(
+    seed: int, heads: int, queries: int, keys: int, head: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Queries ``[H, N, D]`` and a part's keys and values ``[H, T, D]`` in bf16, the KV as
+    views of a ``[L, 2, H, T, D]`` segment (as the runner hands them)."""
+    gen = torch.Generator().manual_seed(seed)
+    query = torch.randn(heads, queries, head, generator=gen).to(torch.bfloat16)
+    segment = (torch.randn(2, 2, heads, keys, head, generator=gen) * 2).to(torch.bfloat16)
+    return query, segment[1, 0], segment[1, 1]
+
+
+def float64_attention(
+    query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, scale: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    scores = query.double() @ keys.double().transpose(-1, -2) * scale
+    return torch.softmax(scores, -1) @ values.double(), torch.logsumexp(scores, -1)
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    seed=st.integers(0, 2**31),
+    heads=st.integers(1, 3),
+    queries=st.integers(1, 40),
+    keys=st.integers(1, 1300),
+    head=st.sampled_from([32, 64, 128, 256]),
+)
+def test_the_prefix_kernel_equals_float64_attention(
+    prefix_kernel: object, seed: int, heads: int, queries: int, keys: int, head: int
+) -> None:
+    """Any count of queries (blocks of 8 and a rest), any length of keys (tiles of 32,
+    chunks of up to 512 merged, a tail that must weigh nothing), every head size."""
+    query, k, v = prefix_case(seed, heads, queries, keys, head)
+    scale = head**-0.5
+    out, lse = prefix_kernel.prefix_attention(query, k, v, scale)  # type: ignore[attr-defined]
+    assert out.dtype == lse.dtype == torch.float32
+    assert out.shape == (heads, queries, head) and lse.shape == (heads, queries)
+    want, want_lse = float64_attention(query, k, v, scale)
+    # The weights are rounded to bf16 before the value sum (2**-8 each, relative).
+    assert float(((out.double() - want).abs() - 2**-7 * (want.abs() + 1)).max()) <= 0
+    torch.testing.assert_close(lse.double(), want_lse, atol=1e-4, rtol=1e-5)
+
+
+def test_a_warm_prefill_reads_its_prefix_through_the_kernel_closer_than_torch(
+    prefix_kernel: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``merged_attention`` of a multi-token prefill over a long part takes the kernel;
+    paused, torch's flash kernel gives the same up to bf16 rounding, and the kernel's
+    float32 partial is at least as close to float64 attention."""
+    served = []
+    real = attention.native_prefix
+
+    def spy(*args: object) -> object:
+        got = real(*args)  # type: ignore[arg-type]
+        served.append(got is not None)
+        return got
+
+    monkeypatch.setattr(attention, "native_prefix", spy)
+    gen = torch.Generator().manual_seed(5)
+    hq, hkv, q_len, d, prefix = 6, 2, 24, 64, 1500
+    query = torch.randn(1, hq, q_len, d, generator=gen).to(torch.bfloat16)
+    own_k, own_v = (torch.randn(1, hkv, q_len, d, generator=gen).to(torch.bfloat16) for _ in "kv")
+    segment = torch.randn(2, 2, hkv, prefix, d, generator=gen).to(torch.bfloat16)
+    parts = [PrefixPart(segment)]
+    fast = attention.merged_attention(query, own_k, own_v, None, None, parts, 1)
+    assert served == [True]
+    with native.paused():
+        slow = attention.merged_attention(query, own_k, own_v, None, None, parts, 1)
+    keys = torch.cat([segment[1, 0], own_k[0]], 1).repeat_interleave(hq // hkv, 0)
+    values = torch.cat([segment[1, 1], own_v[0]], 1).repeat_interleave(hq // hkv, 0)
+    causal = torch.ones(q_len, prefix + q_len, dtype=torch.bool).tril(prefix)
+    scores = (query[0].double() @ keys.double().transpose(-1, -2)) * d**-0.5
+    want = torch.softmax(scores.masked_fill(~causal, float("-inf")), -1) @ values.double()
+    want = want.transpose(0, 1)  # [Q, Hq, D]
+    torch.testing.assert_close(fast[0].float(), slow[0].float(), atol=2**-6, rtol=2**-6)
+    assert (fast[0].double() - want).abs().mean() <= (slow[0].double() - want).abs().mean()
+
+
+def test_the_prefix_kernel_refuses_what_it_cannot_take(prefix_kernel: object) -> None:
+    """A Python error, never a crash or a wrong read; ``native_prefix`` declines the
+    dtypes and layouts a model can have before the call (torch serves them)."""
+    query, k, v = prefix_case(0, 2, 4, 40, 64)
+    calls = {
+        "float32": lambda: (query.float(), k.float(), v.float()),
+        "head size 48": lambda: (query[..., :48], k[..., :48], v[..., :48]),
+        "other heads": lambda: (query[:1], k, v),
+        "values shorter": lambda: (query, k, v[:, :30]),
+        "strided head dimension": lambda: (query[..., ::2], k[..., ::2], v[..., ::2]),
+        "keys elsewhere": lambda: (query, k.to("meta"), v),
+    }
+    for name, args in calls.items():
+        with pytest.raises(RuntimeError):
+            prefix_kernel.prefix_attention(*args(), 0.125)  # type: ignore[attr-defined]
+        q, kk, vv = args()
+        if name in {"float32", "head size 48", "strided head dimension"}:
+            assert attention.native_prefix(q[None], kk[None], vv[None], 0.125) is None, name
+    assert native.module() is not None  # declined, not refused: the kernels stay on
+
+
 def test_a_call_the_kernel_refuses_falls_back_to_torch_and_logs_once(
     kernels: object, caplog: pytest.LogCaptureFixture
 ) -> None:

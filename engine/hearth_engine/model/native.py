@@ -5,6 +5,8 @@ One extension module, ``hearth_native`` (``kernels/``):
 * ``decode_attention.cpp``: the decode attention of the CPU path (see its header): one
   call per layer and step that reads each cached key once for every grouped head and
   row, split over threads, in float32;
+* ``prefix_attention.cpp``: the warm prefill's attention over a cached prefix part (many
+  queries, no mask) in bfloat16 dot products, on CPUs with AVX512-BF16;
 * ``decode_linear.cpp``: the linears of a decode step, from weights re-laid out once
   as tiles of 16 output features (``linear.py``): a call costs 1-2 us, where oneDNN's
   costs ~17 us, and the weights stream faster;
@@ -57,6 +59,7 @@ SOURCES = tuple(
     for f in (
         "module.cpp",
         "decode_attention.cpp",
+        "prefix_attention.cpp",
         "decode_linear.cpp",
         "quant_linear.cpp",
         "layer_ops.cpp",
@@ -79,6 +82,7 @@ STALE_LOCK_S = 900.0  # the longest wait for another process's build (one takes 
 LOCK_POLL_S = 1.0  # how often a build lock held by another process is tried again
 DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 HEAD_SIZES = (16, 32, 64, 96, 128, 256)
+PREFIX_HEAD_SIZES = (32, 64, 128, 256)  # prefix_attention.cpp's
 
 
 class _State:

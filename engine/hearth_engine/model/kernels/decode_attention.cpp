@@ -46,25 +46,6 @@ using namespace hearth::vec;  // NOLINT(build/namespaces): the kernels' vocabula
 
 constexpr float kNoScore = -1e30f;
 
-// exp(x) for x <= 0, 16 lanes (Cephes' polynomial, about 1 ulp); below -87 clamps.
-inline f16v exp16(f16v x) {
-  x = x < -87.0f ? splat(-87.0f) : x;
-  i16v n = __builtin_convertvector(x * 1.44269504088896341f - 0.5f, i16v);  // round (x <= 0)
-  f16v nf = __builtin_convertvector(n, f16v);
-  f16v r = x - nf * 0.693359375f + nf * 2.12194440e-4f;
-  f16v p = splat(1.9875691500e-4f);
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  f16v y = p * r * r + r + 1.0f;
-  i16v bits = (n + 127) << 23;
-  f16v scale;
-  std::memcpy(&scale, &bits, sizeof(scale));
-  return y * scale;
-}
-
 template <typename T>
 struct Item {
   const T* k;

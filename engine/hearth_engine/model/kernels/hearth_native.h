@@ -4,6 +4,7 @@
 #include <ATen/core/Tensor.h>
 #include <c10/util/Optional.h>
 
+#include <tuple>
 #include <vector>
 
 namespace hearth {
@@ -19,6 +20,16 @@ at::Tensor decode_attention(const at::Tensor& query, const at::Tensor& own_k,
                             const std::vector<at::Tensor>& part_v,
                             const std::vector<c10::optional<at::Tensor>>& part_rows,
                             double scale);
+
+// prefix_attention.cpp: attention of many queries over one cached prefix part, no mask,
+// in bfloat16 dot products. query [H, N, D], keys/values [H, T, D], all bfloat16 with the
+// last dimension contiguous. Returns the output [H, N, D] and log-sum-exp [H, N] in
+// float32 (a partial for attention.py's merge). prefix_attention_ready: whether this
+// build has the kernel (AVX512-BF16); without it, prefix_attention refuses every call.
+bool prefix_attention_ready();
+std::tuple<at::Tensor, at::Tensor> prefix_attention(const at::Tensor& query,
+                                                    const at::Tensor& keys,
+                                                    const at::Tensor& values, double scale);
 
 // decode_linear.cpp: a linear for a decode step's few rows, from weights re-laid out
 // once. tile_weight: weight [N, K] (bfloat16, float32 or int8) as tiles of 16 features.

@@ -6,6 +6,10 @@
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("decode_attention", &hearth::decode_attention, "decode attention over own KV and parts");
+  m.def("prefix_attention_ready", &hearth::prefix_attention_ready,
+        "whether prefix_attention is built (AVX512-BF16)");
+  m.def("prefix_attention", &hearth::prefix_attention,
+        "many queries over one prefix part, bf16 dot products; (out, lse) in float32");
   m.def("tile_weight", &hearth::tile_weight, "a weight [N, K] as tiled_linear's tiles");
   m.def("tiled_linear", &hearth::tiled_linear, "a linear for a decode step's few rows",
         py::arg("x"), py::arg("tiles"), py::arg("out_features"), py::arg("scales") = py::none(),
