@@ -364,6 +364,7 @@ class Settings:
     kv_cache_mb: int | None
     workdir: Path
     engine_url: str | None = None  # the ``external`` configuration's server
+    one_at_a_time: bool = False  # a burst's requests go out one after another
 
 
 class Household:
@@ -578,6 +579,9 @@ class Replay:
             elif step.kind == "rename":
                 self.version = min(step.rename, self.household.versions() - 1)
                 repins.append(asyncio.create_task(self._repin(session, url)))
+            elif self.settings.one_at_a_time:
+                for i, c in enumerate(step.calls):
+                    await self._call(session, url, number, i, c)
             else:
                 await asyncio.gather(
                     *(self._call(session, url, number, i, c) for i, c in enumerate(step.calls))
@@ -888,6 +892,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--repin-delay", type=float, default=2.0, help="the plugin's debounce")
     parser.add_argument("--kv-cache-mb", type=int, default=None)
     parser.add_argument(
+        "--one-at-a-time",
+        action="store_true",
+        help="send a burst's requests one after another (the same trace, no overlap"
+        " between requests; re-pins still run beside them): client against engine TTFT",
+    )
+    parser.add_argument(
         "--configs",
         nargs="+",
         choices=list(CONFIGS),
@@ -940,13 +950,14 @@ def main(argv: list[str]) -> int:
         household.versions() - 1,
     )  # fmt: skip
     summary = trace_summary(trace)
-    print(f"trace (seed {args.seed}): {summary}", flush=True)
+    mode = ", one request at a time" if args.one_at_a_time else ""
+    print(f"trace (seed {args.seed}{mode}): {summary}", flush=True)
     with tempfile.TemporaryDirectory(prefix="hearth-household-") as tmp:
         workdir = args.workdir or Path(tmp)
         workdir.mkdir(parents=True, exist_ok=True)
         settings = Settings(
             args.model, args.max_tokens, args.repin_delay, args.kv_cache_mb, workdir,
-            args.engine_url,
+            args.engine_url, args.one_at_a_time,
         )  # fmt: skip
         started = time.monotonic()
         configs, runs = asyncio.run(run_all(household, trace, args.configs, settings))
@@ -964,6 +975,7 @@ def main(argv: list[str]) -> int:
         "model": args.model,
         "engine_url": args.engine_url,
         "max_tokens": args.max_tokens,
+        "one_at_a_time": args.one_at_a_time,
         "repin_delay_s": args.repin_delay,
         "fixture": household.fixture.meta,
         "wall_s": round(time.monotonic() - started, 1),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import itertools
 from pathlib import Path
@@ -17,6 +18,7 @@ from hearth_bench.household import (
     Reply,
     Server,
     Settings,
+    Step,
     chat_turns,
     fallback_window,
     goal_lines,
@@ -200,3 +202,27 @@ def test_llama_cpp_is_driven_as_the_plugin_drives_it() -> None:
     assert parse_args(["--configs", "external_unprimed", "--engine-url", "u"]).configs == [
         "external_unprimed"
     ]
+
+
+@pytest.mark.parametrize("one_at_a_time", [False, True])
+def test_one_at_a_time_sends_a_bursts_requests_one_after_another(one_at_a_time: bool) -> None:
+    """The same trace either way; only the overlap of a burst's requests differs."""
+    settings = Settings("default", 8, 0.0, None, Path(), None, one_at_a_time)
+    replay = Replay(Household(load_fixture()), "hearth", settings)
+    trace = make_trace(2026, 20, replay.household.pool_sizes(), 4, 2)
+    burst = max((s for s in trace if s.kind == "burst"), key=lambda s: len(s.calls))
+    in_flight, most, sent = 0, 0, []
+
+    async def call(_session: object, _url: str, step: int, index: int, _call: object) -> None:
+        nonlocal in_flight, most
+        in_flight += 1
+        most = max(most, in_flight)
+        await asyncio.sleep(0.01)
+        sent.append((step, index))
+        in_flight -= 1
+
+    replay._call = call  # type: ignore[method-assign]  # no engine: only the pacing is tested
+    asyncio.run(replay._run_steps(None, "", [Step("states", state_changes=1), burst]))  # type: ignore[arg-type]
+    assert sorted(sent) == [(1, i) for i in range(len(burst.calls))]
+    assert most == (1 if one_at_a_time else len(burst.calls))
+    assert parse_args(["--one-at-a-time"]).one_at_a_time
