@@ -160,6 +160,7 @@ class House:
         rank: Callable[[Thing], Any] | None = None,
         by_area: bool = False,
         free: Mapping[str, str] | None = None,
+        says: frozenset[str] = frozenset(),
     ) -> list[dict[str, Any]] | None:
         """``step``'s whole turn on this house (None where its tool is not offered,
         takes other arguments, the house has nothing to name, or the language's data
@@ -168,7 +169,8 @@ class House:
         question reads its target's entry in ``live`` (entity id -> HA's live-context
         entry) where given. ``by_area``: name the target's area instead of the thing
         ("set the temperature in the Bedroom to 21": ``area``, not ``name``). ``free``:
-        what to say for a slot of free text (sentences.say)."""
+        what to say for a slot of free text; ``says``: slots to say where a template
+        can (sentences.say)."""
         tool = offered.get(step.intent)
         if tool is None:
             return None
@@ -198,7 +200,7 @@ class House:
                 else Target(NAME, thing.name, thing.domain, thing.entity_id)
             )
         question = step.intent == LIVE_CONTEXT
-        said = say(data, step.asks, target, asked="one" if question else None, free=free)
+        said = say(data, step.asks, target, asked="one" if question else None, free=free, says=says)
         if said is None:
             return None
         arguments = _arguments(said, target, properties, question=question)

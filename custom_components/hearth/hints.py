@@ -163,6 +163,7 @@ def _nearest_turn(  # noqa: PLR0917
     # Free text it says (a to-do item) is said in the example too: HA has no example
     # item in any language, and without one the intent has no example at all.
     free = {k: e.text.strip() for k, e in result.entities.items() if e.is_wildcard and e.text}
+    says = frozenset(result.entities)  # the example says what the request says, where it can
     if question or intent in QUESTION_INTENTS:
         asked = [*sorted(domains), *YES_OR_NO] if domains else [*sorted(house.by_domain)]
         for domain in asked:
@@ -172,7 +173,7 @@ def _nearest_turn(  # noqa: PLR0917
                 return Hint(turn, frozenset(domains) or None)
         return Hint()
     if not domains and not _takes_target(result):
-        turn = house.turn(data, Step(intent, NOTHING), offered, HINT_CALL_ID)
+        turn = house.turn(data, Step(intent, NOTHING), offered, HINT_CALL_ID, says=says)
         return Hint(turn or [], frozenset(), intent if turn else None, _target(result))
     for domain in sorted(domains) or _guess(result, house):
         turn = None
@@ -181,7 +182,7 @@ def _nearest_turn(  # noqa: PLR0917
             step = Step(intent, domain)
             turn = house.turn(data, step, offered, HINT_CALL_ID, avoid=elsewhere, by_area=True)
         turn = turn or house.turn(data, Step(intent, domain), offered, HINT_CALL_ID,
-                                  avoid=avoid, rank=rank, free=free)  # fmt: skip
+                                  avoid=avoid, rank=rank, free=free, says=says)  # fmt: skip
         if turn is not None:
             if result.unmatched_entities:
                 return Hint(turn, frozenset(domains) or None)

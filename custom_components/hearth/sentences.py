@@ -155,28 +155,36 @@ def say(
     *,
     asked: str | None = None,
     free: Mapping[str, str] | None = None,
+    says: frozenset[str] = frozenset(),
 ) -> Said | None:
     """A sentence of ``intent`` that names ``target``, read back as HA reads it (None:
-    the data has none). Of the templates that fit, one that says the least (fewest
-    slots) comes first, so a timer is set in minutes, not hours and minutes. ``asked``:
-    a question's response key to prefer ("one_yesno"); ``free``: the text to say for a
+    the data has none). Of the templates that fit, one that says most of the slots in
+    ``says`` comes first (a request's example says what the request says: "start a 10
+    minute timer" gets a timer in minutes, not in hours), then one that says the least
+    (fewest slots), so a timer is set in minutes, not hours and minutes. ``asked``: a
+    question's response key to prefer ("one_yesno"); ``free``: the text to say for a
     slot of free text (slot name -> text: a to-do ``item``; without, no template that
     has one). Kept per language data."""
-    key = (intent, target, asked, tuple(sorted((free or {}).items())))
+    key = (intent, target, asked, tuple(sorted((free or {}).items())), says)
     if key not in data.said:
         if len(data.said) > _CACHED:
             data.said.clear()
-        data.said[key] = _say(data, intent, target, asked, free or {})
+        data.said[key] = _say(data, intent, target, asked, free or {}, says)
     return data.said[key]
 
 
-def _say(
-    data: LanguageData, intent: str, target: Target, asked: str | None, free: Mapping[str, str]
+def _say(  # noqa: PLR0917
+    data: LanguageData,
+    intent: str,
+    target: Target,
+    asked: str | None,
+    free: Mapping[str, str],
+    says: frozenset[str],
 ) -> Said | None:
     found = data.intents.intents.get(intent)
     if found is None:
         return None
-    candidates: list[tuple[tuple[bool, int, int], Any, dict[str, TextSlotList], Any]] = []
+    candidates: list[tuple[tuple[bool, int, int, int], Any, dict[str, TextSlotList], Any]] = []
     for order, block in enumerate(found.data):
         if not _fits(block, target):
             continue
@@ -184,13 +192,19 @@ def _say(
         for sentence in block.sentences:
             try:
                 names = set(sentence.list_names(rules))
+                slots = {ref.slot_name for ref in sentence.expression.list_references(rules)}
             except MissingRuleError:
                 continue
             given = _free_lists(sentence, rules, free)
             if (names & block.wildcard_list_names) - set(given):
                 continue
             if (lists := _lists_for(data, names, target, given)) is not None:
-                rank = (asked is not None and block.response != asked, len(names), order)
+                rank = (
+                    asked is not None and block.response != asked,
+                    -len(slots & says),
+                    len(names),
+                    order,
+                )
                 candidates.append((rank, sentence, {**block.slot_lists, **lists}, rules))
                 break  # the block's first sentence that fits
     for _rank, sentence, lists, rules in sorted(candidates, key=lambda c: c[0]):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 from homeassistant.components import conversation
 from homeassistant.components.homeassistant.exposed_entities import async_expose_entity
 from homeassistant.core import HomeAssistant
@@ -326,3 +327,36 @@ async def test_a_turn_sends_the_hint_where_examples_are_pinned(
     assert first["hearth"]["required_arguments"] == ["HassTurnOn.name"]  # the real engine's
     assert values["name"] == ["Kitchen Light"]
     assert values["area"]
+
+
+TIMER = {
+    "type": "function",
+    "function": {
+        "name": "HassStartTimer",
+        "parameters": {
+            "type": "object",
+            "properties": {k: {"type": "integer"} for k in ("hours", "minutes", "seconds")},
+        },
+    },
+}
+
+
+@pytest.mark.parametrize(
+    ("language", "text", "unit"),
+    [
+        ("en", "Start a 10 minute timer", "minutes"),
+        ("en", "set a timer for 2 hours", "hours"),
+        ("en", "set a 30 second timer", "seconds"),
+        ("de", "Stelle einen Timer für 10 Minuten", "minutes"),
+        ("de", "Timer für 30 Sekunden", "seconds"),
+    ],
+)
+def test_the_example_says_what_the_request_says(language: str, text: str, unit: str) -> None:
+    """Of HA's templates for the intent, the example's says the request's slots: a
+    timer in minutes gets an example in minutes. Before, every timer's example was
+    "set timer for 10 hour", and the model set "a 10 minute timer" for 10 hours."""
+    data = EN if language == "en" else load_language_data(language)
+    hint = hint_messages(text, THINGS, AREAS, [*TOOLS, TIMER], LIVE, data=data)
+    assert hint.intent == "HassStartTimer"
+    call = hint.messages[1]["tool_calls"][0]["function"]
+    assert list(json.loads(call["arguments"])) == [unit]
