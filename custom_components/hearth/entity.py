@@ -152,7 +152,7 @@ class HearthLLMEntity(Entity):
 
         Every request starts with the agent's house prefix (pinned in the engine),
         then the history as sent before (without earlier turns' hints), then this
-        turn's nearest example, context message and user text. Tool calls run through
+        turn's context message, nearest example and user text. Tool calls run through
         HA's LLM API (chat log); after an action the turn says what HA reported
         (result_speech.py). ``response_format`` (an AI Task's structure) constrains
         every reply, and the model's reply is then the answer.

@@ -5,7 +5,7 @@ Layout of every request (the prefix is pinned in the engine)::
     [system: house prefix]                       <- stable, pinned (prefix.py)
     [system: context of turn 1] [user 1] [assistant 1 ...] [tool results ...]
     ...
-    [system: context of turn N] [user N]         <- this turn
+    [system: context of turn N] [example] [user N]  <- this turn
 
 The context message of a turn holds what HA put in its system prompt for that
 request and the prefix does not have: the time and date (when no GetDateTime tool
@@ -14,6 +14,12 @@ anything else that varies. It is stored with the turn (in the ``native`` field o
 turn's first assistant content) and re-sent unchanged with every later turn, like the
 assistant messages, which are re-sent exactly as the engine produced them. So turn N+1
 starts with the exact tokens of turn N and reuses all of them from the engine's cache.
+
+This turn's nearest worked example (``[example]``: a user message and the call that
+answers it, hints.py) comes after its context, right before the user message: a voice
+satellite's context (its area) is the same for every command it hears, so the engine
+has the prefix and that context cached after the satellite's first command, and each
+later one prefills only its example and its words.
 """
 
 from __future__ import annotations
@@ -78,8 +84,8 @@ def build_messages(
     ``content`` is the chat log; its last user message is this turn's, and
     ``context`` its context message. Earlier turns keep the context they were sent
     with; at most ``max_history`` earlier turns are kept (whole turns, oldest
-    dropped first). ``hint`` (this turn's nearest example, hints.py) goes right
-    before this turn's context and user message; earlier turns are sent without theirs.
+    dropped first). ``hint`` (this turn's nearest example, hints.py) goes between this
+    turn's context and its user message; earlier turns are sent without theirs.
     """
     items = list(content[1:])  # content[0] is HA's system prompt: replaced by the prefix
     user_indices = [i for i, item in enumerate(items) if isinstance(item, conversation.UserContent)]
@@ -93,12 +99,12 @@ def build_messages(
     for i, item in enumerate(items):
         if isinstance(item, conversation.UserContent):
             turn_context = _stored_context(items, i)
-            if i == current:
-                messages.extend(hint)
-                if turn_context is None:
-                    turn_context = context
+            if i == current and turn_context is None:
+                turn_context = context
             if turn_context:
                 messages.append({"role": "system", "content": turn_context})
+            if i == current:
+                messages.extend(hint)
             messages.append({"role": "user", "content": item.content})
         elif isinstance(item, conversation.AssistantContent):
             messages.append(assistant_message(item))

@@ -225,7 +225,8 @@ def test_no_hint_when_nothing_is_near() -> None:
     assert not hint_messages("turn on the kettle", THINGS, AREAS, [], LIVE, data=EN)
 
 
-def test_the_hint_goes_right_before_this_turns_context_and_request() -> None:
+def test_the_hint_goes_between_this_turns_context_and_request() -> None:
+    """The context first: a satellite's area line is then cached with the prefix."""
     prefix = HousePrefix(system="house", tools=())
     hint = _hint("turn on the kettle")
     earlier = [
@@ -240,11 +241,9 @@ def test_the_hint_goes_right_before_this_turns_context_and_request() -> None:
         {"role": "user", "content": "hello"},
         {"role": "assistant", "content": "hi"},
     ]
-    assert messages[3:5] == hint
-    assert messages[5:] == [
-        {"role": "system", "content": "it is noon"},
-        {"role": "user", "content": "turn on the kettle"},
-    ]
+    assert messages[3] == {"role": "system", "content": "it is noon"}
+    assert messages[4:6] == hint
+    assert messages[6:] == [{"role": "user", "content": "turn on the kettle"}]
 
 
 def test_a_command_may_call_only_the_tools_for_what_it_is_about() -> None:
