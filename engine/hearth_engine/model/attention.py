@@ -44,6 +44,12 @@ layer reads each cached key once for all grouped heads and rows, split over thre
 float32, and rounds once. Until it is ready, or where it cannot be built, the torch path
 below serves, with the same results up to float32 rounding.
 
+**Prefill over a part** (many queries, no mask: a warm request's own tokens over the
+pinned house) goes, in bfloat16 on a CPU with AVX512-BF16, to
+``kernels/prefix_attention.cpp``: the two products in bf16 dot products (VDPBF16PS),
+float32 scores and sums, the weights rounded to bf16 as the flash kernel does; its
+float32 partial is merged like the others. Elsewhere torch's flash kernel serves.
+
 Hearth's lean forward (decoder.py) calls ``merged_attention`` and ``plain_attention``
 directly; the ``hearth`` attention implementation serves transformers' forward.
 ``ModelRunner.check_shared_prefix`` bounds it on every model at start-up.
