@@ -9,6 +9,11 @@ entity renames (each re-pins both agents, ``--repin-delay`` after the change, li
 plugin's debounce; as the plugin does, requests keep the pinned prefix until the renamed
 one is pinned) and state changes, which send nothing. (The plugin also moves the changed
 lines into the context message meanwhile; the replay leaves them out: a few tokens.)
+A sampled tool round (a turn's request after a tool ran) follows its turn's earlier
+requests, each sent and counted, with the server's own tool calls in its history as the
+plugin sends them: a server that keeps what it computed reuses it, as it would in a
+home. (Before 2026-12-03 such a round was sent alone, with the capture model's calls:
+about 80 more tokens to prefill, which a home never sees.)
 
 The same trace runs against a fresh engine process per configuration:
 
@@ -98,6 +103,8 @@ GOAL_HIT_RATE = 0.97
 GOAL_VS_NO_CACHE = 0.2
 GOAL_VS_LAST_PROMPT = 0.5
 GOAL_STALL = 2.0
+# Tokens an earlier round of a turn may take (its tool call must be whole to go on).
+CALL_TOKENS = 64
 
 
 # ------------------------------------------------------------------------ trace
@@ -169,6 +176,8 @@ class Reply:
     first_chunk_ms: float = 0.0  # any chunk, the role chunk included
     total_ms: float = 0.0
     text: str = ""
+    # The tool calls streamed, as the assistant message that carries them lists them.
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
     usage: dict[str, Any] = field(default_factory=dict)
     timings: dict[str, Any] = field(default_factory=dict)  # llama.cpp's last-chunk timings
     error: str | None = None
@@ -217,12 +226,26 @@ async def stream_chat(session: aiohttp.ClientSession, url: str, body: dict[str, 
                     if (delta.get("content") or delta.get("tool_calls")) and not reply.ttft_ms:
                         reply.ttft_ms = (time.perf_counter() - started) * 1000
                     reply.text += delta.get("content") or ""
+                    add_tool_call_deltas(reply.tool_calls, delta.get("tool_calls") or ())
     except (aiohttp.ClientError, TimeoutError, ValueError) as err:
         reply.error = f"{type(err).__name__}: {err}"
     reply.total_ms = (time.perf_counter() - started) * 1000
     reply.ttft_ms = reply.ttft_ms or reply.total_ms  # nothing streamed: the end is the first
     reply.first_chunk_ms = reply.first_chunk_ms or reply.ttft_ms
     return reply
+
+
+def add_tool_call_deltas(calls: list[dict[str, Any]], deltas: Sequence[dict[str, Any]]) -> None:
+    """Fold streamed ``tool_calls`` deltas into ``calls`` (OpenAI's streaming form: by
+    ``index``, the id and name once, the arguments in pieces)."""
+    for delta in deltas:
+        index = int(delta.get("index", len(calls)))
+        while len(calls) <= index:
+            calls.append({"id": "", "type": "function", "function": {"name": "", "arguments": ""}})
+        call, function = calls[index], delta.get("function") or {}
+        call["id"] = delta.get("id") or call["id"]
+        call["function"]["name"] += function.get("name") or ""
+        call["function"]["arguments"] += function.get("arguments") or ""
 
 
 async def put_pin(
@@ -378,6 +401,25 @@ class Household:
             if role != "chat"
         }
         self.chat_turns = chat_turns(fixture)
+
+    def earlier_rounds(self, sample: Sample) -> list[Sample]:
+        """The captured requests of ``sample``'s turn before it (iterations 0 to k - 1),
+        each one's messages the start of the next one's; [] for a first request, or
+        where one of them is missing (then the request is replayed as captured)."""
+        rounds = []
+        for iteration in range(sample.iteration):
+            found = [
+                s
+                for s in self.fixture.of_role(sample.role)
+                if (s.agent, s.prefix, s.turn, s.iteration)
+                == (sample.agent, sample.prefix, sample.turn, iteration)
+                and sample.suffix[: len(s.suffix)] == s.suffix
+                and s.suffix[-1].get("role") != "assistant"
+            ]
+            if not found:
+                return []
+            rounds.append(found[0])
+        return rounds
 
     def pool_sizes(self) -> dict[str, int]:
         return {role: len(pool) for role, pool in self.pools.items()}
@@ -607,18 +649,79 @@ class Replay:
         self, session: aiohttp.ClientSession, url: str, step: int, index: int, call: Call
     ) -> None:
         agent, version, body, chat_entry = self._body(call)
+        if chat_entry is None:
+            body = await self._after_earlier_rounds(
+                session, url, (step, index), call, version, body
+            )
+        reply = await self._send(session, url, step, index, call.role, agent, version, body)
+        if chat_entry is not None and reply.error is None:
+            self.history += [*chat_entry, {"role": "assistant", "content": reply.text}]
+
+    async def _after_earlier_rounds(
+        self,
+        session: aiohttp.ClientSession,
+        url: str,
+        at: tuple[int, int],
+        call: Call,
+        version: int,
+        body: dict[str, Any],
+    ) -> dict[str, Any]:
+        """A tool round's request (iteration k > 0) as the plugin sends it: after the
+        turn's earlier requests, each sent and recorded here, with the server's own tool
+        calls in its history in place of the captured ones (and the captured results), so
+        the server may reuse what it computed for them. Where the server answered without
+        a call, or with another number of calls, the turn would have gone otherwise: the
+        request goes as captured."""
+        sample = self.household.sample(call)
+        rounds = self.household.earlier_rounds(sample)
+        if not rounds:
+            return body
+        messages: list[dict[str, Any]] | None = None
+        for earlier, later in zip(rounds, [*rounds[1:], sample], strict=True):
+            lead = self.household.fixture.body(earlier, version=version)
+            if messages is not None:
+                lead = {**lead, "messages": messages}
+            whole = max(self.settings.max_tokens, CALL_TOKENS)  # the call must be whole
+            reply = await self._send(
+                session, url, *at, call.role, sample.agent, version, lead, max_tokens=whole
+            )
+            captured = later.suffix[len(earlier.suffix)]
+            calls = captured.get("tool_calls") or []
+            if reply.error is not None or len(reply.tool_calls) != len(calls) or not calls:
+                return body
+            ids = {old["id"]: new["id"] for old, new in zip(calls, reply.tool_calls, strict=True)}
+            results = [
+                {**m, "tool_call_id": ids.get(m.get("tool_call_id"), m.get("tool_call_id"))}
+                for m in later.suffix[len(earlier.suffix) + 1 :]
+            ]
+            own = {"role": "assistant", "content": reply.text, "tool_calls": reply.tool_calls}
+            messages = [*lead["messages"], own, *results]
+        return {**body, "messages": messages}
+
+    async def _send(
+        self,
+        session: aiohttp.ClientSession,
+        url: str,
+        step: int,
+        index: int,
+        role: str,
+        agent: str,
+        version: int,
+        body: dict[str, Any],
+        *,
+        max_tokens: int | None = None,
+    ) -> Reply:
+        """Send one request (``--max-tokens`` unless told) and record it."""
         issued = time.perf_counter() - self.t0
         in_repin, in_debounce = self.repins_running > 0, self.debounce_running > 0
-        body = {**body, "max_tokens": self.settings.max_tokens}
+        body = {**body, "max_tokens": max_tokens or self.settings.max_tokens}
         if self.name in EXTERNALS:
             body = self._external_body(body)
         reply = await stream_chat(session, url, body)
-        if chat_entry is not None and reply.error is None:
-            self.history += [*chat_entry, {"role": "assistant", "content": reply.text}]
         engine = reply.engine
         self.records.append(
             Record(
-                step, index, call.role, agent, version, round(issued, 3), in_repin,
+                step, index, role, agent, version, round(issued, 3), in_repin,
                 in_debounce, round(reply.ttft_ms, 2), round(reply.total_ms, 2),
                 reply.prompt_tokens, reply.cached_tokens, engine.get("ttft_ms"),
                 engine.get("prefill_ms"), engine.get("queue_ms"), reply.error,
@@ -626,6 +729,7 @@ class Replay:
                 {k: float(engine[k]) for k in SPLIT if engine.get(k) is not None},
             )
         )  # fmt: skip
+        return reply
 
     def _body(self, call: Call) -> tuple[str, int, dict[str, Any], list[dict[str, Any]] | None]:
         """(agent key, prefix version, request body, the chat turn's new messages or None)."""

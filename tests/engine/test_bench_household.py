@@ -6,12 +6,14 @@ import asyncio
 import dataclasses
 import itertools
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from hearth_bench.capture import CAPTURE_COMMAND, FIXTURE, FixtureMissingError, load_fixture
 from hearth_bench.household import (
     ROLES,
+    Call,
     Household,
     Record,
     Replay,
@@ -19,6 +21,7 @@ from hearth_bench.household import (
     Server,
     Settings,
     Step,
+    add_tool_call_deltas,
     chat_turns,
     fallback_window,
     goal_lines,
@@ -226,3 +229,55 @@ def test_one_at_a_time_sends_a_bursts_requests_one_after_another(one_at_a_time: 
     assert sorted(sent) == [(1, i) for i in range(len(burst.calls))]
     assert most == (1 if one_at_a_time else len(burst.calls))
     assert parse_args(["--one-at-a-time"]).one_at_a_time
+
+
+def test_tool_call_deltas_fold_into_whole_calls() -> None:
+    calls: list[dict[str, object]] = []
+    add_tool_call_deltas(calls, [{"index": 0, "id": "c1", "function": {"name": "HassTurnOn"}}])
+    add_tool_call_deltas(calls, [{"index": 0, "function": {"arguments": '{"name": '}}])
+    add_tool_call_deltas(calls, [{"index": 0, "function": {"arguments": '"Lamp"}'}}])
+    assert calls == [
+        {"id": "c1", "type": "function",
+         "function": {"name": "HassTurnOn", "arguments": '{"name": "Lamp"}'}}
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("answers_with_a_call", [True, False])
+def test_a_tool_round_follows_its_turn_with_the_servers_own_calls(
+    answers_with_a_call: bool,
+) -> None:
+    """A sampled follow-up (iteration 1) is sent after its turn's first request, with
+    the server's tool call (its id too) in place of the captured one, as the plugin
+    sends it; where the server answers without a call it goes as captured."""
+    settings = Settings("default", 8, 0.0, None, Path(), None)
+    replay = Replay(Household(load_fixture()), "hearth", settings)
+    household = replay.household
+    role, number, follow = next(
+        (role, n, s)
+        for role, pool in household.pools.items()
+        for n, s in enumerate(pool)
+        if s.iteration == 1
+    )
+    (first,) = household.earlier_rounds(follow)
+    assert first.iteration == 0 and follow.suffix[: len(first.suffix)] == first.suffix
+    assert household.earlier_rounds(first) == []
+    own = [{"id": "own_1", "type": "function",
+            "function": {"name": "HassTurnOff", "arguments": '{"name": "X"}'}}]  # fmt: skip
+    sent: list[tuple[dict[str, Any], int | None]] = []
+
+    async def send(*args: Any, max_tokens: int | None = None) -> Reply:
+        sent.append((args[-1], max_tokens))
+        return Reply(tool_calls=own if answers_with_a_call else [])
+
+    replay._send = send  # type: ignore[method-assign]  # no engine: the bodies are tested
+    asyncio.run(replay._call(None, "", 3, 0, Call(role, number)))  # type: ignore[arg-type]
+    (lead, whole), (last, limit) = sent
+    assert lead["messages"][-1] == first.suffix[-1] and whole and whole >= 32 and limit is None
+    captured = household.fixture.body(follow)["messages"]
+    assert len(last["messages"]) == len(captured)
+    if answers_with_a_call:
+        assistant = last["messages"][len(captured) - len(follow.suffix) + len(first.suffix)]
+        assert assistant["tool_calls"] == own
+        assert last["messages"][-1]["tool_call_id"] == "own_1"
+    else:
+        assert last["messages"] == captured
