@@ -13,7 +13,10 @@ the request's words (intent_words.py: "resume the music on the bedroom speaker" 
 HassMediaUnpause). The example is of that intent, on another thing of the same domain
 where the house has one (a small model copies names), so it shows the call, not the
 answer. A question gets a question's example (``GetLiveContext``, the thing's real
-live-context entry, and HA's answer to it with the attributes that entry shows).
+live-context entry, and HA's answer to it with the attributes that entry shows), of the
+kind it asks about: what it names, else what its intent is about in HA's data (a
+temperature: climate). A template's free text (a timer's name, a to-do item) names no
+thing of the house; it is said in the example too.
 
 The hint also says what the request is about (``Hint.domains``): entity.py then lets a
 command call only the tools that act on those domains (house_values.allowed_for).
@@ -61,6 +64,8 @@ YES_OR_NO = ("switch", "light")
 # one that five say ("percent", among the intents that act on that thing).
 MIN_SCORE = 0.5
 MIN_SCORE_NAMED = 0.2
+# An intent whose templates name at most this many domains is about them (_intent_domains).
+FEW_DOMAINS = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,7 +170,11 @@ def _nearest_turn(  # noqa: PLR0917
     free = {k: e.text.strip() for k, e in result.entities.items() if e.is_wildcard and e.text}
     says = frozenset(result.entities)  # the example says what the request says, where it can
     if question or intent in QUESTION_INTENTS:
-        asked = [*sorted(domains), *YES_OR_NO] if domains else [*sorted(house.by_domain)]
+        if domains:
+            asked = [*sorted(domains), *YES_OR_NO]
+        else:  # "what is the temperature in the den": the kind its intent is about first
+            implied = [d for d in _intent_domains(result) if d in house.by_domain]
+            asked = [*implied, *sorted(house.by_domain)]
         for domain in asked:
             step = Step(LIVE_CONTEXT, domain)
             turn = house.turn(data, step, offered, HINT_CALL_ID, avoid=avoid, live=live, rank=rank)
@@ -173,7 +182,7 @@ def _nearest_turn(  # noqa: PLR0917
                 return Hint(turn, frozenset(domains) or None)
         return Hint()
     if not domains and not _takes_target(result):
-        turn = house.turn(data, Step(intent, NOTHING), offered, HINT_CALL_ID, says=says)
+        turn = house.turn(data, Step(intent, NOTHING), offered, HINT_CALL_ID, free=free, says=says)
         return Hint(turn or [], frozenset(), intent if turn else None, _target(result))
     for domain in sorted(domains) or _guess(result, house):
         turn = None
@@ -225,9 +234,25 @@ def _said_domains(result: RecognizeResult) -> set[str]:
     return {value} if value else set()
 
 
+def _intent_domains(result: RecognizeResult) -> list[str]:
+    """The domains the matched intent is about, where it is about few: those its
+    templates name anywhere (``slots`` or ``requires_context``), in the data's order.
+    HassClimateGetTemperature is about climate, HassSetPosition about cover and valve;
+    HassGetState names eleven and is about none in particular ([])."""
+    found: list[str] = []
+    for block in result.intent.data:
+        for source in (block.slots or {}, block.requires_context or {}):
+            value = source.get("domain")
+            for domain in [value] if isinstance(value, str) else list(value or []):
+                if isinstance(domain, str) and domain not in found:
+                    found.append(domain)
+    return found if len(found) <= FEW_DOMAINS else []
+
+
 def _takes_target(result: RecognizeResult) -> bool:
     """Whether the matched template names a thing, an area or a floor."""
-    named = set(result.entities) | set(result.unmatched_entities)
+    said = {key for key, entity in result.entities.items() if not entity.is_wildcard}
+    named = said | set(result.unmatched_entities)  # free text (a timer's name) names nothing
     return bool(named & {NAME, AREA, "floor"}) or bool(result.intent_data.requires_context)
 
 

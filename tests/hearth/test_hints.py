@@ -199,6 +199,24 @@ def test_free_text_it_says_is_said_in_the_example() -> None:
     )
 
 
+@pytest.mark.parametrize(
+    ("language", "text", "name"),
+    [("en", "set a timer for 8 minutes called pasta", "pasta"),
+     ("de", "stelle einen Timer für 8 Minuten namens Nudeln", "Nudeln")],
+)  # fmt: skip
+def test_a_timers_name_is_its_own_not_a_thing_of_the_house(
+    language: str, text: str, name: str
+) -> None:
+    """A template's free text (a timer's name) names no thing: the request gets its
+    intent's example, with the name said, and the turn calls that intent with it."""
+    tools = [function_tool("intent__HassStartTimer", "minutes", "name"), *TOOLS]
+    data = load_language_data(language)
+    hint = hint_messages(text, THINGS, AREAS, tools, LIVE, data=data)
+    assert hint.intent == "HassStartTimer" and hint.slots == {"name": name}
+    tool, arguments = _call(hint.messages)
+    assert tool == "intent__HassStartTimer" and arguments["name"] == name
+
+
 def test_an_intents_words_are_what_its_templates_can_say() -> None:
     climate = set().union(*(w for _, w in block_words(EN, "HassClimateSetTemperature")))
     assert {"degree", "degrees", "temperature", "make"} <= climate  # "degree[s]" said whole
@@ -217,6 +235,28 @@ def test_a_questions_example_answers_with_what_the_house_shows() -> None:
     # A unit is part of the state HA says, not said again.
     temperature = _hint("what is the den temperature?", question=True)
     assert temperature[3]["content"] in {"Loft temperature is 19.5 °C", "House power is 612 W"}
+
+
+@pytest.mark.parametrize(
+    ("language", "text"),
+    [("en", "What is the temperature in the den?"), ("de", "Wie warm ist es im Den?")],
+)
+def test_a_question_of_one_kind_of_thing_shows_that_kind(language: str, text: str) -> None:
+    """A question whose template names no domain is shown the kind its intent is about
+    (HassClimateGetTemperature: climate, from the intents data), not the house's first
+    domain: a door sensor's "No, off" was copied as the kitchen's temperature."""
+    door = Thing("binary_sensor.back_door", "Back Door", area="Den")
+    things = [door, *THINGS]
+    live = {**LIVE, door.entity_id: _live("Back Door", "binary_sensor", "off")}
+    data = load_language_data(language)
+    hint = hint_messages(text, things, AREAS, TOOLS, live, question=True, data=data)
+    assert hint.messages, text
+    _tool, arguments = _call(hint.messages)
+    assert arguments["name"] in {"Hall Thermostat", "Loft Thermostat"}
+    # A question HA's templates name many kinds for keeps to the house's order.
+    lights = hint_messages("is the attic light on?", things, AREAS, TOOLS, live, question=True,
+                           data=EN)  # fmt: skip
+    assert _call(lights.messages)[1]["name"] == "Porch Light"
 
 
 def test_no_hint_when_nothing_is_near() -> None:
