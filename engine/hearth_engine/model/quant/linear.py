@@ -158,6 +158,14 @@ class QuantLinear:
             return self._kernels.quant_linear(  # type: ignore[attr-defined]
                 x, w.tiles, w.scales, w.zeros, w.out_features, w.group, w.bits, exact=exact
             )
+        if rows <= DECODE_ROWS and exact and x.dtype == torch.bfloat16:
+            # A few exact bf16 rows (the self-test's decode steps) widen to float32, where
+            # the kernel's exact path reads the packed weights: the dense path would
+            # dequantize the whole matrix into scratch that stays (a vocabulary-sized
+            # head: 467 MB in bf16, and the GEMM's copy of it).
+            return self._kernels.quant_linear(  # type: ignore[attr-defined]
+                x.float(), w.tiles, w.scales, w.zeros, w.out_features, w.group, w.bits, exact=True
+            ).to(x.dtype)
         weight = dense_padded(w, x.dtype)  # [T * 16, K_pad]: padding rows and columns
         if weight.shape[1] != w.in_features:
             x = torch.nn.functional.pad(x, (0, weight.shape[1] - w.in_features))
