@@ -6,6 +6,8 @@ kernel is timed per layer (wall time, the engine's threads):
 
 * ``hearth-int4`` / ``hearth-int8``: Hearth's packed tiles (``quant_linear``; rows up to
   16) and, for prefill rows, dequantize-then-GEMM (what ``QuantLinear`` does);
+  ``hearth-int6-g16`` and ``hearth-int8-g16``: a GGUF Q6_K matrix's form, and the int8
+  form it had before;
 * ``torch-int4pack``: ``_weight_int4pack_mm_for_cpu`` on
   ``_convert_weight_to_int4pack_for_cpu`` weights (group 32, bfloat16 scales and zeros);
 * ``torch-int8pack``: ``_weight_int8pack_mm`` (per-channel; rows up to 16 only);
@@ -25,6 +27,7 @@ from typing import Any
 import torch
 
 from hearth_engine.model.quant.linear import QuantLinear, quantize_int4, quantize_int8_groups
+from hearth_engine.model.quant.tiles import pack
 
 from .common import print_table
 
@@ -57,11 +60,14 @@ class Layer:
             for _ in range(COPIES):
                 w = torch.randn(n, k) * 0.02
                 q = torch.randint(0, 16, (n, k), dtype=torch.int32)
+                s16 = torch.rand(n, k // 16) * 0.001
                 self.mats.append({
                     "n": n, "k": k,
                     "bf16": w.bfloat16(),
                     "int4": QuantLinear([quantize_int4(w)], None),
                     "int8": QuantLinear([quantize_int8_groups(w)], None),
+                    "int6-g16": QuantLinear([pack(q - 8, s16, None, 16, 6)], None),
+                    "int8-g16": QuantLinear([pack(q - 8, s16, None, 16, 8)], None),
                     "tpack": torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, 8),
                     "tsz": torch.randn(k // 32, n, 2, dtype=torch.bfloat16) * 0.01,
                     "t8": torch.randint(-127, 127, (n, k), dtype=torch.int8),
@@ -83,7 +89,7 @@ class Layer:
         n, k = m["n"], m["k"]
         if kernel == "bf16":
             return (lambda: torch.nn.functional.linear(x, m["bf16"])), n * k * 2
-        if kernel in ("hearth-int4", "hearth-int8"):
+        if kernel.startswith("hearth-"):
             linear = m[kernel.removeprefix("hearth-")]
             return (lambda: linear(x)), linear.nbytes
         if kernel == "torch-int4pack":
@@ -98,7 +104,15 @@ def main(args: argparse.Namespace) -> int:
     torch.manual_seed(0)
     torch.set_num_threads(args.threads)
     rows_out = []
-    kernels = ("hearth-int4", "hearth-int8", "torch-int4pack", "torch-int8pack", "bf16")
+    kernels = (
+        "hearth-int4",
+        "hearth-int6-g16",
+        "hearth-int8-g16",
+        "hearth-int8",
+        "torch-int4pack",
+        "torch-int8pack",
+        "bf16",
+    )
     for shape, matrices in SHAPES.items():
         layer = Layer(matrices)
         for rows in (*DECODE_ROWS, *PREFILL_ROWS):

@@ -4,8 +4,8 @@ prefix cache changes nothing (float32 activations, quantized per row for the int
 dots: a row's result does not depend on which other rows share its call).
 
 The files are the tiny Llamas of ``gguf_files`` with their matrices quantized by gguf-py
-(Q8_0, Q4_0, Q4_1: the K-quants need rows of 256 and are covered, block by block, in
-``test_quant_kernels.py`` and end to end by ``scripts/bench quant``).
+(Q8_0, Q4_0, Q4_1, and Q5_0 kept as int6: the K-quants need rows of 256 and are covered,
+block by block, in ``test_quant_kernels.py`` and end to end by ``scripts/bench quant``).
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ MIXED = {
     "attn_q": "Q8_0",
     "attn_k": "Q4_0",
     "attn": "Q8_0",
+    "ffn_down": "Q5_0",
     "ffn": "Q4_0",
     "output.": "Q8_0",
     "token_embd": "Q4_1",
@@ -101,6 +102,7 @@ def test_the_cached_folder_serves_as_the_cold_conversion_did(
     assert cold.info.quantization == "gguf"
     assert cold.info.linears["qkv"] == {"int8-g32+int4-g32": 2}  # q Q8_0, k Q4_0, v Q8_0
     assert cold.info.linears["embed"] == {"int4-g32": 1}
+    assert cold.info.linears["down"] == {"int6-g32": 2}  # Q5_0
     cold_tokens, cold_logits = _greedy(cold)
     cached = ModelRunner.load(str(files["mixed"]), dtype="float32")  # converts nothing
     tokens, logits = _greedy(cached)

@@ -1,5 +1,5 @@
-"""Quantized linears (kernels/quant_linear.cpp, model/quant/): weights that stay 4- or
-8-bit, held to a dequantized reference.
+"""Quantized linears (kernels/quant_linear.cpp, model/quant/): weights that stay 4-, 6-
+or 8-bit, held to a dequantized reference.
 
 For every GGUF block type Hearth keeps packed (``ggml_blocks.BLOCK_TYPES``): the file's
 bytes become codes and scales whose dequantized matrix equals gguf-py's own dequantizer
@@ -88,14 +88,22 @@ def test_blocks_map_onto_the_files_own_values(type_name: str) -> None:
 
 
 def _forms(seed: int, n: int, k: int) -> list[tiles.QuantWeight]:
-    """Each form at ``n x k``: int4 with zeros, int8 with and without, group 16 and 32."""
+    """Each form at ``n x k``: int4 with zeros, int8 with and without, int6 with and
+    without, group 16 and 32."""
     g = torch.Generator().manual_seed(seed)
     w = torch.randn(n, k, generator=g) * 0.05
     int8 = quantize_int8_groups(w)
     zeros = torch.randn(n, -(-k // 16), generator=g) * 0.01
     codes = torch.randint(-128, 128, (n, k), generator=g)
     scales = torch.rand(n, -(-k // 16), generator=g) * 0.002
-    return [quantize_int4(w), int8, tiles.pack(codes, scales, zeros, 16, 8)]
+    six = torch.randint(-32, 32, (n, k), generator=g)
+    return [
+        quantize_int4(w),
+        int8,
+        tiles.pack(codes, scales, zeros, 16, 8),
+        tiles.pack(six, scales * 4, zeros, 16, 6),
+        tiles.pack(six, torch.rand(n, -(-k // 32), generator=g) * 0.008, None, 32, 6),
+    ]
 
 
 @pytest.mark.parametrize(("n", "k"), [(33, 100), (16, 64), (70, 1000), (5, 8)])
@@ -154,7 +162,8 @@ def test_prefill_rows_and_embedding_rows_equal_the_reference(
 
 
 @pytest.mark.parametrize(
-    ("bits", "group", "zeros"), [(4, 32, True), (4, 32, False), (8, 32, False), (8, 16, True)]
+    ("bits", "group", "zeros"),
+    [(4, 32, True), (4, 32, False), (8, 32, False), (8, 16, True), (6, 16, False), (6, 32, True)],
 )
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_the_prefill_matrix_is_the_reference_exactly(
@@ -165,7 +174,7 @@ def test_the_prefill_matrix_is_the_reference_exactly(
     (padded rows have zero scales; padded inputs meet zero-padded activations)."""
     n, k = 40, 72
     groups = -(-k // group)
-    low, high = (0, 16) if bits == 4 else (-127, 128)
+    low, high = {4: (0, 16), 6: (-32, 32), 8: (-127, 128)}[bits]
     w = tiles.pack(
         torch.randint(low, high, (n, k)),
         torch.rand(n, groups) * 0.01,

@@ -7,14 +7,17 @@
 // K padded with zero weights to a multiple of the group (a partial last group is padded,
 // never dropped). Inside a tile, a "step" is 4 consecutive inputs of the 16 features,
 // 64 bytes as [16 features][4 inputs] when 8-bit; a 4-bit tile packs two steps into 64
-// bytes (the even step in the low nibbles). The scales and zeros are float16, [T, G, 16].
+// bytes (the even step in the low nibbles). 6-bit codes (-32..31, stored as q + 32) come
+// in blocks of 16 inputs, 192 bytes: their low nibbles as a 4-bit tile holds them (128
+// bytes), then their top two bits (64 bytes, byte [feature][input], step s of the four in
+// bits 2s..2s+1). The scales and zeros are float16, [T, G, 16].
 // That is the operand order of AVX-512 VNNI's vpdpbusd: one 64-byte load and one
 // instruction give 16 features x 4 inputs of one row, with no horizontal sums.
 //
 // Decode (<= 16 rows, quant_linear):
 // * the integer path (bfloat16 and float32 inputs): each row is quantized per group to
 //   int8 (scale = max|x| / 127, round half to even), the group's dot products are exact
-//   int32 sums (vpdpbusd with AVX-512 VNNI, vpmaddubsw + vpmaddwd with AVX2, or the same
+//   int32 sums (6-bit: of the stored codes, less 32 x the group's input sum) (vpdpbusd with AVX-512 VNNI, vpmaddubsw + vpmaddwd with AVX2, or the same
 //   integers from generic vector code), then y += s * (x_scale * dot) + z * sum(x) in
 //   float32. That is what llama.cpp does with its q8 activations; the error it adds is
 //   measured in the tests (``emulate``). On a 2-core AVX2 EPYC it read a 1536 x 8960
@@ -104,12 +107,20 @@ inline i16v lane_input(u16v lanes, int i) {
   }
 }
 
+// The stored 6-bit codes (0..63) of step s (0..3) of a 16-input block: the low nibbles
+// of pair s / 2 (s odd: the high ones), the top two bits from the crumbs' bits 2s.
+inline u16v six_step(const uint8_t* block, int s) {
+  const u16v lo = load_u(block + (s / 2) * 64), hb = load_u(block + 128);
+  return ((lo >> (4 * (s % 2))) & 0x0F0F0F0Fu) | (((hb >> (2 * s)) & 0x03030303u) << 4);
+}
+
 // Rows quantized per group for the integer path: int8 values (and +128 as uint8 for the
 // 8-bit weights, whose operand must be the signed one), a float scale and the float sum.
 struct QuantRows {
   std::vector<int8_t> q;
   std::vector<uint8_t> u;
   std::vector<float> scale, sum;
+  std::vector<int32_t> qsum;  // per group, the int8 inputs' sum (6-bit codes' offset)
 };
 
 template <typename T>
@@ -119,6 +130,7 @@ QuantRows quantize_rows(const T* x, int64_t rows, const Shape& sh) {
   r.u.assign(rows * sh.k_pad, 128);
   r.scale.assign(rows * sh.groups, 0.0f);
   r.sum.assign(rows * sh.groups, 0.0f);
+  r.qsum.assign(rows * sh.groups, 0);
   for (int64_t m = 0; m < rows; ++m) {
     for (int64_t g = 0; g < sh.groups; ++g) {
       const int64_t k0 = g * sh.group, k1 = std::min(sh.k, k0 + sh.group);
@@ -137,6 +149,7 @@ QuantRows quantize_rows(const T* x, int64_t rows, const Shape& sh) {
         const int q = static_cast<int>(std::max(-127.0f, std::min(127.0f, v)));
         r.q[m * sh.k_pad + c] = static_cast<int8_t>(q);
         r.u[m * sh.k_pad + c] = static_cast<uint8_t>(q + 128);
+        r.qsum[m * sh.groups + g] += q;
       }
     }
   }
@@ -157,6 +170,17 @@ inline void group_dots_generic(const uint8_t* w, const int8_t* xq, int64_t k_pad
         const i16v wl = lane_input<4>(lo, i), wh = lane_input<4>(hi, i);
         for (int m = 0; m < MB; ++m)
           dots[m] += wl * (int32_t)xq[m * k_pad + k + i] + wh * (int32_t)xq[m * k_pad + k + 4 + i];
+      }
+    }
+  } else if constexpr (Bits == 6) {
+    for (int64_t j = 0; j < group / 16; ++j) {
+      for (int s = 0; s < 4; ++s) {
+        const u16v raw = six_step(w + j * 192, s);
+        const int64_t k = k0 + j * 16 + s * 4;
+        for (int i = 0; i < 4; ++i) {
+          const i16v wi = lane_input<4>(raw, i);
+          for (int m = 0; m < MB; ++m) dots[m] += wi * (int32_t)xq[m * k_pad + k + i];
+        }
       }
     }
   } else {
@@ -193,6 +217,32 @@ inline void group_dots_vnni(const uint8_t* w, const QuantRows& xr, int64_t row0,
       for (int m = 0; m < MB; ++m) {
         a[m] = _mm512_dpbusd_epi32(a[m], lo, bcast4(xq + m * k_pad + p * 8));
         b[m] = _mm512_dpbusd_epi32(b[m], hi, bcast4(xq + m * k_pad + p * 8 + 4));
+      }
+    }
+    for (int m = 0; m < MB; ++m) {
+      const __m512i s = _mm512_add_epi32(a[m], b[m]);
+      std::memcpy(&dots[m], &s, sizeof(s));
+    }
+  } else if constexpr (Bits == 6) {
+    const __m512i mask = _mm512_set1_epi8(0x0F), two = _mm512_set1_epi8(0x03);
+    const int8_t* xq = xr.q.data() + row0 * k_pad + k0;
+    for (int64_t j = 0; j < group / 16; ++j) {
+      const uint8_t* blk = w + j * 192;
+      const __m512i lo0 = _mm512_loadu_si512(blk), lo1 = _mm512_loadu_si512(blk + 64);
+      const __m512i hb = _mm512_loadu_si512(blk + 128);
+      const auto top = [&](int s) {  // step s's top bits, in place (<= 0x30)
+        return _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(hb, 2 * s), two), 4);
+      };
+      const __m512i s0 = _mm512_or_si512(_mm512_and_si512(lo0, mask), top(0));
+      const __m512i s1 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(lo0, 4), mask), top(1));
+      const __m512i s2 = _mm512_or_si512(_mm512_and_si512(lo1, mask), top(2));
+      const __m512i s3 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(lo1, 4), mask), top(3));
+      for (int m = 0; m < MB; ++m) {
+        const int8_t* x = xq + m * k_pad + j * 16;
+        a[m] = _mm512_dpbusd_epi32(a[m], s0, bcast4(x));
+        b[m] = _mm512_dpbusd_epi32(b[m], s1, bcast4(x + 4));
+        a[m] = _mm512_dpbusd_epi32(a[m], s2, bcast4(x + 8));
+        b[m] = _mm512_dpbusd_epi32(b[m], s3, bcast4(x + 12));
       }
     }
     for (int m = 0; m < MB; ++m) {
@@ -261,6 +311,35 @@ inline void group_dots_avx2(const uint8_t* w, const int8_t* xq, int64_t k_pad, i
           for (int h = 0; h < 2; ++h)
             acc[m][h] = _mm256_add_epi32(acc[m][h], _mm256_madd_epi16(part[m][h], ones));
     }
+  } else if constexpr (Bits == 6) {
+    // Stored codes 0..63: two steps add up in 16 bits (2 x 2 x 63 x 127 = 32,004).
+    const __m256i mask = _mm256_set1_epi8(0x0F), two = _mm256_set1_epi8(0x03);
+    for (int64_t j = 0; j < group / 16; ++j) {
+      for (int h = 0; h < 2; ++h) {
+        const uint8_t* blk = w + j * 192 + h * 32;
+        const auto half = [&](int at) {
+          return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + at));
+        };
+        const __m256i lo0 = half(0), lo1 = half(64), hb = half(128);
+        const auto top = [&](int s) {
+          return _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(hb, 2 * s), two), 4);
+        };
+        const __m256i st[4] = {
+            _mm256_or_si256(_mm256_and_si256(lo0, mask), top(0)),
+            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(lo0, 4), mask), top(1)),
+            _mm256_or_si256(_mm256_and_si256(lo1, mask), top(2)),
+            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(lo1, 4), mask), top(3))};
+        for (int m = 0; m < MB; ++m) {
+          const int8_t* x = xq + m * k_pad + k0 + j * 16;
+          for (int p = 0; p < 2; ++p) {
+            const __m256i s = _mm256_add_epi16(
+                _mm256_maddubs_epi16(st[2 * p], bcast4_256(x + 8 * p)),
+                _mm256_maddubs_epi16(st[2 * p + 1], bcast4_256(x + 8 * p + 4)));
+            acc[m][h] = _mm256_add_epi32(acc[m][h], _mm256_madd_epi16(s, ones));
+          }
+        }
+      }
+    }
   } else {
     for (int64_t c = 0; c < group / 4; ++c) {
       for (int h = 0; h < 2; ++h) {
@@ -303,6 +382,7 @@ void tile_int(const uint8_t* w, const at::Half* s, const at::Half* z, const Quan
     const f16v zv = z != nullptr ? halfs_to_float(z + g * kLanes) : f16v{};
     for (int m = 0; m < MB; ++m) {
       const int64_t at = (row0 + m) * sh.groups + g;
+      if constexpr (Bits == 6) dots[m] -= 32 * xr.qsum[at];  // stored as q + 32
       acc[m] += __builtin_convertvector(dots[m], f16v) * (sv * xr.scale[at]);
       if (z != nullptr) acc[m] += zv * xr.sum[at];
     }
@@ -330,6 +410,16 @@ void tile_float(const uint8_t* w, const at::Half* s, const at::Half* z, const fl
           for (int m = 0; m < MB; ++m) {
             const float* xm = xf + m * sh.k_pad + k0 + p * 8;
             part[m] += wl * xm[i] + wh * xm[4 + i];
+          }
+        }
+      }
+    } else if constexpr (Bits == 6) {
+      for (int64_t j = 0; j < sh.group / 16; ++j) {
+        for (int st = 0; st < 4; ++st) {
+          const u16v raw = six_step(wg + j * 192, st);
+          for (int i = 0; i < 4; ++i) {
+            const f16v wi = __builtin_convertvector(lane_input<4>(raw, i) - 32, f16v);
+            for (int m = 0; m < MB; ++m) part[m] += wi * xf[m * sh.k_pad + k0 + j * 16 + st * 4 + i];
           }
         }
       }
@@ -420,6 +510,8 @@ void linear_impl(const at::Tensor& x, const at::Tensor& tiles, const at::Tensor&
         const int mb = left >= 8 ? 8 : left >= 4 ? 4 : left >= 2 ? 2 : 1;
         if (sh.bits == 4) {
           dispatch_block<4>(mb, integer, w, s, z, xr, xf, xsum, m0, sh, sums);
+        } else if (sh.bits == 6) {
+          dispatch_block<6>(mb, integer, w, s, z, xr, xf, xsum, m0, sh, sums);
         } else {
           dispatch_block<8>(mb, integer, w, s, z, xr, xf, xsum, m0, sh, sums);
         }
@@ -457,6 +549,12 @@ void dequant_feature(const uint8_t* w, const at::Half* s, const at::Half* z, int
         const int64_t pair = k / 8, within = k % 8;
         const uint8_t byte = w[pair * 64 + lane * 4 + within % 4];
         q = within < 4 ? (byte & 0x0F) : (byte >> 4);
+      } else if (sh.bits == 6) {
+        const uint8_t* blk = w + (k / 16) * 192;
+        const int step = (k % 16) / 4, i = k % 4;
+        const uint8_t low = blk[(step / 2) * 64 + lane * 4 + i] >> (4 * (step % 2));
+        const uint8_t top = blk[128 + lane * 4 + i] >> (2 * step);
+        q = ((low & 0x0F) | ((top & 0x03) << 4)) - 32;
       } else {
         q = static_cast<int8_t>(w[(k / 4) * 64 + lane * 4 + k % 4]);
       }
@@ -467,8 +565,10 @@ void dequant_feature(const uint8_t* w, const at::Half* s, const at::Half* z, int
 
 void check_tiles(const at::Tensor& tiles, const at::Tensor& scales,
                  const c10::optional<at::Tensor>& zeros, const Shape& sh) {
-  TORCH_CHECK(sh.bits == 4 || sh.bits == 8, "quantized tiles are 4- or 8-bit, not ", sh.bits);
-  TORCH_CHECK(sh.group > 0 && sh.group % 8 == 0, "the group must be a multiple of 8");
+  TORCH_CHECK(sh.bits == 4 || sh.bits == 6 || sh.bits == 8,
+              "quantized tiles are 4-, 6- or 8-bit, not ", sh.bits);
+  TORCH_CHECK(sh.group > 0 && sh.group % (sh.bits == 6 ? 16 : 8) == 0,
+              "the group must be a multiple of 8 (6-bit: of 16)");
   TORCH_CHECK(sh.n > 0 && sh.k > 0, "the weight must have features and inputs");
   const int64_t count = (sh.n + kLanes - 1) / kLanes;
   TORCH_CHECK(tiles.device().is_cpu() && tiles.scalar_type() == at::kByte &&
@@ -560,6 +660,40 @@ void dequant_tile(const uint8_t* w, const at::Half* s, const at::Half* z, const 
 #else
           for (int i = 0; i < 4; ++i) block[lane * group + j * 4 + i] = src[lane * 4 + i];
 #endif
+        }
+    } else if constexpr (Bits == 6) {
+      const uint8_t* src = w + (k0 / 16) * 192;
+#if defined(__AVX2__)  // a lane's 8 codes: nibbles (4 low, then 4 high), and their top bits
+      const __m256i nib_shifts = _mm256_setr_epi32(0, 8, 16, 24, 4, 12, 20, 28);
+      const __m256i top_shifts[2] = {_mm256_setr_epi32(0, 8, 16, 24, 2, 10, 18, 26),
+                                     _mm256_setr_epi32(4, 12, 20, 28, 6, 14, 22, 30)};
+      const __m256i nibble = _mm256_set1_epi32(0x0F), two = _mm256_set1_epi32(0x03);
+      const __m256i offset = _mm256_set1_epi32(32);
+#endif
+      for (int64_t j = 0; j < group / 16; ++j, src += 192)
+        for (int lane = 0; lane < kLanes; ++lane) {
+          int32_t top;
+          std::memcpy(&top, src + 128 + lane * 4, sizeof(top));
+          for (int p = 0; p < 2; ++p) {  // pair p: steps 2p (low nibbles) and 2p + 1
+            int32_t low;
+            std::memcpy(&low, src + p * 64 + lane * 4, sizeof(low));
+            float* out = block + lane * group + j * 16 + p * 8;
+#if defined(__AVX2__)
+            const __m256i q = _mm256_or_si256(
+                _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(low), nib_shifts), nibble),
+                _mm256_slli_epi32(
+                    _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(top), top_shifts[p]), two),
+                    4));
+            _mm256_storeu_ps(out, _mm256_cvtepi32_ps(_mm256_sub_epi32(q, offset)));
+#else
+            for (int e = 0; e < 8; ++e) {
+              const int step = 2 * p + e / 4, i = e % 4;
+              const uint32_t nib = (static_cast<uint32_t>(low) >> (8 * i + 4 * (e / 4))) & 0x0F;
+              const uint32_t hi = (static_cast<uint32_t>(top) >> (8 * i + 2 * step)) & 0x03;
+              out[e] = static_cast<float>(static_cast<int>(nib | (hi << 4)) - 32);
+            }
+#endif
+          }
         }
     } else {
       const uint8_t* src = w + (k0 / 8) * 64;
@@ -663,6 +797,8 @@ void quant_dequant_tiles(const at::Tensor& tiles, const at::Tensor& scales,
         auto* rows = dst + t * kLanes * sh.k_pad;
         if (bits == 4) {
           dequant_tile<4>(w + t * sh.tile_bytes, s + t * scale_stride, zt, sh, sh.k_pad, rows);
+        } else if (bits == 6) {
+          dequant_tile<6>(w + t * sh.tile_bytes, s + t * scale_stride, zt, sh, sh.k_pad, rows);
         } else {
           dequant_tile<8>(w + t * sh.tile_bytes, s + t * scale_stride, zt, sh, sh.k_pad, rows);
         }

@@ -9,10 +9,10 @@ type   ggml block                             Hearth form
 Q4_0   32 weights: ``d * (q - 8)``, q 0..15   int4, group 32, scale d, zero -8d
 Q4_1   32 weights: ``d * q + m``, q 0..15      int4, group 32, scale d, zero m
 Q4_K   256: 8 groups of 32, ``d*sc*q - dm*m``  int4, group 32, scale d*sc, zero -dm*m
-Q5_0   32 weights: ``d * (q - 16)``, q 0..31   int8 (q - 16), group 32, scale d
-Q5_1   32 weights: ``d * q + m``, q 0..31      int8 (q - 16), group 32, zero m + 16d
-Q5_K   256: as Q4_K with 5-bit q (0..31)       int8 (q - 16), group 32, zero +16 scale
-Q6_K   256: 16 groups of 16, ``d*sc*(q-32)``   int8 (q - 32), group 16, no zero
+Q5_0   32 weights: ``d * (q - 16)``, q 0..31   int6 (q - 16), group 32, scale d
+Q5_1   32 weights: ``d * q + m``, q 0..31      int6 (q - 16), group 32, zero m + 16d
+Q5_K   256: as Q4_K with 5-bit q (0..31)       int6 (q - 16), group 32, zero +16 scale
+Q6_K   256: 16 groups of 16, ``d*sc*(q-32)``   int6 (q - 32), group 16, no zero
 Q8_0   32: ``d * q``, q int8                   int8, group 32, no zero
 =====  =====================================  ======================================
 
@@ -54,10 +54,10 @@ BLOCK_TYPES: dict[str, BlockType] = {
     "Q4_K": BlockType("Q4_K", SUPER, 144, 4, 32),
     # llama-quantize's fallback where rows are not whole super-blocks (a 576-wide model's
     # Q4_K_M file is mostly Q5_0).
-    "Q5_0": BlockType("Q5_0", 32, 22, 8, 32),
-    "Q5_1": BlockType("Q5_1", 32, 24, 8, 32),
-    "Q5_K": BlockType("Q5_K", SUPER, 176, 8, 32),
-    "Q6_K": BlockType("Q6_K", SUPER, 210, 8, 16),
+    "Q5_0": BlockType("Q5_0", 32, 22, 6, 32),
+    "Q5_1": BlockType("Q5_1", 32, 24, 6, 32),
+    "Q5_K": BlockType("Q5_K", SUPER, 176, 6, 32),
+    "Q6_K": BlockType("Q6_K", SUPER, 210, 6, 16),
     "Q8_0": BlockType("Q8_0", 32, 34, 8, 32),
 }
 

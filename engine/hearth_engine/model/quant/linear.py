@@ -1,4 +1,4 @@
-"""Linears and embeddings whose weights stay 4- or 8-bit (``tiles.QuantWeight``).
+"""Linears and embeddings whose weights stay 4-, 6- or 8-bit (``tiles.QuantWeight``).
 
 One copy of the weights serves both phases (``kernels/quant_linear.cpp``):
 

@@ -4,9 +4,14 @@ A ``QuantWeight`` is one matrix ``W [N, K]`` stored once, as the kernels read it
 
 * ``W[f, k] = scales[f, g] * q[f, k] + zeros[f, g]`` with ``g = k // group``;
 * 4-bit: ``q`` in 0..15 (unsigned, asymmetric: the zero term carries the offset);
-  8-bit: ``q`` in -128..127 (signed; ``zeros`` optional);
+  6-bit: ``q`` in -32..31 and 8-bit: ``q`` in -128..127 (signed; ``zeros`` optional);
 * tiles of 16 output features, K padded with zero weights to a multiple of ``group``
   (a partial last group stays exact), scales and zeros float16 ``[T, G, 16]``.
+
+6-bit codes (a GGUF file's Q6_K and 5-bit blocks, kept at their own width) are stored as
+``q + 32`` (0..63) in two planes per 16 inputs: the low nibbles as 4-bit tiles store
+them (128 bytes), then the top two bits of the same 64 codes (64 bytes: step ``s`` of
+the four in bits ``2s, 2s+1``). Their groups are whole multiples of 16 inputs.
 
 ``pack`` builds one from integer codes; ``dequantize`` and ``emulate`` are the pure torch
 references the tests hold the kernels to.
@@ -19,7 +24,8 @@ from dataclasses import dataclass
 import torch
 
 LANES = 16
-BITS = (4, 8)
+BITS = (4, 6, 8)
+OFFSET6 = 32  # a 6-bit code is stored as q + 32
 
 
 @dataclass(frozen=True)
@@ -51,8 +57,8 @@ class QuantWeight:
 
 def check_codes(q: torch.Tensor, bits: int) -> None:
     if bits not in BITS:
-        raise ValueError(f"quantized weights are 4- or 8-bit, not {bits}")
-    low, high = (0, 15) if bits == 4 else (-128, 127)
+        raise ValueError(f"quantized weights are 4-, 6- or 8-bit, not {bits}")
+    low, high = {4: (0, 15), 6: (-32, 31), 8: (-128, 127)}[bits]
     if q.numel() and (int(q.min()) < low or int(q.max()) > high):
         raise ValueError(f"{bits}-bit codes must lie in {low}..{high}")
 
@@ -67,6 +73,8 @@ def pack(
     """Tiles from codes ``q [N, K]`` and per-group ``scales``/``zeros`` ``[N, ceil(K/group)]``."""
     if group <= 0 or group % 8:
         raise ValueError(f"the group must be a positive multiple of 8, not {group}")
+    if bits == 6 and group % 16:
+        raise ValueError(f"6-bit groups are multiples of 16 inputs, not {group}")
     check_codes(q, bits)
     n, k = q.shape
     groups = -(-k // group)
@@ -80,11 +88,16 @@ def pack(
         # [T, 16, K/4, 4] -> [T, K/4, 16, 4]: one step is 16 features x 4 inputs.
         steps = codes.view(t, LANES, k_pad // 4, 4).permute(0, 2, 1, 3)
         tiles = steps.to(torch.int8).contiguous().view(torch.uint8).reshape(-1)
+    elif bits == 4:
+        tiles = _nibbles(codes, t, k_pad).reshape(-1)
     else:
-        # Two steps per 64 bytes: [T, 16, K/8, 2, 4] -> [T, K/8, 16, 2, 4], even low.
-        pairs = codes.view(t, LANES, k_pad // 8, 2, 4).permute(0, 2, 1, 3, 4)
-        packed = pairs[..., 0, :] | (pairs[..., 1, :] << 4)
-        tiles = packed.to(torch.uint8).contiguous().reshape(-1)
+        stored = codes + OFFSET6
+        low = _nibbles(stored & 0x0F, t, k_pad).view(t, k_pad // 16, 128)
+        # [T, 16, K/16, 4 steps, 4] -> [T, K/16, 16, 4 inputs, 4 steps]: step s at bits 2s.
+        top = (stored >> 4).view(t, LANES, k_pad // 16, 4, 4).permute(0, 2, 1, 4, 3)
+        crumbs = (top << torch.tensor([0, 2, 4, 6], dtype=torch.int16)).sum(dim=-1)
+        high = crumbs.to(torch.uint8).reshape(t, k_pad // 16, 64)
+        tiles = torch.cat([low, high], dim=2).reshape(-1)
 
     def layout(v: torch.Tensor) -> torch.Tensor:
         out = torch.zeros(t * LANES, groups, dtype=torch.float16)
@@ -102,6 +115,20 @@ def pack(
     )
 
 
+def _nibbles(codes: torch.Tensor, t: int, k_pad: int) -> torch.Tensor:
+    """4-bit tiles of codes 0..15 ``[T * 16, K_pad]``: two steps per 64 bytes,
+    ``[T, 16, K/8, 2, 4] -> [T, K/8, 16, 2, 4]``, the even step in the low nibbles."""
+    pairs = codes.view(t, LANES, k_pad // 8, 2, 4).permute(0, 2, 1, 3, 4)
+    return (pairs[..., 0, :] | (pairs[..., 1, :] << 4)).to(torch.uint8).contiguous()
+
+
+def _unnibble(raw: torch.Tensor, t: int, k_pad: int) -> torch.Tensor:
+    """``_nibbles``' inverse: ``[T * 16, K_pad]`` int16 codes 0..15."""
+    raw = raw.reshape(t, k_pad // 8, LANES, 4).to(torch.int16)
+    pairs = torch.stack([raw & 0x0F, raw >> 4], dim=3)  # [T, K/8, 16, 2, 4]
+    return pairs.permute(0, 2, 1, 3, 4).reshape(t * LANES, k_pad)
+
+
 def codes(w: QuantWeight) -> torch.Tensor:
     """The integer codes ``q [N, K]`` back out of the tiles (int16)."""
     t = -(-w.out_features // LANES)
@@ -109,10 +136,15 @@ def codes(w: QuantWeight) -> torch.Tensor:
     if w.bits == 8:
         steps = w.tiles.view(torch.int8).view(t, k_pad // 4, LANES, 4).permute(0, 2, 1, 3)
         full = steps.reshape(t * LANES, k_pad).to(torch.int16)
+    elif w.bits == 4:
+        full = _unnibble(w.tiles, t, k_pad)
     else:
-        raw = w.tiles.view(t, k_pad // 8, LANES, 4).to(torch.int16)
-        pairs = torch.stack([raw & 0x0F, raw >> 4], dim=3)  # [T, K/8, 16, 2, 4]
-        full = pairs.permute(0, 2, 1, 3, 4).reshape(t * LANES, k_pad)
+        planes = w.tiles.view(t, k_pad // 16, 192)
+        low = _unnibble(planes[..., :128], t, k_pad)
+        crumbs = planes[..., 128:].reshape(t, k_pad // 16, LANES, 4, 1).to(torch.int16)
+        top = (crumbs >> torch.tensor([0, 2, 4, 6], dtype=torch.int16)) & 3  # [.., inputs, steps]
+        high = top.permute(0, 2, 1, 4, 3).reshape(t * LANES, k_pad)
+        full = (low | (high << 4)) - OFFSET6
     return full[: w.out_features, : w.in_features]
 
 
