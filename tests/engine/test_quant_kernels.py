@@ -83,13 +83,16 @@ def test_blocks_map_onto_the_files_own_values(type_name: str) -> None:
     expected = dequantize(raw, GGMLQuantizationType[type_name]).reshape(6, 512)
     ours = tiles.dequantize(to_quant_weight(raw, type_name, 6, 512)).numpy()
     error = np.abs(ours - expected).max() / np.abs(expected).max()
-    # Exact where the file's scale is itself a float16; else the product rounds once.
-    assert error <= (0.0 if type_name in ("Q4_0", "Q4_1", "Q5_0", "Q8_0") else 2**-10)
+    # Exact where the file's scale is a float16, or a product kept in two levels (Q4_K,
+    # Q6_K); else the product rounds once.
+    exact = ("Q4_0", "Q4_1", "Q5_0", "Q8_0", "Q4_K", "Q6_K")
+    assert error <= (0.0 if type_name in exact else 2**-10)
 
 
 def _forms(seed: int, n: int, k: int) -> list[tiles.QuantWeight]:
     """Each form at ``n x k``: int4 with zeros, int8 with and without, int6 with and
-    without, group 16 and 32."""
+    without, group 16 and 32; two-level int4 with zeros and int6 without (int8 factors of
+    float16 super-scales, a partial last super-block where the groups are not whole)."""
     g = torch.Generator().manual_seed(seed)
     w = torch.randn(n, k, generator=g) * 0.05
     int8 = quantize_int8_groups(w)
@@ -103,7 +106,27 @@ def _forms(seed: int, n: int, k: int) -> list[tiles.QuantWeight]:
         tiles.pack(codes, scales, zeros, 16, 8),
         tiles.pack(six, scales * 4, zeros, 16, 6),
         tiles.pack(six, torch.rand(n, -(-k // 32), generator=g) * 0.008, None, 32, 6),
+        _two_level(g, n, k, 4, 32, zeros=True),
+        _two_level(g, n, k, 6, 16, zeros=False),
     ]
+
+
+def _two_level(
+    g: torch.Generator, n: int, k: int, bits: int, group: int, zeros: bool
+) -> tiles.QuantWeight:
+    """Random codes, int8 factors (Q4_K's 0..63 and -63..0; Q6_K's signed ones) and
+    float16 super-scales over 4 groups each."""
+    groups, per = -(-k // group), 4
+    tops = -(-groups // per)
+    low, high = (0, 16) if bits == 4 else (-32, 32)
+    q = torch.randint(low, high, (n, k), generator=g)
+    factors = torch.randint(0 if zeros else -128, 64 if zeros else 128, (n, groups), generator=g)
+    d = torch.rand(n, tops, generator=g) * 1e-4
+    if not zeros:
+        return tiles.pack(q, factors, None, group, bits, supers=(d, None), per_super=per)
+    mins = -torch.randint(0, 64, (n, groups), generator=g)
+    dmin = torch.rand(n, tops, generator=g) * 1e-4
+    return tiles.pack(q, factors, mins, group, bits, supers=(d, dmin), per_super=per)
 
 
 @pytest.mark.parametrize(("n", "k"), [(33, 100), (16, 64), (70, 1000), (5, 8)])
@@ -186,6 +209,33 @@ def test_the_prefill_matrix_is_the_reference_exactly(
     assert out.shape == (48, groups * group) and out.dtype == dtype
     assert torch.equal(out[:n, :k], tiles.dequantize(w).to(dtype))
     assert not out[n:].any()
+
+
+@pytest.mark.parametrize(("bits", "group", "zeros"), [(4, 32, True), (6, 16, False)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_two_level_forms_dequantize_join_and_reorder_exactly(
+    kernels: object, bits: int, group: int, zeros: bool, dtype: torch.dtype
+) -> None:
+    """The two-level form (Q4_K's, Q6_K's) through the prefill dequantizer and the row
+    lookup: the reference bit for bit; two parts join into one kernel call with the
+    same result; a row permutation (the q/k unpermute of a GGUF file) keeps the form."""
+    g = torch.Generator().manual_seed(bits)
+    n, k = 48, 200  # a partial last group and super-block
+    w = _two_level(g, n, k, bits, group, zeros)
+    assert w.kind == f"int{bits}-g{group}/{group * 4}" and w.scales.dtype == torch.int8
+    ref = tiles.dequantize(w)
+    assert torch.equal(dense_padded(w, dtype)[:n, :k], ref.to(dtype))
+    ids = torch.tensor([0, 47, 16, 5])
+    assert torch.equal(QuantEmbedding(w, dtype)(ids), ref.to(dtype)[ids])
+    other = _two_level(g, 32, k, bits, group, zeros)
+    joined = QuantLinear([w, other], None)
+    assert len(joined.parts) == 1
+    x = torch.randn(2, k)
+    apart = torch.cat([QuantLinear([w], None)(x), QuantLinear([other], None)(x)], dim=-1)
+    assert torch.equal(joined(x), apart)
+    order = torch.randperm(n, generator=g)
+    moved = tiles.select_rows(w, order)
+    assert moved.kind == w.kind and torch.equal(tiles.dequantize(moved), ref[order])
 
 
 def test_prefill_runs_in_and_out_of_inference_mode(kernels: object) -> None:

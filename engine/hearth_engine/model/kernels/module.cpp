@@ -14,13 +14,18 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("tiled_linear", &hearth::tiled_linear, "a linear for a decode step's few rows",
         py::arg("x"), py::arg("tiles"), py::arg("out_features"), py::arg("scales") = py::none(),
         py::arg("bias") = py::none());
-  m.def("quant_linear", &hearth::quant_linear, "a linear from 4/8-bit tiles, at most 16 rows",
+  m.def("quant_linear", &hearth::quant_linear, "a linear from 4/6/8-bit tiles, at most 16 rows",
         py::arg("x"), py::arg("tiles"), py::arg("scales"), py::arg("zeros"),
         py::arg("out_features"), py::arg("group"), py::arg("bits"), py::arg("bias") = py::none(),
-        py::arg("exact") = false);
+        py::arg("exact") = false, py::arg("supers") = py::none(), py::arg("per_super") = 0);
   m.def("quant_dequant_tiles", &hearth::quant_dequant_tiles,
-        "4/8-bit tiles into the padded [T * 16, K_pad] matrix (prefill)");
-  m.def("quant_rows", &hearth::quant_rows, "rows of 4/8-bit tiles (an embedding lookup)");
+        "4/6/8-bit tiles into the padded [T * 16, K_pad] matrix (prefill)", py::arg("tiles"),
+        py::arg("scales"), py::arg("zeros"), py::arg("group"), py::arg("bits"), py::arg("out"),
+        py::arg("supers") = py::none(), py::arg("per_super") = 0);
+  m.def("quant_rows", &hearth::quant_rows, "rows of 4/6/8-bit tiles (an embedding lookup)",
+        py::arg("tiles"), py::arg("scales"), py::arg("zeros"), py::arg("ids"),
+        py::arg("out_features"), py::arg("in_features"), py::arg("group"), py::arg("bits"),
+        py::arg("dtype"), py::arg("supers") = py::none(), py::arg("per_super") = 0);
   m.def("rms_norm", &hearth::rms_norm, "Llama RMSNorm (float32 normalise, round, scale)");
   m.def("rope", &hearth::rope, "rotary embedding, rotate-half form");
 }

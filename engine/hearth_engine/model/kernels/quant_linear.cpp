@@ -10,7 +10,10 @@
 // bytes (the even step in the low nibbles). 6-bit codes (-32..31, stored as q + 32) come
 // in blocks of 16 inputs, 192 bytes: their low nibbles as a 4-bit tile holds them (128
 // bytes), then their top two bits (64 bytes, byte [feature][input], step s of the four in
-// bits 2s..2s+1). The scales and zeros are float16, [T, G, 16].
+// bits 2s..2s+1). The scales and zeros are float16, [T, G, 16], or (``supers``, GGUF's
+// K-quant super-blocks) int8 factors [T, G, 16] of float16 super-scales [T, GS, Z, 16]
+// shared by ``per_super`` groups (Z = 1, or 2 with zeros): s = super * factor, exact in
+// float32.
 // That is the operand order of AVX-512 VNNI's vpdpbusd: one 64-byte load and one
 // instruction give 16 features x 4 inputs of one row, with no horizontal sums.
 //
@@ -89,6 +92,65 @@ inline f16v halfs_to_float(const at::Half* p) {
 #endif
   return out;
 }
+
+inline f16v int8s_to_float(const int8_t* p) {
+  f16v out;
+#if defined(__AVX512F__)
+  const __m512 wide = _mm512_cvtepi32_ps(
+      _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+  std::memcpy(&out, &wide, sizeof(out));
+#else
+  for (int i = 0; i < kLanes; ++i) out[i] = static_cast<float>(p[i]);
+#endif
+  return out;
+}
+
+// One tile's group scales and zeros (see the layout above): float16 per group, or int8
+// factors per group times the float16 super-scales of their super-block.
+struct Params {
+  const at::Half* s = nullptr;  // float16 [G, 16]
+  const at::Half* z = nullptr;
+  const int8_t* sf = nullptr;  // int8 [G, 16] (two-level)
+  const int8_t* zf = nullptr;
+  const at::Half* sup = nullptr;  // float16 [GS, Z, 16]
+  int64_t per = 0, zn = 1;  // groups per super-block (0: one level), Z
+
+  bool has_zero() const { return z != nullptr || zf != nullptr; }
+  f16v scale(int64_t g) const {
+    if (per == 0) return halfs_to_float(s + g * kLanes);
+    return int8s_to_float(sf + g * kLanes) * halfs_to_float(sup + (g / per) * zn * kLanes);
+  }
+  f16v zero(int64_t g) const {
+    if (!has_zero()) return f16v{};
+    if (per == 0) return halfs_to_float(z + g * kLanes);
+    return int8s_to_float(zf + g * kLanes) * halfs_to_float(sup + ((g / per) * zn + 1) * kLanes);
+  }
+  float scale_at(int64_t g, int64_t lane) const {
+    if (per == 0) return static_cast<float>(s[g * kLanes + lane]);
+    return static_cast<float>(sf[g * kLanes + lane]) *
+           static_cast<float>(sup[(g / per) * zn * kLanes + lane]);
+  }
+  float zero_at(int64_t g, int64_t lane) const {
+    if (!has_zero()) return 0.0f;
+    if (per == 0) return static_cast<float>(z[g * kLanes + lane]);
+    return static_cast<float>(zf[g * kLanes + lane]) *
+           static_cast<float>(sup[((g / per) * zn + 1) * kLanes + lane]);
+  }
+  // Tile t's parameters (this one describes tile 0).
+  Params tile(int64_t t, int64_t groups) const {
+    Params p = *this;
+    const int64_t stride = groups * kLanes;
+    if (per == 0) {
+      p.s = s + t * stride;
+      p.z = z != nullptr ? z + t * stride : nullptr;
+    } else {
+      p.sf = sf + t * stride;
+      p.zf = zf != nullptr ? zf + t * stride : nullptr;
+      p.sup = sup + t * ((groups + per - 1) / per) * zn * kLanes;
+    }
+    return p;
+  }
+};
 
 inline u16v load_u(const uint8_t* p) {
   u16v v;
@@ -362,7 +424,7 @@ inline void group_dots_avx2(const uint8_t* w, const int8_t* xq, int64_t k_pad, i
 
 // Integer path: the sums of one tile for MB rows starting at row0 (sums: [MB, 16]).
 template <int Bits, int MB>
-void tile_int(const uint8_t* w, const at::Half* s, const at::Half* z, const QuantRows& xr,
+void tile_int(const uint8_t* w, const Params& p, const QuantRows& xr,
               int64_t row0, const Shape& sh, float* sums) {
   f16v acc[MB] = {};
   i16v dots[MB];
@@ -378,13 +440,13 @@ void tile_int(const uint8_t* w, const at::Half* s, const at::Half* z, const Quan
     group_dots_generic<Bits, MB>(wg, xr.q.data() + row0 * sh.k_pad, sh.k_pad, g * sh.group,
                                  sh.group, dots);
 #endif
-    const f16v sv = halfs_to_float(s + g * kLanes);
-    const f16v zv = z != nullptr ? halfs_to_float(z + g * kLanes) : f16v{};
+    const f16v sv = p.scale(g), zv = p.zero(g);
+    const bool zeros = p.has_zero();
     for (int m = 0; m < MB; ++m) {
       const int64_t at = (row0 + m) * sh.groups + g;
       if constexpr (Bits == 6) dots[m] -= 32 * xr.qsum[at];  // stored as q + 32
       acc[m] += __builtin_convertvector(dots[m], f16v) * (sv * xr.scale[at]);
-      if (z != nullptr) acc[m] += zv * xr.sum[at];
+      if (zeros) acc[m] += zv * xr.sum[at];
     }
   }
   for (int m = 0; m < MB; ++m) std::memcpy(sums + m * kLanes, &acc[m], sizeof(f16v));
@@ -392,7 +454,7 @@ void tile_int(const uint8_t* w, const at::Half* s, const at::Half* z, const Quan
 
 // Float path (float32 inputs, padded to k_pad): weights widened to float, float32 sums.
 template <int Bits, int MB>
-void tile_float(const uint8_t* w, const at::Half* s, const at::Half* z, const float* xf,
+void tile_float(const uint8_t* w, const Params& p, const float* xf,
                 const float* xsum, const Shape& sh, float* sums) {
   f16v acc[MB] = {};
   const int64_t group_bytes = sh.group * kLanes * Bits / 8;
@@ -432,47 +494,45 @@ void tile_float(const uint8_t* w, const at::Half* s, const at::Half* z, const fl
         }
       }
     }
-    const f16v sv = halfs_to_float(s + g * kLanes);
-    const f16v zv = z != nullptr ? halfs_to_float(z + g * kLanes) : f16v{};
+    const f16v sv = p.scale(g), zv = p.zero(g);
     for (int m = 0; m < MB; ++m) {
       acc[m] += part[m] * sv;
-      if (z != nullptr) acc[m] += zv * xsum[m * sh.groups + g];
+      if (p.has_zero()) acc[m] += zv * xsum[m * sh.groups + g];
     }
   }
   for (int m = 0; m < MB; ++m) std::memcpy(sums + m * kLanes, &acc[m], sizeof(f16v));
 }
 
 template <int Bits, int MB>
-void run_block(bool integer, const uint8_t* w, const at::Half* s, const at::Half* z,
+void run_block(bool integer, const uint8_t* w, const Params& p,
                const QuantRows& xr, const std::vector<float>& xf, const std::vector<float>& xsum,
                int64_t row0, const Shape& sh, float* sums) {
   if (integer) {
-    tile_int<Bits, MB>(w, s, z, xr, row0, sh, sums);
+    tile_int<Bits, MB>(w, p, xr, row0, sh, sums);
   } else {
-    tile_float<Bits, MB>(w, s, z, xf.data() + row0 * sh.k_pad, xsum.data() + row0 * sh.groups,
+    tile_float<Bits, MB>(w, p, xf.data() + row0 * sh.k_pad, xsum.data() + row0 * sh.groups,
                          sh, sums);
   }
 }
 
 template <int Bits>
-void dispatch_block(int mb, bool integer, const uint8_t* w, const at::Half* s, const at::Half* z,
+void dispatch_block(int mb, bool integer, const uint8_t* w, const Params& p,
                     const QuantRows& xr, const std::vector<float>& xf,
                     const std::vector<float>& xsum, int64_t row0, const Shape& sh, float* sums) {
   switch (mb) {
     case 8:
-      return run_block<Bits, 8>(integer, w, s, z, xr, xf, xsum, row0, sh, sums);
+      return run_block<Bits, 8>(integer, w, p, xr, xf, xsum, row0, sh, sums);
     case 4:
-      return run_block<Bits, 4>(integer, w, s, z, xr, xf, xsum, row0, sh, sums);
+      return run_block<Bits, 4>(integer, w, p, xr, xf, xsum, row0, sh, sums);
     case 2:
-      return run_block<Bits, 2>(integer, w, s, z, xr, xf, xsum, row0, sh, sums);
+      return run_block<Bits, 2>(integer, w, p, xr, xf, xsum, row0, sh, sums);
     default:
-      return run_block<Bits, 1>(integer, w, s, z, xr, xf, xsum, row0, sh, sums);
+      return run_block<Bits, 1>(integer, w, p, xr, xf, xsum, row0, sh, sums);
   }
 }
 
 template <typename T>
-void linear_impl(const at::Tensor& x, const at::Tensor& tiles, const at::Tensor& scales,
-                 const at::Tensor& zeros, const at::Tensor& bias, const Shape& sh, bool exact,
+void linear_impl(const at::Tensor& x, const at::Tensor& tiles, const Params& params, const at::Tensor& bias, const Shape& sh, bool exact,
                  at::Tensor& out) {
   const int64_t rows = x.numel() / sh.k;
   const T* xs = x.data_ptr<T>();
@@ -493,27 +553,23 @@ void linear_impl(const at::Tensor& x, const at::Tensor& tiles, const at::Tensor&
     }
   }
   const uint8_t* wbase = tiles.data_ptr<uint8_t>();
-  const at::Half* sbase = scales.data_ptr<at::Half>();
-  const at::Half* zbase = zeros.defined() ? zeros.data_ptr<at::Half>() : nullptr;
   const T* b = bias.defined() ? bias.data_ptr<T>() : nullptr;
   T* dst = out.data_ptr<T>();
-  const int64_t scale_stride = sh.groups * kLanes;
 
   auto run_tiles = [&](int64_t begin, int64_t end) {
     float sums[kBlockRows * kLanes];
     for (int64_t t = begin; t < end; ++t) {
       const uint8_t* w = wbase + t * sh.tile_bytes;
-      const at::Half* s = sbase + t * scale_stride;
-      const at::Half* z = zbase != nullptr ? zbase + t * scale_stride : nullptr;
+      const Params p = params.tile(t, sh.groups);
       for (int64_t m0 = 0; m0 < rows;) {
         const int64_t left = rows - m0;
         const int mb = left >= 8 ? 8 : left >= 4 ? 4 : left >= 2 ? 2 : 1;
         if (sh.bits == 4) {
-          dispatch_block<4>(mb, integer, w, s, z, xr, xf, xsum, m0, sh, sums);
+          dispatch_block<4>(mb, integer, w, p, xr, xf, xsum, m0, sh, sums);
         } else if (sh.bits == 6) {
-          dispatch_block<6>(mb, integer, w, s, z, xr, xf, xsum, m0, sh, sums);
+          dispatch_block<6>(mb, integer, w, p, xr, xf, xsum, m0, sh, sums);
         } else {
-          dispatch_block<8>(mb, integer, w, s, z, xr, xf, xsum, m0, sh, sums);
+          dispatch_block<8>(mb, integer, w, p, xr, xf, xsum, m0, sh, sums);
         }
         const int64_t f1 = std::min(sh.n, (t + 1) * kLanes);
         for (int m = 0; m < mb; ++m) {
@@ -537,11 +593,10 @@ void linear_impl(const at::Tensor& x, const at::Tensor& tiles, const at::Tensor&
 
 // Feature f's weights (dequantized, K of them) from its tile, into dst.
 template <typename T>
-void dequant_feature(const uint8_t* w, const at::Half* s, const at::Half* z, int64_t lane,
+void dequant_feature(const uint8_t* w, const Params& p, int64_t lane,
                      const Shape& sh, T* dst) {
   for (int64_t g = 0; g < sh.groups; ++g) {
-    const float sv = static_cast<float>(s[g * kLanes + lane]);
-    const float zv = z != nullptr ? static_cast<float>(z[g * kLanes + lane]) : 0.0f;
+    const float sv = p.scale_at(g, lane), zv = p.zero_at(g, lane);
     const int64_t k1 = std::min(sh.k, (g + 1) * sh.group);
     for (int64_t k = g * sh.group; k < k1; ++k) {
       int q;
@@ -563,8 +618,11 @@ void dequant_feature(const uint8_t* w, const at::Half* s, const at::Half* z, int
   }
 }
 
-void check_tiles(const at::Tensor& tiles, const at::Tensor& scales,
-                 const c10::optional<at::Tensor>& zeros, const Shape& sh) {
+// The checked scales and zeros of tiles of this shape, as tile 0's ``Params``.
+Params checked_params(const at::Tensor& tiles, const at::Tensor& scales,
+                      const c10::optional<at::Tensor>& zeros,
+                      const c10::optional<at::Tensor>& supers, int64_t per_super,
+                      const Shape& sh) {
   TORCH_CHECK(sh.bits == 4 || sh.bits == 6 || sh.bits == 8,
               "quantized tiles are 4-, 6- or 8-bit, not ", sh.bits);
   TORCH_CHECK(sh.group > 0 && sh.group % (sh.bits == 6 ? 16 : 8) == 0,
@@ -574,14 +632,34 @@ void check_tiles(const at::Tensor& tiles, const at::Tensor& scales,
   TORCH_CHECK(tiles.device().is_cpu() && tiles.scalar_type() == at::kByte &&
                   tiles.is_contiguous() && tiles.numel() == count * sh.tile_bytes,
               "tiles must be contiguous uint8, ", count * sh.tile_bytes, " bytes for this shape");
-  TORCH_CHECK(scales.device().is_cpu() && scales.scalar_type() == at::kHalf &&
+  const bool two = supers.has_value();
+  TORCH_CHECK(two == (per_super > 0), "super-scales need their groups per super-block");
+  const auto kind = two ? at::kChar : at::kHalf;
+  TORCH_CHECK(scales.device().is_cpu() && scales.scalar_type() == kind &&
                   scales.is_contiguous() && scales.numel() == count * sh.groups * kLanes,
-              "scales must be contiguous float16 [T, G, 16]");
+              "scales must be contiguous ", two ? "int8" : "float16", " [T, G, 16]");
   if (zeros.has_value()) {
-    TORCH_CHECK(zeros->device().is_cpu() && zeros->scalar_type() == at::kHalf &&
+    TORCH_CHECK(zeros->device().is_cpu() && zeros->scalar_type() == kind &&
                     zeros->is_contiguous() && zeros->numel() == scales.numel(),
                 "zeros must be like the scales");
   }
+  Params p;
+  if (!two) {
+    p.s = scales.data_ptr<at::Half>();
+    p.z = zeros.has_value() ? zeros->data_ptr<at::Half>() : nullptr;
+    return p;
+  }
+  p.per = per_super;
+  p.zn = zeros.has_value() ? 2 : 1;
+  const int64_t supers_per_tile = (sh.groups + per_super - 1) / per_super;
+  TORCH_CHECK(supers->device().is_cpu() && supers->scalar_type() == at::kHalf &&
+                  supers->is_contiguous() &&
+                  supers->numel() == count * supers_per_tile * p.zn * kLanes,
+              "super-scales must be contiguous float16 [T, GS, Z, 16]");
+  p.sf = scales.data_ptr<int8_t>();
+  p.zf = zeros.has_value() ? zeros->data_ptr<int8_t>() : nullptr;
+  p.sup = supers->data_ptr<at::Half>();
+  return p;
 }
 
 // A tile's 16 features as rows of the padded matrix ``dst`` ([16, K_pad], row stride
@@ -642,7 +720,7 @@ inline void store_scaled(const float* b, float sv, float zv, int64_t n, T* out) 
 }
 
 template <int Bits, typename T>
-void dequant_tile(const uint8_t* w, const at::Half* s, const at::Half* z, const Shape& sh,
+void dequant_tile(const uint8_t* w, const Params& p, const Shape& sh,
                   int64_t stride, T* dst) {
   alignas(64) float block[kLanes * kMaxGroup];
   const int64_t group = sh.group;
@@ -719,8 +797,7 @@ void dequant_tile(const uint8_t* w, const at::Half* s, const at::Half* z, const 
         }
     }
     for (int lane = 0; lane < kLanes; ++lane) {
-      const float sv = static_cast<float>(s[g * kLanes + lane]);
-      const float zv = z != nullptr ? static_cast<float>(z[g * kLanes + lane]) : 0.0f;
+      const float sv = p.scale_at(g, lane), zv = p.zero_at(g, lane);
       store_scaled(block + lane * group, sv, zv, group, dst + lane * stride + k0);
     }
   }
@@ -748,10 +825,10 @@ namespace hearth {
 at::Tensor quant_linear(const at::Tensor& x, const at::Tensor& tiles, const at::Tensor& scales,
                         const c10::optional<at::Tensor>& zeros, int64_t out_features,
                         int64_t group, int64_t bits, const c10::optional<at::Tensor>& bias,
-                        bool exact) {
+                        bool exact, const c10::optional<at::Tensor>& supers, int64_t per_super) {
   TORCH_CHECK(x.device().is_cpu() && x.dim() >= 1 && x.size(-1) > 0, "x must be [..., K] on the CPU");
   const Shape sh = shape_of(out_features, x.size(-1), group, bits);
-  check_tiles(tiles, scales, zeros, sh);
+  const Params params = checked_params(tiles, scales, zeros, supers, per_super, sh);
   TORCH_CHECK(x.numel() / sh.k <= kMaxRows, "quant_linear takes at most ", kMaxRows, " rows");
   at::Tensor b;
   if (bias.has_value()) {
@@ -763,13 +840,12 @@ at::Tensor quant_linear(const at::Tensor& x, const at::Tensor& tiles, const at::
   std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end());
   shape.back() = out_features;
   at::Tensor out = at::empty(shape, x.options());
-  const at::Tensor z = zeros.has_value() ? *zeros : at::Tensor();
   switch (x.scalar_type()) {
     case at::kBFloat16:
-      linear_impl<c10::BFloat16>(input, tiles, scales, z, b, sh, exact, out);
+      linear_impl<c10::BFloat16>(input, tiles, params, b, sh, exact, out);
       break;
     case at::kFloat:
-      linear_impl<float>(input, tiles, scales, z, b, sh, exact, out);
+      linear_impl<float>(input, tiles, params, b, sh, exact, out);
       break;
     default:
       TORCH_CHECK(false, "quant_linear takes bfloat16 or float32 inputs, not ", x.scalar_type());
@@ -779,28 +855,27 @@ at::Tensor quant_linear(const at::Tensor& x, const at::Tensor& tiles, const at::
 
 void quant_dequant_tiles(const at::Tensor& tiles, const at::Tensor& scales,
                          const c10::optional<at::Tensor>& zeros, int64_t group, int64_t bits,
-                         at::Tensor& out) {
+                         at::Tensor& out, const c10::optional<at::Tensor>& supers,
+                         int64_t per_super) {
   TORCH_CHECK(out.dim() == 2 && out.is_contiguous() && out.size(0) % kLanes == 0,
               "out must be a contiguous [T * 16, K_pad]");
   TORCH_CHECK(group <= kMaxGroup, "groups of at most ", kMaxGroup, " inputs");
   const Shape sh = shape_of(out.size(0), out.size(1), group, bits);
   TORCH_CHECK(sh.k_pad == out.size(1), "out's width must be a whole number of groups");
-  check_tiles(tiles, scales, zeros, sh);
+  const Params params = checked_params(tiles, scales, zeros, supers, per_super, sh);
   const uint8_t* w = tiles.data_ptr<uint8_t>();
-  const at::Half* s = scales.data_ptr<at::Half>();
-  const at::Half* z = zeros.has_value() ? zeros->data_ptr<at::Half>() : nullptr;
-  const int64_t scale_stride = sh.groups * kLanes, count = sh.n / kLanes;
+  const int64_t count = sh.n / kLanes;
   auto run = [&](auto* dst) {
     at::parallel_for(0, count, 1, [&](int64_t begin, int64_t end) {
       for (int64_t t = begin; t < end; ++t) {
-        const at::Half* zt = z != nullptr ? z + t * scale_stride : nullptr;
+        const Params p = params.tile(t, sh.groups);
         auto* rows = dst + t * kLanes * sh.k_pad;
         if (bits == 4) {
-          dequant_tile<4>(w + t * sh.tile_bytes, s + t * scale_stride, zt, sh, sh.k_pad, rows);
+          dequant_tile<4>(w + t * sh.tile_bytes, p, sh, sh.k_pad, rows);
         } else if (bits == 6) {
-          dequant_tile<6>(w + t * sh.tile_bytes, s + t * scale_stride, zt, sh, sh.k_pad, rows);
+          dequant_tile<6>(w + t * sh.tile_bytes, p, sh, sh.k_pad, rows);
         } else {
-          dequant_tile<8>(w + t * sh.tile_bytes, s + t * scale_stride, zt, sh, sh.k_pad, rows);
+          dequant_tile<8>(w + t * sh.tile_bytes, p, sh, sh.k_pad, rows);
         }
       }
     });
@@ -811,9 +886,10 @@ void quant_dequant_tiles(const at::Tensor& tiles, const at::Tensor& scales,
 at::Tensor quant_rows(const at::Tensor& tiles, const at::Tensor& scales,
                       const c10::optional<at::Tensor>& zeros, const at::Tensor& ids,
                       int64_t out_features, int64_t in_features, int64_t group, int64_t bits,
-                      at::ScalarType dtype) {
+                      at::ScalarType dtype, const c10::optional<at::Tensor>& supers,
+                      int64_t per_super) {
   const Shape sh = shape_of(out_features, in_features, group, bits);
-  check_tiles(tiles, scales, zeros, sh);
+  const Params params = checked_params(tiles, scales, zeros, supers, per_super, sh);
   TORCH_CHECK(ids.scalar_type() == at::kLong, "ids must be int64");
   const at::Tensor flat = ids.contiguous().view(-1);
   const int64_t* id = flat.data_ptr<int64_t>();
@@ -823,15 +899,11 @@ at::Tensor quant_rows(const at::Tensor& tiles, const at::Tensor& scales,
   shape.push_back(in_features);
   at::Tensor out = at::empty(shape, tiles.options().dtype(dtype));
   const uint8_t* w = tiles.data_ptr<uint8_t>();
-  const at::Half* s = scales.data_ptr<at::Half>();
-  const at::Half* z = zeros.has_value() ? zeros->data_ptr<at::Half>() : nullptr;
-  const int64_t scale_stride = sh.groups * kLanes;
   auto run = [&](auto* dst) {
     at::parallel_for(0, flat.numel(), 64, [&](int64_t begin, int64_t end) {
       for (int64_t i = begin; i < end; ++i) {
         const int64_t f = id[i], t = f / kLanes;
-        dequant_feature(w + t * sh.tile_bytes, s + t * scale_stride,
-                        z != nullptr ? z + t * scale_stride : nullptr, f % kLanes, sh,
+        dequant_feature(w + t * sh.tile_bytes, params.tile(t, sh.groups), f % kLanes, sh,
                         dst + i * in_features);
       }
     });

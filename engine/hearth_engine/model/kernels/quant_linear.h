@@ -1,5 +1,7 @@
-// Hearth's quantized linears (quant_linear.cpp): weights kept as 4- or 8-bit tiles of 16
-// output features with float16 scales (and zeros) per group; see that file's header.
+// Hearth's quantized linears (quant_linear.cpp): weights kept as 4-, 6- or 8-bit tiles of
+// 16 output features with float16 scales (and zeros) per group, or int8 factors of
+// float16 super-scales (``supers`` [T, GS, Z, 16], ``per_super`` groups each); see that
+// file's header.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -13,17 +15,19 @@ namespace hearth {
 at::Tensor quant_linear(const at::Tensor& x, const at::Tensor& tiles, const at::Tensor& scales,
                         const c10::optional<at::Tensor>& zeros, int64_t out_features,
                         int64_t group, int64_t bits, const c10::optional<at::Tensor>& bias,
-                        bool exact);
+                        bool exact, const c10::optional<at::Tensor>& supers, int64_t per_super);
 
 // W as the padded [T * 16, K_pad] matrix, a tile at a time (prefill): bfloat16 or float32.
 void quant_dequant_tiles(const at::Tensor& tiles, const at::Tensor& scales,
                          const c10::optional<at::Tensor>& zeros, int64_t group, int64_t bits,
-                         at::Tensor& out);
+                         at::Tensor& out, const c10::optional<at::Tensor>& supers,
+                         int64_t per_super);
 
 // Rows ids of W (an embedding lookup): [*ids.shape, K] in dtype.
 at::Tensor quant_rows(const at::Tensor& tiles, const at::Tensor& scales,
                       const c10::optional<at::Tensor>& zeros, const at::Tensor& ids,
                       int64_t out_features, int64_t in_features, int64_t group, int64_t bits,
-                      at::ScalarType dtype);
+                      at::ScalarType dtype, const c10::optional<at::Tensor>& supers,
+                      int64_t per_super);
 
 }  // namespace hearth

@@ -38,7 +38,7 @@ from .cache_dir import build_once, cache_root, is_built, models_dir
 _LOGGER = logging.getLogger(__name__)
 
 BUILD_VERSION = "gguf/1"
-PACKED_VERSION = "gguf-packed/4"  # 2: Q5_0, Q5_1 packed; 3: q/k rows unpermuted; 4: int6
+PACKED_VERSION = "gguf-packed/5"  # 2: Q5_0/Q5_1; 3: q/k rows; 4: int6; 5: two levels
 INFO_FILE = "hearth-gguf.json"
 """Written into a converted folder: the source file, its digest, whether tools render."""
 HASHES_FILE = "gguf-hashes.json"

@@ -67,11 +67,9 @@ def _row_order(arch: str, gguf_name: str, config: Any, n: int) -> np.ndarray | N
 
 
 def _reorder(w: QuantWeight, order: np.ndarray) -> QuantWeight:
-    from .tiles import codes, group_params, pack
+    from .tiles import select_rows
 
-    index = torch.from_numpy(order)
-    s, z = group_params(w)
-    return pack(codes(w)[index], s[index], None if z is None else z[index], w.group, w.bits)
+    return select_rows(w, torch.from_numpy(order))
 
 
 def convert_packed(source: Path, out: Path, config: Any, dtype: torch.dtype) -> dict[str, str]:
@@ -114,7 +112,10 @@ def convert_packed(source: Path, out: Path, config: Any, dtype: torch.dtype) -> 
             packed[f"{stem}.scales"] = w.scales
             if w.zeros is not None:
                 packed[f"{stem}.zeros"] = w.zeros
-            forms[stem] = json.dumps([kind, w.bits, w.group, w.out_features, w.in_features])
+            if w.supers is not None:
+                packed[f"{stem}.supers"] = w.supers
+            form = [kind, w.bits, w.group, w.out_features, w.in_features, w.per_super]
+            forms[stem] = json.dumps(form)
             continue
         values = dequantize(tensor.data, tensor.tensor_type).reshape(shape)
         order = _row_order(arch, tensor.name, config, shape[0])
@@ -175,7 +176,7 @@ def read_packed(folder: Path) -> dict[str, QuantWeight]:
     tensors, forms = _read_safetensors(folder / QUANT_FILE)
     out: dict[str, QuantWeight] = {}
     for stem, text in forms.items():
-        _kind, bits, group, n, k = json.loads(text)
+        _kind, bits, group, n, k, per_super = json.loads(text)
         out[stem] = QuantWeight(
             tensors.pop(f"{stem}.tiles"),
             tensors.pop(f"{stem}.scales"),
@@ -184,6 +185,8 @@ def read_packed(folder: Path) -> dict[str, QuantWeight]:
             int(k),
             int(group),
             int(bits),
+            tensors.pop(f"{stem}.supers", None),
+            int(per_super),
         )
     return out
 

@@ -8,17 +8,19 @@ type   ggml block                             Hearth form
 =====  =====================================  ======================================
 Q4_0   32 weights: ``d * (q - 8)``, q 0..15   int4, group 32, scale d, zero -8d
 Q4_1   32 weights: ``d * q + m``, q 0..15      int4, group 32, scale d, zero m
-Q4_K   256: 8 groups of 32, ``d*sc*q - dm*m``  int4, group 32, scale d*sc, zero -dm*m
+Q4_K   256: 8 groups of 32, ``d*sc*q - dm*m``  int4, group 32, scale sc of d, zero -m of dm
 Q5_0   32 weights: ``d * (q - 16)``, q 0..31   int6 (q - 16), group 32, scale d
 Q5_1   32 weights: ``d * q + m``, q 0..31      int6 (q - 16), group 32, zero m + 16d
 Q5_K   256: as Q4_K with 5-bit q (0..31)       int6 (q - 16), group 32, zero +16 scale
-Q6_K   256: 16 groups of 16, ``d*sc*(q-32)``   int6 (q - 32), group 16, no zero
+Q6_K   256: 16 groups of 16, ``d*sc*(q-32)``   int6 (q - 32), group 16, scale sc of d
 Q8_0   32: ``d * q``, q int8                   int8, group 32, no zero
 =====  =====================================  ======================================
 
-The codes are exact. The scales and zeros are the file's products (a float16 ``d``
-times a 6-bit or int8 factor) rounded once to float16: a relative error of at most
-2^-11 on each group's scale, measured in the tests (``tests/engine/test_quant_gguf.py``).
+The codes are exact. Q4_K and Q6_K keep the file's two levels ("sc of d": an int8 factor
+per group of a float16 super-scale per 256 weights, ``tiles``' two-level form), so their
+scales and zeros are the file's own, exact float32 products. Q5_K's zero (``16 d sc -
+dm m``) is no such product: its scales and zeros are the file's products rounded once to
+float16, a relative error of at most 2^-11 (``tests/engine/test_quant_kernels.py``).
 """
 
 from __future__ import annotations
@@ -62,6 +64,14 @@ BLOCK_TYPES: dict[str, BlockType] = {
 }
 
 
+# A block's codes, per-group scales and zeros (or None), and for a two-level type the
+# float16 super-scale and super-zero (or None) per block, of which scales and zeros are
+# then the int8 factors.
+Decoded = tuple[
+    np.ndarray, np.ndarray, np.ndarray | None, tuple[np.ndarray, np.ndarray | None] | None
+]
+
+
 def _f16(raw: np.ndarray) -> np.ndarray:
     return raw.copy().view(np.float16).astype(np.float32)
 
@@ -75,18 +85,18 @@ def _k_scales(raw: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return sc.astype(np.float32), mins.astype(np.float32)
 
 
-def _q4_0(b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+def _q4_0(b: np.ndarray) -> Decoded:
     d = _f16(b[:, :2])  # [B, 1]
     qs = b[:, 2:]
     q = np.concatenate([qs & 15, qs >> 4], axis=1)  # elements 0..15 low, 16..31 high
-    return q.astype(np.int16), d, -8.0 * d
+    return q.astype(np.int16), d, -8.0 * d, None
 
 
-def _q4_1(b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+def _q4_1(b: np.ndarray) -> Decoded:
     d, m = _f16(b[:, :2]), _f16(b[:, 2:4])
     qs = b[:, 4:]
     q = np.concatenate([qs & 15, qs >> 4], axis=1)
-    return q.astype(np.int16), d, m
+    return q.astype(np.int16), d, m, None
 
 
 def _q5_codes(qh: np.ndarray, qs: np.ndarray) -> np.ndarray:
@@ -98,25 +108,25 @@ def _q5_codes(qh: np.ndarray, qs: np.ndarray) -> np.ndarray:
     return low | (fifth.astype(np.int16) << 4)
 
 
-def _q5_0(b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+def _q5_0(b: np.ndarray) -> Decoded:
     d = _f16(b[:, :2])
-    return _q5_codes(b[:, 2:6], b[:, 6:]) - 16, d, None
+    return _q5_codes(b[:, 2:6], b[:, 6:]) - 16, d, None, None
 
 
-def _q5_1(b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+def _q5_1(b: np.ndarray) -> Decoded:
     d, m = _f16(b[:, :2]), _f16(b[:, 2:4])
-    return _q5_codes(b[:, 4:8], b[:, 8:]) - 16, d, m + 16.0 * d
+    return _q5_codes(b[:, 4:8], b[:, 8:]) - 16, d, m + 16.0 * d, None
 
 
-def _q4_k(b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+def _q4_k(b: np.ndarray) -> Decoded:
     d, dmin = _f16(b[:, 0:2]), _f16(b[:, 2:4])
     sc, mins = _k_scales(b[:, 4:16])
     qs = b[:, 16:].reshape(-1, 4, 32)  # 4 chunks of 64 weights: low nibbles, then high
     q = np.stack([qs & 15, qs >> 4], axis=2).reshape(-1, SUPER)
-    return q.astype(np.int16), d * sc, -(dmin * mins)
+    return q.astype(np.int16), sc, -mins, (d, dmin)
 
 
-def _q5_k(b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+def _q5_k(b: np.ndarray) -> Decoded:
     d, dmin = _f16(b[:, 0:2]), _f16(b[:, 2:4])
     sc, mins = _k_scales(b[:, 4:16])
     qh = b[:, 16:48]  # [B, 32]: bit j of byte l is the fifth bit of group j's weight l
@@ -125,10 +135,10 @@ def _q5_k(b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     high = (qh[:, None, :] >> np.arange(8, dtype=np.uint8)[None, :, None]) & 1
     q = (low | (high.astype(np.int16) << 4)).reshape(-1, SUPER) - 16
     scale = d * sc
-    return q, scale, 16.0 * scale - dmin * mins
+    return q, scale, 16.0 * scale - dmin * mins, None
 
 
-def _q6_k(b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+def _q6_k(b: np.ndarray) -> Decoded:
     ql = b[:, :128].reshape(-1, 2, 64)  # two halves of 128 weights
     qh = b[:, 128:192].reshape(-1, 2, 32)
     scales = b[:, 192:208].copy().view(np.int8).astype(np.float32)
@@ -136,13 +146,13 @@ def _q6_k(b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     low = np.concatenate([ql & 15, ql >> 4], axis=2).reshape(-1, 2, 4, 32)  # [B, half, 4, 32]
     high = (qh[:, :, None, :] >> np.array([0, 2, 4, 6], dtype=np.uint8)[None, None, :, None]) & 3
     q = (low.astype(np.int16) | (high.astype(np.int16) << 4)) - 32
-    return q.reshape(-1, SUPER), d * scales, None
+    return q.reshape(-1, SUPER), scales, None, (d, None)
 
 
-def _q8_0(b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+def _q8_0(b: np.ndarray) -> Decoded:
     d = _f16(b[:, :2])
     q = b[:, 2:].copy().view(np.int8).astype(np.int16)
-    return q, d, None
+    return q, d, None, None
 
 
 _DECODERS = {
@@ -177,17 +187,28 @@ def to_quant_weight(raw: np.ndarray, type_name: str, rows: int, cols: int) -> Qu
         raise BlockError(
             f"{type_name} tensor of {rows}x{cols} needs {rows * per_row} bytes, has {data.size}"
         )
-    q, scale, zero = _DECODERS[type_name](data.reshape(-1, kind.nbytes))
+    q, scale, zero, tops = _DECODERS[type_name](data.reshape(-1, kind.nbytes))
     groups = cols // kind.group
     scale = scale.reshape(rows, groups)
     zero = None if zero is None else zero.reshape(rows, groups)
-    finite = np.isfinite(scale.astype(np.float16)).all()
-    if not finite or (zero is not None and not np.isfinite(zero.astype(np.float16)).all()):
+    checked = [scale, zero] if tops is None else list(tops)
+    if not all(np.isfinite(v.astype(np.float16)).all() for v in checked if v is not None):
         raise BlockError(f"{type_name} tensor has scales that are not finite numbers")
+
+    def tensor(v: np.ndarray | None, shape: tuple[int, int]) -> torch.Tensor | None:
+        return None if v is None else torch.from_numpy(np.ascontiguousarray(v.reshape(shape)))
+
+    supers, per_super = None, 0
+    if tops is not None:
+        per_super = kind.weights // kind.group
+        blocks = (rows, cols // kind.weights)
+        supers = (tensor(tops[0], blocks), tensor(tops[1], blocks))
     return pack(
         torch.from_numpy(q.reshape(rows, cols)),
-        torch.from_numpy(np.ascontiguousarray(scale)),
-        None if zero is None else torch.from_numpy(np.ascontiguousarray(zero)),
+        tensor(scale, (rows, groups)),
+        tensor(zero, (rows, groups)),
         kind.group,
         kind.bits,
+        supers=supers,  # type: ignore[arg-type]
+        per_super=per_super,
     )

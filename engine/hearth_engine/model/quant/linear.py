@@ -94,7 +94,7 @@ def dense_padded(w: QuantWeight, dtype: torch.dtype) -> torch.Tensor:
     rows = t * LANES
     out = _scratch(rows * k_pad, dtype, "weights").view(rows, k_pad)
     kernels().quant_dequant_tiles(  # type: ignore[attr-defined]
-        w.tiles, w.scales, w.zeros, w.group, w.bits, out
+        w.tiles, w.scales, w.zeros, w.group, w.bits, out, **w.kernel_params
     )
     return out
 
@@ -107,8 +107,8 @@ def join(parts: Sequence[QuantWeight]) -> list[QuantWeight]:
         same = (
             last is not None
             and last.out_features % LANES == 0
-            and (last.bits, last.group, last.in_features)
-            == (part.bits, part.group, part.in_features)
+            and (last.bits, last.group, last.in_features, last.per_super)
+            == (part.bits, part.group, part.in_features, part.per_super)
             and (last.zeros is None) == (part.zeros is None)
         )
         if not same:
@@ -123,6 +123,8 @@ def join(parts: Sequence[QuantWeight]) -> list[QuantWeight]:
             last.in_features,
             last.group,
             last.bits,
+            None if last.supers is None else torch.cat([last.supers, part.supers]),  # type: ignore[list-item]
+            last.per_super,
         )
     return out
 
@@ -156,7 +158,15 @@ class QuantLinear:
         kernel_rows = (torch.float32,) if exact else (torch.bfloat16, torch.float32)
         if rows <= DECODE_ROWS and x.dtype in kernel_rows:
             return self._kernels.quant_linear(  # type: ignore[attr-defined]
-                x, w.tiles, w.scales, w.zeros, w.out_features, w.group, w.bits, exact=exact
+                x,
+                w.tiles,
+                w.scales,
+                w.zeros,
+                w.out_features,
+                w.group,
+                w.bits,
+                exact=exact,
+                **w.kernel_params,
             )
         if rows <= DECODE_ROWS and exact and x.dtype == torch.bfloat16:
             # A few exact bf16 rows (the self-test's decode steps) widen to float32, where
@@ -164,7 +174,15 @@ class QuantLinear:
             # dequantize the whole matrix into scratch that stays (a vocabulary-sized
             # head: 467 MB in bf16, and the GEMM's copy of it).
             return self._kernels.quant_linear(  # type: ignore[attr-defined]
-                x.float(), w.tiles, w.scales, w.zeros, w.out_features, w.group, w.bits, exact=True
+                x.float(),
+                w.tiles,
+                w.scales,
+                w.zeros,
+                w.out_features,
+                w.group,
+                w.bits,
+                exact=True,
+                **w.kernel_params,
             ).to(x.dtype)
         weight = dense_padded(w, x.dtype)  # [T * 16, K_pad]: padding rows and columns
         if weight.shape[1] != w.in_features:
@@ -196,6 +214,7 @@ class QuantEmbedding(torch.nn.Module):
             w.group,
             w.bits,
             self.dtype,
+            **w.kernel_params,
         )
 
 

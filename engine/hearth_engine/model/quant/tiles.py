@@ -13,6 +13,12 @@ A ``QuantWeight`` is one matrix ``W [N, K]`` stored once, as the kernels read it
 them (128 bytes), then the top two bits of the same 64 codes (64 bytes: step ``s`` of
 the four in bits ``2s, 2s+1``). Their groups are whole multiples of 16 inputs.
 
+Two-level parameters (GGUF's K-quant super-blocks, kept as the file has them): with
+``supers``, ``scales`` and ``zeros`` are int8 factors ``[T, G, 16]`` of float16
+super-scales ``supers [T, GS, Z, 16]`` (``Z`` = 1, or 2 with zeros) shared by
+``per_super`` groups: ``scale = super * factor``, an exact float32 product. A Q4_K group
+of 32 then costs 2 bytes of parameters, not 4.
+
 ``pack`` builds one from integer codes; ``dequantize`` and ``emulate`` are the pure torch
 references the tests hold the kernels to.
 """
@@ -33,12 +39,14 @@ class QuantWeight:
     """One quantized matrix in tile layout (see the module docstring)."""
 
     tiles: torch.Tensor  # uint8, [T * tile_bytes]
-    scales: torch.Tensor  # float16, [T, G, 16]
-    zeros: torch.Tensor | None  # float16, [T, G, 16] or None
+    scales: torch.Tensor  # float16, [T, G, 16] (int8 factors with ``supers``)
+    zeros: torch.Tensor | None  # like ``scales``, or None
     out_features: int
     in_features: int
     group: int
     bits: int
+    supers: torch.Tensor | None = None  # float16 [T, GS, Z, 16]
+    per_super: int = 0  # groups per super-block (0: one level)
 
     @property
     def groups(self) -> int:
@@ -46,13 +54,22 @@ class QuantWeight:
 
     @property
     def nbytes(self) -> int:
-        extra = 0 if self.zeros is None else self.zeros.numel() * 2
-        return self.tiles.numel() + self.scales.numel() * 2 + extra
+        params = (self.scales, self.zeros, self.supers)
+        return self.tiles.numel() + sum(
+            p.numel() * p.element_size() for p in params if p is not None
+        )
 
     @property
     def kind(self) -> str:
-        """``int4-g32``, ``int8-g16``...: what ``/v1/stats`` says about a linear."""
-        return f"int{self.bits}-g{self.group}"
+        """``int4-g32``, ``int6-g16``, ``int4-g32/256`` (super-blocks of 256 inputs)...:
+        what ``/v1/stats`` says about a linear."""
+        tail = f"/{self.group * self.per_super}" if self.per_super else ""
+        return f"int{self.bits}-g{self.group}{tail}"
+
+    @property
+    def kernel_params(self) -> dict[str, object]:
+        """The kernels' keyword arguments for the two-level form (none for one level)."""
+        return {"supers": self.supers, "per_super": self.per_super} if self.per_super else {}
 
 
 def check_codes(q: torch.Tensor, bits: int) -> None:
@@ -69,8 +86,13 @@ def pack(
     zeros: torch.Tensor | None,
     group: int,
     bits: int,
+    *,
+    supers: tuple[torch.Tensor, torch.Tensor | None] | None = None,
+    per_super: int = 0,
 ) -> QuantWeight:
-    """Tiles from codes ``q [N, K]`` and per-group ``scales``/``zeros`` ``[N, ceil(K/group)]``."""
+    """Tiles from codes ``q [N, K]`` and per-group ``scales``/``zeros`` ``[N, ceil(K/group)]``;
+    with ``supers`` (super-scales and super-zeros ``[N, ceil(G/per_super)]``), ``scales``
+    and ``zeros`` are their int8 factors."""
     if group <= 0 or group % 8:
         raise ValueError(f"the group must be a positive multiple of 8, not {group}")
     if bits == 6 and group % 16:
@@ -99,19 +121,40 @@ def pack(
         high = crumbs.to(torch.uint8).reshape(t, k_pad // 16, 64)
         tiles = torch.cat([low, high], dim=2).reshape(-1)
 
-    def layout(v: torch.Tensor) -> torch.Tensor:
-        out = torch.zeros(t * LANES, groups, dtype=torch.float16)
-        out[:n] = v.to(torch.float16)
-        return out.view(t, LANES, groups).transpose(1, 2).contiguous()
+    def layout(v: torch.Tensor, dtype: torch.dtype = torch.float16) -> torch.Tensor:
+        out = torch.zeros(t * LANES, v.shape[1], dtype=dtype)
+        out[:n] = v.to(dtype)
+        return out.view(t, LANES, v.shape[1]).transpose(1, 2).contiguous()
 
+    if supers is None:
+        if per_super:
+            raise ValueError("per_super needs supers")
+        params = (layout(scales), None if zeros is None else layout(zeros), None)
+        return QuantWeight(tiles, *params[:2], n, k, group, bits)
+    super_scales, super_zeros = supers
+    tops = -(-groups // per_super) if per_super > 0 else 0
+    if tops == 0 or super_scales.shape != (n, tops) or (zeros is None) != (super_zeros is None):
+        raise ValueError(f"super-scales (and super-zeros with zeros) must be [{n}, {tops}]")
+    for factors in (scales, zeros):
+        if (
+            factors is not None
+            and factors.numel()
+            and not -128 <= factors.min() <= factors.max() <= 127
+        ):
+            raise ValueError("two-level factors must be int8")
+    levels = [layout(super_scales)]
+    if super_zeros is not None:
+        levels.append(layout(super_zeros))
     return QuantWeight(
         tiles,
-        layout(scales),
-        None if zeros is None else layout(zeros),
+        layout(scales, torch.int8),
+        None if zeros is None else layout(zeros, torch.int8),
         n,
         k,
         group,
         bits,
+        torch.stack(levels, dim=2).contiguous(),  # [T, GS, Z, 16]
+        per_super,
     )
 
 
@@ -148,13 +191,49 @@ def codes(w: QuantWeight) -> torch.Tensor:
     return full[: w.out_features, : w.in_features]
 
 
+def _rows(v: torch.Tensor, n: int) -> torch.Tensor:
+    """A ``[T, X, 16]`` layout back as ``[N, X]``."""
+    return v.transpose(1, 2).reshape(-1, v.shape[1])[:n]
+
+
+def pack_params(
+    w: QuantWeight,
+) -> tuple[torch.Tensor, torch.Tensor | None, tuple[torch.Tensor, torch.Tensor | None] | None]:
+    """``pack``'s ``scales``, ``zeros`` and ``supers`` of ``w``, per row."""
+    n = w.out_features
+    scales, zeros = _rows(w.scales, n), None if w.zeros is None else _rows(w.zeros, n)
+    if w.supers is None:
+        return scales, zeros, None
+    top = [_rows(w.supers[:, :, z], n) for z in range(w.supers.shape[2])]
+    return scales, zeros, (top[0], top[1] if len(top) > 1 else None)
+
+
+def select_rows(w: QuantWeight, index: torch.Tensor) -> QuantWeight:
+    """``w``'s rows ``index`` (a permutation, say), in the same form."""
+    scales, zeros, supers = pack_params(w)
+    return pack(
+        codes(w)[index],
+        scales[index],
+        None if zeros is None else zeros[index],
+        w.group,
+        w.bits,
+        supers=None
+        if supers is None
+        else (supers[0][index], None if supers[1] is None else supers[1][index]),
+        per_super=w.per_super,
+    )
+
+
 def group_params(w: QuantWeight) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Scales and zeros as ``[N, G]`` float32."""
+    """Scales and zeros as ``[N, G]`` float32 (two-level: the float32 products)."""
+    scales, zeros, supers = pack_params(w)
+    if supers is None:
+        return scales.float(), None if zeros is None else zeros.float()
 
-    def flat(v: torch.Tensor) -> torch.Tensor:
-        return v.transpose(1, 2).reshape(-1, w.groups)[: w.out_features].float()
+    def product(factors: torch.Tensor, top: torch.Tensor) -> torch.Tensor:
+        return factors.float() * top.float().repeat_interleave(w.per_super, dim=1)[:, : w.groups]
 
-    return flat(w.scales), None if w.zeros is None else flat(w.zeros)
+    return product(scales, supers[0]), None if zeros is None else product(zeros, supers[1])
 
 
 def dequantize(w: QuantWeight, dtype: torch.dtype = torch.float32) -> torch.Tensor:
