@@ -20,8 +20,9 @@
 // Decode (<= 16 rows, quant_linear):
 // * the integer path (bfloat16 and float32 inputs): each row is quantized per group to
 //   int8 (scale = max|x| / 127, round half to even), the group's dot products are exact
-//   int32 sums (6-bit: of the stored codes, less 32 x the group's input sum) (vpdpbusd with AVX-512 VNNI, vpmaddubsw + vpmaddwd with AVX2, or the same
-//   integers from generic vector code), then y += s * (x_scale * dot) + z * sum(x) in
+//   int32 sums (vpdpbusd with AVX-512 VNNI, vpmaddubsw + vpmaddwd with AVX2, or the same
+//   integers from generic vector code; 6-bit: of the stored codes, less 32 x the group's
+//   input sum), then y += s * (x_scale * dot) + z * sum(x) in
 //   float32. That is what llama.cpp does with its q8 activations; the error it adds is
 //   measured in the tests (``emulate``). On a 2-core AVX2 EPYC it read a 1536 x 8960
 //   int4 matrix at 17 GB/s for one row, against 3 GB/s for the float path.
@@ -424,8 +425,8 @@ inline void group_dots_avx2(const uint8_t* w, const int8_t* xq, int64_t k_pad, i
 
 // Integer path: the sums of one tile for MB rows starting at row0 (sums: [MB, 16]).
 template <int Bits, int MB>
-void tile_int(const uint8_t* w, const Params& p, const QuantRows& xr,
-              int64_t row0, const Shape& sh, float* sums) {
+void tile_int(const uint8_t* w, const Params& p, const QuantRows& xr, int64_t row0,
+              const Shape& sh, float* sums) {
   f16v acc[MB] = {};
   i16v dots[MB];
   const int64_t group_bytes = sh.group * kLanes * Bits / 8;
@@ -454,8 +455,8 @@ void tile_int(const uint8_t* w, const Params& p, const QuantRows& xr,
 
 // Float path (float32 inputs, padded to k_pad): weights widened to float, float32 sums.
 template <int Bits, int MB>
-void tile_float(const uint8_t* w, const Params& p, const float* xf,
-                const float* xsum, const Shape& sh, float* sums) {
+void tile_float(const uint8_t* w, const Params& p, const float* xf, const float* xsum,
+                const Shape& sh, float* sums) {
   f16v acc[MB] = {};
   const int64_t group_bytes = sh.group * kLanes * Bits / 8;
   for (int64_t g = 0; g < sh.groups; ++g) {
@@ -481,7 +482,8 @@ void tile_float(const uint8_t* w, const Params& p, const float* xf,
           const u16v raw = six_step(wg + j * 192, st);
           for (int i = 0; i < 4; ++i) {
             const f16v wi = __builtin_convertvector(lane_input<4>(raw, i) - 32, f16v);
-            for (int m = 0; m < MB; ++m) part[m] += wi * xf[m * sh.k_pad + k0 + j * 16 + st * 4 + i];
+            const int64_t at = k0 + j * 16 + st * 4 + i;
+            for (int m = 0; m < MB; ++m) part[m] += wi * xf[m * sh.k_pad + at];
           }
         }
       }
@@ -532,8 +534,8 @@ void dispatch_block(int mb, bool integer, const uint8_t* w, const Params& p,
 }
 
 template <typename T>
-void linear_impl(const at::Tensor& x, const at::Tensor& tiles, const Params& params, const at::Tensor& bias, const Shape& sh, bool exact,
-                 at::Tensor& out) {
+void linear_impl(const at::Tensor& x, const at::Tensor& tiles, const Params& params,
+                 const at::Tensor& bias, const Shape& sh, bool exact, at::Tensor& out) {
   const int64_t rows = x.numel() / sh.k;
   const T* xs = x.data_ptr<T>();
   const bool integer = !(exact && std::is_same<T, float>::value);
@@ -593,8 +595,7 @@ void linear_impl(const at::Tensor& x, const at::Tensor& tiles, const Params& par
 
 // Feature f's weights (dequantized, K of them) from its tile, into dst.
 template <typename T>
-void dequant_feature(const uint8_t* w, const Params& p, int64_t lane,
-                     const Shape& sh, T* dst) {
+void dequant_feature(const uint8_t* w, const Params& p, int64_t lane, const Shape& sh, T* dst) {
   for (int64_t g = 0; g < sh.groups; ++g) {
     const float sv = p.scale_at(g, lane), zv = p.zero_at(g, lane);
     const int64_t k1 = std::min(sh.k, (g + 1) * sh.group);
