@@ -153,37 +153,24 @@ class QuantLinear:
         out = outs[0] if len(outs) == 1 else torch.cat(outs, dim=-1)
         return out if self.bias is None else out + self.bias.to(out.dtype)
 
+    def _packed(self, w: QuantWeight, x: torch.Tensor, exact: bool) -> torch.Tensor:
+        """The decode kernel on the packed tiles (at most ``DECODE_ROWS`` rows)."""
+        return self._kernels.quant_linear(  # type: ignore[attr-defined]
+            x, w.tiles, w.scales, w.zeros, w.out_features, w.group, w.bits, exact=exact,
+            **w.kernel_params,
+        )  # fmt: skip
+
     def _part(self, w: QuantWeight, x: torch.Tensor, rows: int) -> torch.Tensor:
         exact = self.exact or getattr(_EXACT, "on", False)
         kernel_rows = (torch.float32,) if exact else (torch.bfloat16, torch.float32)
         if rows <= DECODE_ROWS and x.dtype in kernel_rows:
-            return self._kernels.quant_linear(  # type: ignore[attr-defined]
-                x,
-                w.tiles,
-                w.scales,
-                w.zeros,
-                w.out_features,
-                w.group,
-                w.bits,
-                exact=exact,
-                **w.kernel_params,
-            )
+            return self._packed(w, x, exact)
         if rows <= DECODE_ROWS and exact and x.dtype == torch.bfloat16:
             # A few exact bf16 rows (the self-test's decode steps) widen to float32, where
             # the kernel's exact path reads the packed weights: the dense path would
             # dequantize the whole matrix into scratch that stays (a vocabulary-sized
             # head: 467 MB in bf16, and the GEMM's copy of it).
-            return self._kernels.quant_linear(  # type: ignore[attr-defined]
-                x.float(),
-                w.tiles,
-                w.scales,
-                w.zeros,
-                w.out_features,
-                w.group,
-                w.bits,
-                exact=True,
-                **w.kernel_params,
-            ).to(x.dtype)
+            return self._packed(w, x.float(), True).to(x.dtype)
         weight = dense_padded(w, x.dtype)  # [T * 16, K_pad]: padding rows and columns
         if weight.shape[1] != w.in_features:
             x = torch.nn.functional.pad(x, (0, weight.shape[1] - w.in_features))
