@@ -287,19 +287,23 @@ inline void group_dots_vnni(const uint8_t* w, const QuantRows& xr, int64_t row0,
       std::memcpy(&dots[m], &s, sizeof(s));
     }
   } else if constexpr (Bits == 6) {
-    const __m512i mask = _mm512_set1_epi8(0x0F), two = _mm512_set1_epi8(0x03);
+    // Step s's top bits are moved to bits 4-5 (a 16-bit shift by 4 - 2s), and one
+    // vpternlogd keeps them there beside the low nibble: lo | (top & 0x30).
+    const __m512i mask = _mm512_set1_epi8(0x0F), bits45 = _mm512_set1_epi8(0x30);
     const int8_t* xq = xr.q.data() + row0 * k_pad + k0;
     for (int64_t j = 0; j < group / 16; ++j) {
       const uint8_t* blk = w + j * 192;
       const __m512i lo0 = _mm512_loadu_si512(blk), lo1 = _mm512_loadu_si512(blk + 64);
       const __m512i hb = _mm512_loadu_si512(blk + 128);
-      const auto top = [&](int s) {  // step s's top bits, in place (<= 0x30)
-        return _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(hb, 2 * s), two), 4);
+      const auto join = [&](__m512i low, __m512i top) {  // low | (top & 0x30)
+        return _mm512_ternarylogic_epi32(low, top, bits45, 0xF8);
       };
-      const __m512i s0 = _mm512_or_si512(_mm512_and_si512(lo0, mask), top(0));
-      const __m512i s1 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(lo0, 4), mask), top(1));
-      const __m512i s2 = _mm512_or_si512(_mm512_and_si512(lo1, mask), top(2));
-      const __m512i s3 = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(lo1, 4), mask), top(3));
+      const __m512i s0 = join(_mm512_and_si512(lo0, mask), _mm512_slli_epi16(hb, 4));
+      const __m512i s1 =
+          join(_mm512_and_si512(_mm512_srli_epi16(lo0, 4), mask), _mm512_slli_epi16(hb, 2));
+      const __m512i s2 = join(_mm512_and_si512(lo1, mask), hb);
+      const __m512i s3 =
+          join(_mm512_and_si512(_mm512_srli_epi16(lo1, 4), mask), _mm512_srli_epi16(hb, 2));
       for (int m = 0; m < MB; ++m) {
         const int8_t* x = xq + m * k_pad + j * 16;
         a[m] = _mm512_dpbusd_epi32(a[m], s0, bcast4(x));
