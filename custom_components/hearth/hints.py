@@ -49,7 +49,7 @@ from .examples import (
     exposed_things,
     offered_tools,
 )
-from .intent_words import said_most, words
+from .intent_words import block_domains, said_most, words
 from .intents_data import LanguageData, cached_language_data
 from .questions import QUESTION_INTENTS, is_question
 from .sentences import AREA, NAME, TARGET_LISTS, recognize, slot_lists
@@ -236,16 +236,10 @@ def _said_domains(result: RecognizeResult) -> set[str]:
 
 def _intent_domains(result: RecognizeResult) -> list[str]:
     """The domains the matched intent is about, where it is about few: those its
-    templates name anywhere (``slots`` or ``requires_context``), in the data's order.
+    templates are for (``intent_words.block_domains``), in the data's order.
     HassClimateGetTemperature is about climate, HassSetPosition about cover and valve;
     HassGetState names eleven and is about none in particular ([])."""
-    found: list[str] = []
-    for block in result.intent.data:
-        for source in (block.slots or {}, block.requires_context or {}):
-            value = source.get("domain")
-            for domain in [value] if isinstance(value, str) else list(value or []):
-                if isinstance(domain, str) and domain not in found:
-                    found.append(domain)
+    found = list(dict.fromkeys(d for block in result.intent.data for d in block_domains(block)))
     return found if len(found) <= FEW_DOMAINS else []
 
 

@@ -153,7 +153,7 @@ class Scored:
     own: bool = False
 
 
-def _block_domains(block: IntentData) -> list[str]:
+def block_domains(block: IntentData) -> list[str]:
     """The domains ``block`` is for (none: any)."""
     wanted = (block.requires_context or {}).get("domain") or (block.slots or {}).get("domain")
     if not wanted:
@@ -163,7 +163,7 @@ def _block_domains(block: IntentData) -> list[str]:
 
 def _fits_domain(block: IntentData, domain: str | None) -> bool:
     """Whether ``block`` can act on ``domain`` (any block where None)."""
-    wanted = _block_domains(block)
+    wanted = block_domains(block)
     return domain is None or not wanted or domain in wanted
 
 
@@ -196,7 +196,7 @@ def said_most(
         blocks = block_words(data, intent)
         said = set().union(*(w for b, w in blocks if _fits_domain(b, domain)))
         score = sum(1 / counts[word] for word in said & asked)
-        own = any(domain in _block_domains(b) for b, _ in blocks)
+        own = any(domain in block_domains(b) for b, _ in blocks)
         if score > 0:
             scored.append(Scored(round(score, 6), intent, domain or "", own))
     return sorted(scored, key=lambda s: (-s.score, not s.own, s.intent, s.domain))
