@@ -38,7 +38,8 @@ RUNTIME_FILES = {
 
 
 def copy_config(target: Path) -> Path:
-    """A clean copy of the repo's ``config/`` with Hearth linked in by absolute path."""
+    """A clean copy of the repo's ``config/`` with Hearth linked in by absolute path
+    (a copy left by an earlier run in the same ``--workdir`` is replaced)."""
 
     def ignore(directory: str, names: list[str]) -> set[str]:
         skip = {n for n in names if n in RUNTIME_FILES or n.startswith("home-assistant")}
@@ -46,6 +47,8 @@ def copy_config(target: Path) -> Path:
             skip.add("hearth")
         return skip
 
+    if target.exists():
+        shutil.rmtree(target)
     shutil.copytree(ROOT / "config", target, ignore=ignore)
     (target / "custom_components" / "hearth").symlink_to(ROOT / "custom_components" / "hearth")
     return target

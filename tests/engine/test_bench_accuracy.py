@@ -15,6 +15,7 @@ from hearth_bench.accuracy_data import DatasetError, EntityState, load_dataset
 from hearth_bench.accuracy_home import HomeStartError, set_language
 from hearth_bench.accuracy_judge import judge, same
 from hearth_bench.accuracy_report import Outcome, ci95, leaderboard_table, summarize
+from hearth_bench.stack import copy_config
 
 DATASETS = Path(__file__).resolve().parents[2] / "bench" / "datasets"
 PROJECT_DATASET = DATASETS / "hearth-house"
@@ -277,3 +278,14 @@ def test_reports_rate_categories_as_the_leaderboard_does() -> None:
         " | 66.7% (n=3, CI: 53.3) |"
     )
     assert table[3].startswith("| matcher alone | 0.0% (n=1, CI: 0.0) | 50.0% (n=2")
+
+
+def test_a_workdir_can_be_used_again(tmp_path: Path) -> None:
+    """A second run in the same ``--workdir`` starts from a clean copy of the config
+    (it ended in FileExistsError and a traceback)."""
+    target = tmp_path / "home" / "config"
+    copy_config(target)
+    (target / "leftover.yaml").write_text("x: 1\n")
+    copy_config(target)
+    assert not (target / "leftover.yaml").exists()
+    assert (target / "custom_components" / "hearth" / "manifest.json").is_file()
