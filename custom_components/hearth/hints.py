@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hassil import RecognizeResult
+from hassil.intents import Intent
 from homeassistant.components import conversation
 from homeassistant.components.homeassistant.llm import async_get_exposed_entities
 from homeassistant.core import HomeAssistant
@@ -82,6 +83,7 @@ class Hint:
     # HassTurnOn. None where no template matched it whole, or it asks a question.
     intent: str | None = None
     # What that template read of its target: name, area, floor, domain, device class.
+    # A question's too (its intent stays None): its live-context call reads only that.
     slots: Mapping[str, str] = field(default_factory=dict)
 
     def __bool__(self) -> bool:
@@ -146,13 +148,20 @@ def _nearest_turn(  # noqa: PLR0917
     wanted = set(offered) | set(QUESTION_INTENTS if question else ())
     floors, area_aliases = places
     result = recognize(data, text, slot_lists(names, [*areas, *area_aliases], floors), wanted)
+    if result is None and question:
+        asked = _asked_by_words(data, text, things, house)
+        return asked if asked.domains else _nearest(data, text, things, house, offered, platforms)
     if result is None:
         return _nearest(data, text, things, house, offered, platforms)
     found = _named(result, things)
     if result.unmatched_entities and not found:
         # What it says for a name or an area is not one of the house's: a jacuzzi gets
         # no example, but a thing's name in it ("resume the music on the bedroom
-        # speaker", read as an area) is a thing said: its words decide, as below.
+        # speaker", read as an area) is a thing said: its words decide, as below. A
+        # question ("what's the weather like today": a name) by the question's words.
+        asked = _asked_by_words(data, text, things, house) if question else Hint()
+        if asked.domains:
+            return asked
         return _nearest(data, text, things, house, offered, platforms, names_house=True)
     domains = {t.domain for t in found} | _said_domains(result)
     area = _said(result, AREA)
@@ -170,16 +179,22 @@ def _nearest_turn(  # noqa: PLR0917
     free = {k: e.text.strip() for k, e in result.entities.items() if e.is_wildcard and e.text}
     says = frozenset(result.entities)  # the example says what the request says, where it can
     if question or intent in QUESTION_INTENTS:
-        if domains:
-            asked = [*sorted(domains), *YES_OR_NO]
-        else:  # "what is the temperature in the den": the kind its intent is about first
-            implied = [d for d in _intent_domains(result) if d in house.by_domain]
-            asked = [*implied, *sorted(house.by_domain)]
+        # "What is the temperature in the den", "what's the weather": the kind its
+        # intent is about (in HA's data) first, and it is about that kind of thing.
+        implied = (
+            [] if domains else [d for d in _intent_domains(result.intent) if d in house.by_domain]
+        )
+        asked = [*sorted(domains), *YES_OR_NO] if domains else [*implied, *sorted(house.by_domain)]
+        # What it read filters the live context (policy.live_values); where it read no
+        # target, the one kind its intent is about (the weather: not a thermostat).
+        read = {} if result.unmatched_entities else _target(result)
+        if not read and len(implied) == 1:
+            read = {"domain": implied[0]}
         for domain in asked:
             step = Step(LIVE_CONTEXT, domain)
             turn = house.turn(data, step, offered, HINT_CALL_ID, avoid=avoid, live=live, rank=rank)
             if turn is not None:
-                return Hint(turn, frozenset(domains) or None)
+                return Hint(turn, frozenset(domains or implied) or None, slots=read)
         return Hint()
     if not domains and not _takes_target(result):
         turn = house.turn(data, Step(intent, NOTHING), offered, HINT_CALL_ID, free=free, says=says)
@@ -234,13 +249,39 @@ def _said_domains(result: RecognizeResult) -> set[str]:
     return {value} if value else set()
 
 
-def _intent_domains(result: RecognizeResult) -> list[str]:
-    """The domains the matched intent is about, where it is about few: those its
-    templates are for (``intent_words.block_domains``), in the data's order.
+def _intent_domains(intent: Intent) -> list[str]:
+    """The domains ``intent`` is about, where it is about few: those its templates are
+    for (``intent_words.block_domains``), in the data's order.
     HassClimateGetTemperature is about climate, HassSetPosition about cover and valve;
     HassGetState names eleven and is about none in particular ([])."""
-    found = list(dict.fromkeys(d for block in result.intent.data for d in block_domains(block)))
+    found = list(dict.fromkeys(d for block in intent.data for d in block_domains(block)))
     return found if len(found) <= FEW_DOMAINS else []
+
+
+def _asked_by_words(data: LanguageData, text: str, things: list[Thing], house: House) -> Hint:
+    """A question no template reads and that names nothing of the house ("what's the
+    weather like today"): about the kinds of thing that the question intent whose
+    templates say most of its words is about (as ``_nearest`` picks an action), where
+    one says enough and the house has them. Its turn then reads the house first (the
+    model made the weather up). It has no example: an example names a thing, and the
+    model copies that name into its call (a thermostat, asked how cold it is outside).
+    An empty Hint otherwise: "tell me a joke" says too little of any."""
+    asked = words(text)
+    if any(words(t.name) and words(t.name) <= asked for t in things) or any(
+        words(a) and words(a) <= asked for a in house.areas
+    ):
+        return Hint()
+    intents = data.intents.intents
+    ranked = said_most(data, asked, [(i, None) for i in sorted(QUESTION_INTENTS) if i in intents])
+    best = [s for s in ranked if s.score == ranked[0].score] if ranked else []
+    if len(best) != 1 or best[0].score < MIN_SCORE:
+        return Hint()
+    implied = [d for d in _intent_domains(intents[best[0].intent]) if d in house.by_domain]
+    # One kind: its call reads that kind, as where a template reads it (left free, the
+    # model read a light for the weather).
+    return Hint(
+        [], frozenset(implied) or None, slots={"domain": implied[0]} if len(implied) == 1 else {}
+    )
 
 
 def _takes_target(result: RecognizeResult) -> bool:

@@ -20,7 +20,9 @@ example), the house (its names, what each tool acts on) and what the server can 
   command's on/off calls may name only things of the domains it names, and a request
   that says a thing's name may name only the things it says (a small model copies the
   name in its example: asked what the living room thermostat was set to, it read the
-  bedroom's).
+  bedroom's). A question one of HA's templates reads whole reads the house through
+  the live-context tool's filters, set to what the template read ("which lights are on
+  in the living room": that area's lights, not the whole house nor one light).
 - **Bounded.** At most ``MAX_REQUESTS`` requests; the last may not call a tool. After
   an action, the turn ends with what Home Assistant reports was done (result_speech.py),
   not with the model's words; a repeated call ends it the same way.
@@ -165,6 +167,8 @@ def decide(
         sent = said_values(sent, request.things)
         if read:
             sent = read_values(sent, request.intent or "", request.slots)
+        elif read_first and live_tool and request.slots:
+            sent = live_values(sent, bare_name(live_tool), request.slots)
     return TurnPolicy(
         hint=tuple(request.hint),
         first_choice=first,
@@ -211,6 +215,25 @@ def read_values(values: dict[str, Any], intent: str, slots: Mapping[str, str]) -
         "argument_values": {**values.get("argument_values", {}), **narrowed},
         "required_arguments": required,
     }
+
+
+def live_values(values: dict[str, Any], tool: str, slots: Mapping[str, str]) -> dict[str, Any]:
+    """``values`` where a question's live-context call (``tool``, its bare name) filters
+    the house by what HA's template read of the question (``slots``, as ``read_values``
+    takes them), where it read a thing's name or a kind of thing: Home Assistant's
+    ``GetLiveContext`` then lists only those, where the whole house, or the one thing
+    of its example that a small model copied, answered from the wrong entity ("which
+    lights are on in the living room"). An area alone is left to the model: the
+    temperature in the kitchen is one of seven things there, and the model asked for
+    the kitchen's temperature sensor by name on its own."""
+    if not (slots.get("name") or slots.get("domain")):
+        return values
+    read = read_values(values, tool, slots)
+    if slots.get("domain"):  # the model left the kind out, and read the living room whole
+        read["required_arguments"] = sorted({*read["required_arguments"], f"{tool}.domain"})
+    else:  # a thing's name: its kind is its own (a wrong one filters it out)
+        read["argument_values"][f"{tool}.domain"] = []
+    return read
 
 
 def command_values(

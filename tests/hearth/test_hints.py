@@ -259,6 +259,71 @@ def test_a_question_of_one_kind_of_thing_shows_that_kind(language: str, text: st
     assert _call(lights.messages)[1]["name"] == "Porch Light"
 
 
+@pytest.mark.parametrize(
+    ("language", "text", "slots"),
+    [
+        ("en", "Which lights are on in the den?", {"area": "Den", "domain": "light"}),
+        ("en", "Is the Shed Lock locked?", {"name": "Shed Lock"}),
+        ("de", "Welche Lichter sind im Den an?", {"area": "Den", "domain": "light"}),
+        ("en", "Is the jacuzzi on?", {}),  # a name the house does not have: nothing read
+    ],
+)
+def test_a_question_says_what_its_template_read(
+    language: str, text: str, slots: dict[str, str]
+) -> None:
+    """What HA's template read of a question (its area, its name, the kind it asks
+    about) is the hint's ``slots``, in any language: the live-context call then reads
+    only that (policy.live_values). It stays no action (``intent`` None)."""
+    hint = hint_messages(
+        text, THINGS, AREAS, TOOLS, LIVE, question=True, data=load_language_data(language)
+    )
+    assert hint.intent is None
+    assert hint.slots == slots
+
+
+@pytest.mark.parametrize(
+    ("language", "text"), [("en", "what is the weather"), ("de", "Wie ist das Wetter?")]
+)
+def test_a_question_that_names_nothing_is_about_the_kind_its_intent_reads(
+    language: str, text: str
+) -> None:
+    """HA's weather question names no thing: it is about the house's weather (so the
+    turn reads the house first, where the model made the weather up) and its live
+    context reads weather only, not the thermostat of its example."""
+    things = [*THINGS, Thing("weather.home", "Home Forecast")]
+    data = load_language_data(language)
+    hint = hint_messages(text, things, AREAS, TOOLS, LIVE, question=True, data=data)
+    assert hint.domains == {"weather"}
+    assert hint.slots == {"domain": "weather"}
+    # A house without weather: nothing implied, as before.
+    plain = hint_messages(text, THINGS, AREAS, TOOLS, LIVE, question=True, data=data)
+    assert plain.domains is None and plain.slots == {}
+
+
+@pytest.mark.parametrize(
+    ("language", "text", "about"),
+    [
+        ("en", "What's the weather like today?", {"weather"}),
+        ("de", "Wie wird das Wetter heute?", {"weather"}),
+        ("en", "tell me a joke?", None),  # says too little of any question intent
+        ("en", "what is the capital of France?", None),
+    ],
+)
+def test_a_question_no_template_reads_is_about_what_its_words_ask(
+    language: str, text: str, about: set[str] | None
+) -> None:
+    """No template reads "what's the weather like today" (HA's says "what's the
+    weather like"): the question intent whose templates say most of its words decides
+    what it is about, so the turn reads the house first (the model made the weather
+    up), and reads the weather. No example: its thing's name would be copied."""
+    things = [*THINGS, Thing("weather.home", "Home Forecast")]
+    data = load_language_data(language)
+    hint = hint_messages(text, things, AREAS, TOOLS, LIVE, question=True, data=data)
+    assert hint.domains == about
+    assert not hint.messages
+    assert hint.slots == ({"domain": "weather"} if about else {})  # its call reads weather
+
+
 def test_no_hint_when_nothing_is_near() -> None:
     assert _hint("tell me a joke") == []
     assert _hint("start robbie") == []  # no vacuum tool offered

@@ -184,6 +184,41 @@ def test_a_request_that_says_a_name_may_name_only_what_it_says() -> None:
     assert policy(Request("hello", question=False)).values == VALUES
 
 
+def test_a_question_a_template_reads_reads_only_what_it_read() -> None:
+    """HA's live-context tool filters by name, area and domain: a question a template
+    read ("which lights are on in the kitchen") reads that area's lights, not the
+    whole house (the model answered from the wrong entity) nor the one light of its
+    example."""
+    slots = {"area": "Kitchen", "domain": "light", "state": "on"}
+    asked = Request("which lights are on in the kitchen?", question=True,
+                    about=frozenset({"light"}), slots=slots)  # fmt: skip
+    said = policy(asked)
+    assert said.read_first and said.allowed is None
+    values = said.values["argument_values"]
+    assert values[f"{LIVE}.area"] == ["Kitchen"] and values[f"{LIVE}.domain"] == ["light"]
+    assert values[f"{LIVE}.name"] == []
+    assert said.values["required_arguments"] == [f"{LIVE}.area", f"{LIVE}.domain"]
+    assert "HassTurnOn.area" not in values  # the other tools as before
+    light = {"name": "Kitchen Light"}
+    named = policy(Request("is the kitchen light on?", question=True,
+                           named=frozenset({"kitchen light"}), slots=light))  # fmt: skip
+    values = named.values["argument_values"]
+    assert values[f"{LIVE}.name"] == ["Kitchen Light"] and values[f"{LIVE}.area"] == []
+    assert values[f"{LIVE}.domain"] == []  # the kind is the thing's: not given
+    assert named.values["required_arguments"] == [f"{LIVE}.name"]
+    # An area alone (the temperature in the kitchen: a sensor among seven things there)
+    # is left to the model.
+    warm = policy(Request("how warm is the kitchen?", question=True, named=frozenset({"kitchen"}),
+                          slots={"area": "Kitchen"}))  # fmt: skip
+    assert f"{LIVE}.area" not in warm.values["argument_values"]
+    # Nothing read (no template, or a name the house lacks), or read-first off: free.
+    for free in (
+        policy(Request("is it warm in the kitchen?", question=True, named=frozenset({"kitchen"}))),
+        policy(asked, read_first=False),
+    ):
+        assert f"{LIVE}.area" not in free.values["argument_values"]
+
+
 def test_other_servers_get_no_values_and_no_allowed_tools() -> None:
     said = policy(
         Request("turn on the kitchen light", question=False, about=frozenset({"light"})), OTHER
