@@ -66,6 +66,35 @@ async def test_pin_hit_is_reported_and_counted(make_engine) -> None:
     assert engine_stats(engine)["pin_rebuilds_total"] == 1
 
 
+async def test_a_pin_is_cached_in_its_own_buffer_not_a_copy(make_engine) -> None:
+    """A pin's working buffer becomes its cached KV: with a copy, the house was in
+    memory twice at the pin's end (the engine's peak), and the buffer stayed in the
+    pool after it. Later requests reuse the pool's storage and must never write into
+    the pin's: their answers from it stay the same."""
+    engine = make_engine()
+    house = tokens(11, 300)
+    await engine.pin("house", house)
+    await settle(engine)
+    assert engine.kv.pool.free_bytes == 0  # the pin's buffer went to the cache
+    question = house + tokens(12, 20)
+    _, first, _ = await engine.generate(question, GREEDY)
+    for i in range(3):  # buffers of about the pin's size, from the pool
+        await engine.generate(tokens(300 + i, 310), GREEDY)
+    _, again, fin = await engine.generate(question, GREEDY)
+    assert fin.stats.cached_tokens >= 300
+    assert again == first
+    # A re-pin that shares the old one's start computes only the rest: that is cached
+    # in its own buffer too.
+    changed = [*house[:200], *tokens(13, 150)]
+    status = await engine.pin("house", changed)
+    await settle(engine)
+    assert status.state == "ready"
+    _, _, fin = await engine.generate(changed + tokens(14, 10), GREEDY)
+    assert fin.stats.cached_tokens == len(changed)
+    await settle(engine)
+    assert_baseline(engine)
+
+
 async def test_pins_survive_pressure_and_lru_evicts_the_rest(make_engine, tiny_runner) -> None:
     bpt = tiny_runner.info.bytes_per_token
     engine = make_engine(kv_cache_bytes=1000 * bpt)

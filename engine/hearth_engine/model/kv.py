@@ -155,6 +155,7 @@ class KVBuffer(Cache):
         if storage is None:
             storage = torch.empty(math.prod(shape), dtype=layout.dtype, device=layout.device)
         self.storage = storage  # flat; may be larger than needed (recycled by BufferPool)
+        self.donated = False  # its storage went to the prefix cache (BufferPool.donate)
         self.data = storage[: math.prod(shape)].view(shape)
         self.kv_layers = [BufferLayer(self.data[i], length) for i in range(layout.layers)]
         self.state_layers = [StateLayer() for _ in layout.state_layers]
@@ -335,10 +336,19 @@ class BufferPool:
             self._live[id(storage)] = (size, size - need * self._item)
         return KVBuffer(self.layout, rows, capacity, length, storage)
 
+    def donate(self, buffer: KVBuffer) -> None:
+        """``buffer``'s storage now belongs to someone else (the prefix cache holds a
+        view of it): it is no longer counted here, and ``release`` does not recycle it."""
+        with self._lock:
+            self._live.pop(id(buffer.storage), None)
+            buffer.donated = True
+
     def release(self, buffer: KVBuffer | None) -> None:
         if buffer is None:
             return
         with self._lock:
+            if buffer.donated:
+                return
             self._live.pop(id(buffer.storage), None)
             if any(t is buffer.storage for t in self._free):
                 return
