@@ -181,15 +181,11 @@ def _nearest_turn(  # noqa: PLR0917
     if question or intent in QUESTION_INTENTS:
         # "What is the temperature in the den", "what's the weather": the kind its
         # intent is about (in HA's data) first, and it is about that kind of thing.
-        implied = (
-            [] if domains else [d for d in _intent_domains(result.intent) if d in house.by_domain]
-        )
+        implied = [] if domains else _intent_domains(result.intent, house)
         asked = [*sorted(domains), *YES_OR_NO] if domains else [*implied, *sorted(house.by_domain)]
         # What it read filters the live context (policy.live_values); where it read no
         # target, the one kind its intent is about (the weather: not a thermostat).
-        read = {} if result.unmatched_entities else _target(result)
-        if not read and len(implied) == 1:
-            read = {"domain": implied[0]}
+        read = ({} if result.unmatched_entities else _target(result)) or _one_kind(implied)
         for domain in asked:
             step = Step(LIVE_CONTEXT, domain)
             turn = house.turn(data, step, offered, HINT_CALL_ID, avoid=avoid, live=live, rank=rank)
@@ -249,13 +245,26 @@ def _said_domains(result: RecognizeResult) -> set[str]:
     return {value} if value else set()
 
 
-def _intent_domains(intent: Intent) -> list[str]:
-    """The domains ``intent`` is about, where it is about few: those its templates are
-    for (``intent_words.block_domains``), in the data's order.
+def _intent_domains(intent: Intent, house: House) -> list[str]:
+    """The domains ``intent`` is about that ``house`` has, where it is about few: those
+    its templates are for (``intent_words.block_domains``), in the data's order.
     HassClimateGetTemperature is about climate, HassSetPosition about cover and valve;
     HassGetState names eleven and is about none in particular ([])."""
     found = list(dict.fromkeys(d for block in intent.data for d in block_domains(block)))
-    return found if len(found) <= FEW_DOMAINS else []
+    return [d for d in found if d in house.by_domain] if len(found) <= FEW_DOMAINS else []
+
+
+def _one_kind(implied: list[str]) -> dict[str, str]:
+    """What a question that names no target reads where its intent is about one kind
+    of thing: that kind (policy.live_values; the weather, not a thermostat)."""
+    return {"domain": implied[0]} if len(implied) == 1 else {}
+
+
+def _said_in(asked: set[str], things: list[Thing], house: House) -> tuple[list[Thing], list[str]]:
+    """The things and the areas whose whole names are among the words ``asked``."""
+    named = [t for t in things if words(t.name) and words(t.name) <= asked]
+    places = [a for a in house.areas if words(a) and words(a) <= asked]
+    return named, places
 
 
 def _asked_by_words(data: LanguageData, text: str, things: list[Thing], house: House) -> Hint:
@@ -267,21 +276,17 @@ def _asked_by_words(data: LanguageData, text: str, things: list[Thing], house: H
     model copies that name into its call (a thermostat, asked how cold it is outside).
     An empty Hint otherwise: "tell me a joke" says too little of any."""
     asked = words(text)
-    if any(words(t.name) and words(t.name) <= asked for t in things) or any(
-        words(a) and words(a) <= asked for a in house.areas
-    ):
+    if any(_said_in(asked, things, house)):
         return Hint()
     intents = data.intents.intents
     ranked = said_most(data, asked, [(i, None) for i in sorted(QUESTION_INTENTS) if i in intents])
     best = [s for s in ranked if s.score == ranked[0].score] if ranked else []
     if len(best) != 1 or best[0].score < MIN_SCORE:
         return Hint()
-    implied = [d for d in _intent_domains(intents[best[0].intent]) if d in house.by_domain]
+    implied = _intent_domains(intents[best[0].intent], house)
     # One kind: its call reads that kind, as where a template reads it (left free, the
     # model read a light for the weather).
-    return Hint(
-        [], frozenset(implied) or None, slots={"domain": implied[0]} if len(implied) == 1 else {}
-    )
+    return Hint([], frozenset(implied) or None, slots=_one_kind(implied))
 
 
 def _takes_target(result: RecognizeResult) -> bool:
@@ -316,8 +321,7 @@ def _nearest(  # noqa: PLR0917
     on), where that says enough (``MIN_SCORE``) and no other intent as much. An
     area it names (and no thing) is named in the example too, another one."""
     asked = words(text)
-    named = [t for t in things if words(t.name) and words(t.name) <= asked]
-    places = [a for a in house.areas if words(a) and words(a) <= asked]
+    named, places = _said_in(asked, things, house)
     if names_house and not (named or places):
         return Hint()
     for said in (*(t.name for t in named), *places):
