@@ -181,40 +181,96 @@ inline u16v six_step(const uint8_t* block, int s) {
 // 8-bit weights, whose operand must be the signed one), a float scale and the float sum.
 struct QuantRows {
   std::vector<int8_t> q;
-  std::vector<uint8_t> u;
+  std::vector<uint8_t> u;  // only for 8-bit weights
   std::vector<float> scale, sum;
   std::vector<int32_t> qsum;  // per group, the int8 inputs' sum (6-bit codes' offset)
 };
+
+#if defined(__AVX512F__) && defined(__AVX512BW__)
+// n (<= 16) inputs from p as float32 lanes, the rest 0.
+inline __m512 load_inputs(const float* p, int64_t n) {
+  return _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << n) - 1), p);
+}
+inline __m512 load_inputs(const at::BFloat16* p, int64_t n) {
+  const __m256i raw = _mm256_maskz_loadu_epi16(static_cast<__mmask16>((1u << n) - 1), p);
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
+}
+
+// One group of one row (k1 - k0 inputs): its amax and sum, then its int8 codes, 16 lanes
+// at a time. The same arithmetic as the scalar loop below (x * (127 / amax), rounded
+// half to even, clamped), in vector instructions: this runs on the calling thread before
+// the parallel part, and scalar code took 30 us of a 300 us 1536 x 8960 call.
+template <typename T>
+inline void quantize_group(const T* x, int64_t n, float* scale, float* sum, int8_t* q,
+                           int32_t* qsum) {
+  __m512 amax = _mm512_setzero_ps(), total = _mm512_setzero_ps();
+  for (int64_t c = 0; c < n; c += 16) {
+    const __m512 v = load_inputs(x + c, std::min<int64_t>(16, n - c));
+    amax = _mm512_max_ps(amax, _mm512_abs_ps(v));
+    total = _mm512_add_ps(total, v);
+  }
+  *sum = _mm512_reduce_add_ps(total);
+  const float top = _mm512_reduce_max_ps(amax);
+  *scale = 0.0f;
+  *qsum = 0;
+  if (top == 0.0f) return;
+  *scale = top / 127.0f;
+  const __m512 inv = _mm512_set1_ps(127.0f / top);
+  const __m512 lo = _mm512_set1_ps(-127.0f), hi = _mm512_set1_ps(127.0f);
+  __m512i qs = _mm512_setzero_si512();
+  for (int64_t c = 0; c < n; c += 16) {
+    const int64_t left = std::min<int64_t>(16, n - c);
+    const __m512 v = _mm512_mul_ps(load_inputs(x + c, left), inv);
+    const __m512 r = _mm512_min_ps(
+        hi, _mm512_max_ps(lo, _mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)));
+    const __m512i iv = _mm512_cvtps_epi32(r);
+    qs = _mm512_add_epi32(qs, iv);
+    _mm_mask_storeu_epi8(q + c, static_cast<__mmask16>((1u << left) - 1), _mm512_cvtepi32_epi8(iv));
+  }
+  *qsum = _mm512_reduce_add_epi32(qs);
+}
+#else
+template <typename T>
+inline void quantize_group(const T* x, int64_t n, float* scale, float* sum, int8_t* q,
+                           int32_t* qsum) {
+  float amax = 0.0f, total = 0.0f;
+  for (int64_t c = 0; c < n; ++c) {
+    const float v = static_cast<float>(x[c]);
+    amax = std::max(amax, std::fabs(v));
+    total += v;
+  }
+  *sum = total;
+  *scale = 0.0f;
+  *qsum = 0;
+  if (amax == 0.0f) return;
+  *scale = amax / 127.0f;
+  const float inv = 127.0f / amax;
+  for (int64_t c = 0; c < n; ++c) {
+    const float v = std::nearbyint(static_cast<float>(x[c]) * inv);
+    q[c] = static_cast<int8_t>(std::max(-127.0f, std::min(127.0f, v)));
+    *qsum += q[c];
+  }
+}
+#endif
 
 template <typename T>
 QuantRows quantize_rows(const T* x, int64_t rows, const Shape& sh) {
   QuantRows r;
   r.q.assign(rows * sh.k_pad, 0);
-  r.u.assign(rows * sh.k_pad, 128);
-  r.scale.assign(rows * sh.groups, 0.0f);
-  r.sum.assign(rows * sh.groups, 0.0f);
-  r.qsum.assign(rows * sh.groups, 0);
+  r.scale.resize(rows * sh.groups);
+  r.sum.resize(rows * sh.groups);
+  r.qsum.resize(rows * sh.groups);
   for (int64_t m = 0; m < rows; ++m) {
     for (int64_t g = 0; g < sh.groups; ++g) {
       const int64_t k0 = g * sh.group, k1 = std::min(sh.k, k0 + sh.group);
-      float amax = 0.0f, sum = 0.0f;
-      for (int64_t c = k0; c < k1; ++c) {
-        const float v = static_cast<float>(x[m * sh.k + c]);
-        amax = std::max(amax, std::fabs(v));
-        sum += v;
-      }
-      r.sum[m * sh.groups + g] = sum;
-      if (amax == 0.0f) continue;
-      r.scale[m * sh.groups + g] = amax / 127.0f;
-      const float inv = 127.0f / amax;
-      for (int64_t c = k0; c < k1; ++c) {
-        const float v = std::nearbyint(static_cast<float>(x[m * sh.k + c]) * inv);
-        const int q = static_cast<int>(std::max(-127.0f, std::min(127.0f, v)));
-        r.q[m * sh.k_pad + c] = static_cast<int8_t>(q);
-        r.u[m * sh.k_pad + c] = static_cast<uint8_t>(q + 128);
-        r.qsum[m * sh.groups + g] += q;
-      }
+      const int64_t at = m * sh.groups + g;
+      quantize_group(x + m * sh.k + k0, k1 - k0, &r.scale[at], &r.sum[at],
+                     &r.q[m * sh.k_pad + k0], &r.qsum[at]);
     }
+  }
+  if (sh.bits == 8) {
+    r.u.resize(r.q.size());
+    for (size_t i = 0; i < r.q.size(); ++i) r.u[i] = static_cast<uint8_t>(r.q[i] + 128);
   }
   return r;
 }
