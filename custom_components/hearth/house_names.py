@@ -13,7 +13,8 @@ request say, never a guess between equals. An area or floor given where a thing 
 name was meant (or the other way round) is moved to the argument HA matches it by.
 
 ``unasked`` tells a call that names a thing none of whose names the request says a
-word of (turn.py does not run it in a conversation's first turn).
+word of (turn.py does not run it in a conversation's first turn); ``worded`` lists the
+names such a call may use (policy.py narrows the grammar's names to them).
 
 Pure: ``HouseNames`` is built by house_values.house_names from the registries.
 """
@@ -120,11 +121,27 @@ def unasked(name: str, names: HouseNames, request: str) -> bool:
     found = {named.entity_id for named in names.things.get(normalize(name), ())}
     if not found:
         return False
-    theirs = set().union(*(
-        words(other) for other, named in names.things.items()
-        if any(n.entity_id in found for n in named)
-    ))  # fmt: skip
-    return not any(_shares(word, other) for word in words(request) for other in theirs)
+    theirs = [
+        other for other, named in names.things.items() if any(n.entity_id in found for n in named)
+    ]
+    return not _says_a_word_of(words(request), theirs)
+
+
+def worded(names: HouseNames, request: str) -> frozenset[str]:
+    """The names and aliases (normalized) of the things one of whose names or aliases
+    shares a word with the ``request``: those ``unasked`` lets a call name."""
+    said = words(request)
+    by_entity: dict[str, list[str]] = {}
+    for name, found in names.things.items():
+        for named in found:
+            by_entity.setdefault(named.entity_id, []).append(name)
+    kept = (own for own in by_entity.values() if _says_a_word_of(said, own))
+    return frozenset(name for own in kept for name in own)
+
+
+def _says_a_word_of(said: set[str], names: Iterable[str]) -> bool:
+    theirs = set().union(*(words(name) for name in names))
+    return any(_shares(word, other) for word in said for other in theirs)
 
 
 def _shares(word: str, other: str) -> bool:

@@ -20,9 +20,13 @@ example), the house (its names, what each tool acts on) and what the server can 
   command's on/off calls may name only things of the domains it names, and a request
   that says a thing's name may name only the things it says (a small model copies the
   name in its example: asked what the living room thermostat was set to, it read the
-  bedroom's). A question one of HA's templates reads whole reads the house through
-  the live-context tool's filters, set to what the template read ("which lights are on
-  in the living room": that area's lights, not the whole house nor one light).
+  bedroom's). In a spoken first turn, where a call by a name that shares no word with
+  the request is refused (turn.py), the grammar offers only the names that do, where
+  any do: asked to turn off the TV, the small model called the bedroom speaker by name,
+  was refused and said it did not understand. A question one of HA's templates reads
+  whole reads the house through the live-context tool's filters, set to what the
+  template read ("which lights are on in the living room": that area's lights, not the
+  whole house nor one light).
 - **Bounded.** At most ``MAX_REQUESTS`` requests; the last may not call a tool. After
   an action, the turn ends with what Home Assistant reports was done (result_speech.py),
   not with the model's words; a repeated call ends it the same way.
@@ -36,7 +40,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .house_names import normalize
+from .house_names import names_entity, normalize
 from .house_values import AREA_WIDE, allowed_for
 from .tool_names import bare_name
 
@@ -71,6 +75,9 @@ class Request:
     things: frozenset[str] = frozenset()  # the things it names (house_names.said_things)
     intent: str | None = None  # the action HA's templates read in it (hints.Hint.intent)
     slots: Mapping[str, str] = field(default_factory=dict)  # its target (hints.Hint.slots)
+    # The names a call may use where the turn refuses the others (turn.Turn.refusal: a
+    # spoken first turn): those of things sharing a word with it (house_names.worded).
+    worded: frozenset[str] | None = None
 
     @property
     def names_house(self) -> bool:
@@ -165,6 +172,8 @@ def decide(
     if caps.value_lists and values:
         sent = command_values(values, about, names_by_domain or {}) if command else values
         sent = said_values(sent, request.things)
+        if request.worded is not None:
+            sent = worded_values(sent, request.worded)
         if read:
             sent = read_values(sent, request.intent or "", request.slots)
         elif read_first and live_tool and request.slots:
@@ -255,18 +264,44 @@ def command_values(
     return {**values, "argument_values": narrowed}
 
 
+def worded_values(values: dict[str, Any], worded: frozenset[str]) -> dict[str, Any]:
+    """``values`` where the ``name`` of each intent tool that names an entity keeps
+    only the ``worded`` names (normalized; house_names.worded), as ``said_values``
+    keeps the said ones. A list that holds none of them is left whole: with no name
+    to give, the default model acted on an area instead ("turn off the heating"
+    turned off a bathroom's fan and light), where a refused name ends the turn with
+    "Sorry, I couldn't understand that". The live-context tool's filter is left
+    alone: reading is never refused."""
+    listed = values.get("argument_values", {})
+    keys = [
+        f"{bare_name(tool)}.name"
+        for tool in values.get("argument_tools") or ()
+        if names_entity(tool)
+    ]
+    return _keep_names(values, worded, {k: listed.get(k, listed.get("name")) for k in keys})
+
+
 def said_values(values: dict[str, Any], things: frozenset[str]) -> dict[str, Any]:
     """``values`` whose ``name`` lists keep only the ``things`` (normalized names) the
     request says; a list that holds none of them is left whole (the request says a
     sensor, the tool sets thermostats)."""
     if not things:
         return values
+    listed = values.get("argument_values", {})
+    names = {k: v for k, v in listed.items() if k == "name" or k.endswith(".name")}
+    return _keep_names(values, things, names)
+
+
+def _keep_names(
+    values: dict[str, Any], keep: frozenset[str], lists: Mapping[str, Any]
+) -> dict[str, Any]:
+    """``values`` where each of ``lists`` (key -> its names) keeps only the names in
+    ``keep`` (normalized), if it holds any."""
     narrowed = {}
-    for key, listed in values.get("argument_values", {}).items():
-        if key == "name" or key.endswith(".name"):
-            kept = [v for v in listed if normalize(str(v)) in things]
-            if kept:
-                narrowed[key] = kept
+    for key, listed in lists.items():
+        kept = [v for v in listed or () if normalize(str(v)) in keep]
+        if kept:
+            narrowed[key] = kept
     if not narrowed:
         return values
     return {**values, "argument_values": {**values["argument_values"], **narrowed}}

@@ -25,7 +25,7 @@ from .const import (
 )
 from .errors import async_spoken
 from .hints import Hint, house_hint
-from .house_names import HouseNames, names_entity, resolve_call, unasked
+from .house_names import HouseNames, names_entity, resolve_call, unasked, worded
 from .house_values import domain_names, house_names, scoped_arguments, tool_domains
 from .intents_data import async_language_data
 from .policy import Capabilities, Options, Request, TurnPolicy, decide
@@ -147,6 +147,7 @@ async def async_prepare_turn(
     by_domain = domain_names(hass)
     pairs = [(name, domain) for domain, found in by_domain.items() for name in found]
     question = bool(text) and is_question(text, language, names=pairs)
+    follow_up = len(asked) > 1  # "turn it off": the names are in the history
     platforms = tool_domains(hass, chat_log.llm_api) if chat_log.llm_api else {}
     hint = Hint()
     if text and plan.prefix.examples:
@@ -162,6 +163,7 @@ async def async_prepare_turn(
         things=names.said_things(text),
         intent=hint.intent,
         slots=hint.slots,
+        worded=worded(names, text) if spoken and not follow_up else None,
     )
     policy = decide(
         request,
@@ -194,7 +196,7 @@ async def async_prepare_turn(
         fallback=await async_spoken(hass, language, "markup_only"),
         spoken=spoken,
         language=language,
-        follow_up=len(asked) > 1,
+        follow_up=follow_up,
     )
 
 

@@ -357,6 +357,24 @@ async def test_a_call_on_a_thing_the_request_did_not_name_is_not_run(
     assert [t.name for t in later.response.success_results] == ["Porch Lamp"]
 
 
+async def test_a_first_turn_may_name_only_what_shares_a_word_with_it(
+    hass: HomeAssistant, entry: MockConfigEntry
+) -> None:
+    """The grammar offers a spoken first turn's calls only the names the refusal above
+    lets through: "the lamp" may be the porch lamp, not the kitchen light. A later turn
+    may refer back ("turn that one off too"): every name."""
+    hass.states.async_set("light.porch", "off", {"friendly_name": "Porch Lamp"})
+    async_expose_entity(hass, "conversation", "light.porch", True)
+    with ChatSpy() as spy:
+        first = await converse(hass, "turn on the lamp")
+        await converse(hass, "and that one too", first.conversation_id)
+    values = [body["hearth"]["argument_values"] for body in spy.bodies]
+    assert values[0]["HassTurnOn.name"] == ["Porch Lamp"]
+    assert values[0]["HassTurnOff.name"] == ["Porch Lamp"]
+    later = values[-1]
+    assert later.get("HassTurnOn.name", later["name"]) == ["Kitchen Light", "Porch Lamp"]
+
+
 async def test_invalid_tool_arguments_are_a_tool_error_the_model_reads(
     hass: HomeAssistant, entry: MockConfigEntry
 ) -> None:

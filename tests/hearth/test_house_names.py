@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from custom_components.hearth.house_names import HouseNames, Named, resolve_call, unasked
+from custom_components.hearth.house_names import (
+    HouseNames,
+    Named,
+    resolve_call,
+    unasked,
+    worded,
+)
 
 GARAGE_COVER = Named("cover.garage_door_opener", "garage", main=True)
 GARAGE_LIGHT = Named("light.garage_door_opener")
@@ -151,3 +157,20 @@ def test_the_domains_of_the_things_a_request_names() -> None:
 )
 def test_a_call_may_name_only_what_the_request_says(name: str, text: str, not_asked: bool) -> None:
     assert unasked(name, HOUSE, text) is not_asked
+
+
+@pytest.mark.parametrize(
+    ("text", "kept"),
+    [
+        ("turn off the heating", set()),
+        # Every name of a thing one of whose names shares a word ("garage light").
+        ("light in the garage, please", {"garage door opener", "garage light"}),
+        ("Mach das Küchenlicht an", {"küche licht", "キッチン"}),
+        ("キッチンの電気をつけて", {"küche licht", "キッチン"}),
+        ("close the office window", {"office window"}),
+    ],
+)
+def test_the_names_a_call_may_use_are_those_unasked_accepts(text: str, kept: set[str]) -> None:
+    assert worded(HOUSE, text) == kept
+    for name in HOUSE.things:
+        assert (name in kept) is not unasked(name, HOUSE, text)

@@ -184,6 +184,24 @@ def test_a_request_that_says_a_name_may_name_only_what_it_says() -> None:
     assert policy(Request("hello", question=False)).values == VALUES
 
 
+def test_a_first_spoken_turn_may_name_only_what_shares_a_word_with_it() -> None:
+    """A call by a name that shares no word with the request is refused in a spoken
+    first turn (turn.Turn.refusal): asked to turn off the TV, the small model named a
+    speaker, was refused and said it did not understand. The grammar offers only the
+    names the refusal lets through; reading stays free."""
+    light = policy(Request("switch the light off", question=False,
+                           worded=frozenset({"kitchen light"})))  # fmt: skip
+    listed = light.values["argument_values"]
+    assert listed["HassTurnOn.name"] == listed["HassTurnOff.name"] == ["Kitchen Light"]
+    assert listed["name"] == ["Kitchen Light", "Thermostat"]  # the live-context filter
+    # Nothing shares a word: the names stay (the refusal then says "Sorry, I couldn't
+    # understand that"); with none to give, the model turned off a whole room.
+    heating = policy(Request("turn off the heating", question=False, worded=frozenset()))
+    assert heating.values == VALUES
+    # A follow-up ("turn it off") or an AI Task: any name (worded is None).
+    assert policy(Request("turn it off", question=False)).values == VALUES
+
+
 def test_a_question_a_template_reads_reads_only_what_it_read() -> None:
     """HA's live-context tool filters by name, area and domain: a question a template
     read ("which lights are on in the kitchen") reads that area's lights, not the
