@@ -209,7 +209,9 @@ def _nearest_turn(  # noqa: PLR0917
             return Hint(turn, frozenset(domains) or None, intent, _target(result))
     if result.unmatched_entities:  # a partial match, of an intent that cannot act on it
         return _nearest(data, text, things, house, offered, platforms, names_house=True)
-    return Hint()
+    # Read whole, with nothing else to show its example on (the house's one player): no
+    # example, but the call is still the template's, on what it read, as HA's would be.
+    return Hint([], frozenset(domains) or None, intent, _target(result))
 
 
 def _named(result: RecognizeResult, things: list[Thing]) -> list[Thing]:

@@ -464,3 +464,13 @@ def test_the_example_says_what_the_request_says(language: str, text: str, unit: 
     assert hint.intent == "HassStartTimer"
     call = hint.messages[1]["tool_calls"][0]["function"]
     assert list(json.loads(call["arguments"])) == [unit]
+
+
+def test_a_request_a_template_reads_without_an_example_keeps_what_it_read() -> None:
+    """The house's speakers are in no area, so "resume the music in the den" has no
+    other area's player to show an example on; HA's template still reads it whole, and
+    the turn's call is that intent on that area (policy.read_values), as HA's matcher
+    would run it (the default model switched the bedroom speaker on)."""
+    read = hint_messages("resume the music in the den", THINGS, AREAS, TOOLS, LIVE, data=EN)
+    assert read.messages == []
+    assert (read.intent, dict(read.slots)) == ("HassMediaUnpause", {"area": "Den"})
