@@ -186,7 +186,7 @@ struct QuantRows {
   std::vector<int32_t> qsum;  // per group, the int8 inputs' sum (6-bit codes' offset)
 };
 
-#if defined(__AVX512F__) && defined(__AVX512BW__)
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
 // n (<= 16) inputs from p as float32 lanes, the rest 0.
 inline __m512 load_inputs(const float* p, int64_t n) {
   return _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << n) - 1), p);
