@@ -118,18 +118,13 @@ def unasked(name: str, names: HouseNames, request: str) -> bool:
     shares a word with the ``request`` (a word, or one of four letters or more inside
     another: "Flur" in "Flurlicht"). A name the house does not have is not judged
     here: Home Assistant refuses it."""
-    found = {named.entity_id for named in names.things.get(normalize(name), ())}
-    if not found:
-        return False
-    theirs = [
-        other for other, named in names.things.items() if any(n.entity_id in found for n in named)
-    ]
-    return not _says_a_word_of(words(request), theirs)
+    key = normalize(name)
+    return key in names.things and key not in worded(names, request)
 
 
 def worded(names: HouseNames, request: str) -> frozenset[str]:
     """The names and aliases (normalized) of the things one of whose names or aliases
-    shares a word with the ``request``: those ``unasked`` lets a call name."""
+    shares a word with the ``request`` (see ``unasked``)."""
     said = words(request)
     by_entity: dict[str, list[str]] = {}
     for name, found in names.things.items():
