@@ -2,18 +2,24 @@
 
 For each shape (``--shapes``; ``quant_files.SHAPES``) and format (``--formats``:
 ``Q4_K_M``, ``Q8_0``) the file is made once with llama.cpp's own tools
-(``quant_files``), then each engine in turn (Hearth first, then llama-server; one
-process at a time, 2 threads each) serves it:
+(``quant_files``), then Hearth and llama-server (2 threads each) serve it, both up at
+once and measured in turns (the other one paused with SIGSTOP): ``--rounds`` rounds
+per context, each round ``--runs`` requests to one server and then the same to the
+other, the order reversed every round. This VM's speed drifts by up to 2x within
+minutes: taken one server after the other (as before 2026-12-04), the 1.5B's decode
+ratio at 512 tokens read 1.17 to 1.46 over six runs of nearly the same code. Each
+round's pair is back to back; the ratio reported is the median of the rounds' ratios
+(each round's in ``round_ratios``, its ms/token in ``*_rounds_ms``):
 
-* **512**: a fresh prompt of about 512 tokens (no cache hit), ``--tokens`` generated:
+* **512**: fresh prompts of about 512 tokens (no cache hit), ``--tokens`` generated:
   decode ms/token is (end - first token) / (tokens - 1) as the streaming client sees it;
   prefill tok/s is prompt tokens over the time to the first token (cold);
 * **house**: the demo house the plugin pins (``bench/fixtures/household.json``, ~6.3k
   tokens with the default model's tokenizer, which every shape here uses). Hearth pins
   it (its prefill tok/s: the pin's own timing); llama.cpp gets it once cold (its prefill
-  tok/s) and keeps it with ``cache_prompt``. Then ``--runs`` satellite requests: warm
-  TTFT and decode ms/token at the house context (medians);
-* **peak RSS** of the server process (``VmHWM``) after both contexts.
+  tok/s) and keeps it with ``cache_prompt``. Then satellite requests: warm TTFT and
+  decode ms/token at the house context (medians);
+* **peak RSS** of each server process (``VmHWM``) after both contexts.
 
 ``--json FILE`` writes one row per (shape, format, context) with ``shape``, ``format``,
 ``context``, ``hearth_ms_per_token``, ``llama_ms_per_token``, ``hearth_peak_rss_mb``,
@@ -31,11 +37,15 @@ import argparse
 import asyncio
 import os
 import random
+import signal
 import subprocess
 import sys
 import tempfile
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import aiohttp
 
@@ -50,8 +60,9 @@ from .server import EngineProcess
 FIELDS = (
     "shape", "format", "context", "hearth_ms_per_token", "llama_ms_per_token",
     "hearth_prefill_tok_s", "llama_prefill_tok_s", "hearth_warm_ttft_ms", "llama_warm_ttft_ms",
-    "hearth_peak_rss_mb", "llama_peak_rss_mb",
+    "hearth_peak_rss_mb", "llama_peak_rss_mb", "decode_ratio", "round_ratios",
 )  # fmt: skip
+T = TypeVar("T")
 WORDS = ("kitchen", "light", "door", "window", "garden", "lamp", "sensor", "heating", "evening")
 
 
@@ -92,39 +103,109 @@ async def _checked(session: aiohttp.ClientSession, url: str, body: dict[str, Any
     return reply
 
 
-async def measure(url: str, engine: str, tokens: int, runs: int) -> dict[str, dict[str, Any]]:
-    """``{"512": {...}, "house": {...}}`` for the server at ``url``."""
+async def _fillers(
+    session: aiohttp.ClientSession, url: str, tokens: int, runs: int, first: int
+) -> list[Reply]:
+    """``runs`` fresh prompts of about 512 tokens (no cache hit), seeds from ``first``."""
+    return [
+        await _checked(session, url, filler_body(512, 1000 + first + i, tokens))
+        for i in range(runs)
+    ]
+
+
+async def _satellites(
+    session: aiohttp.ClientSession, url: str, tokens: int, runs: int, first: int
+) -> list[Reply]:
+    """``runs`` satellite requests on the house (each its own suffix), from ``first``."""
     fixture = load_fixture()
+    return [
+        await _checked(session, url, request_body(fixture, QUESTIONS[0], first + i, tokens))
+        for i in range(runs)
+    ]
+
+
+async def _prime(session: aiohttp.ClientSession, url: str, *, engine: str) -> float:
+    """The house into the server's cache; its prefill tok/s. Hearth pins it (the pin's
+    own timing); llama.cpp takes it once cold and keeps it (``cache_prompt``)."""
+    fixture = load_fixture()
+    agent = fixture.agents[satellite_sample(fixture).agent]
+    if engine == "hearth":
+        pin = await put_pin(session, url, agent.pin, agent.prefixes[0].body())
+        return round(int(pin["tokens"]) / (float(pin["prefill_ms"]) / 1000), 1)
+    cold = await _checked(session, url, request_body(fixture, QUESTIONS[0], 0, 1))
+    return round(cold.prompt_tokens / (cold.ttft_ms / 1000), 1)
+
+
+@dataclass
+class Server:
+    """One server under test: its URL and process, which is stopped (SIGSTOP) while the
+    other is measured, so that nothing it runs while idle can slow the other down."""
+
+    url: str
+    pid: int
+
+    def pause(self) -> None:
+        os.kill(self.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        os.kill(self.pid, signal.SIGCONT)
+
+
+async def compare(
+    servers: dict[str, Server], tokens: int, runs: int, rounds: int
+) -> dict[str, dict[str, Any]]:
+    """Both servers, up at once, measured in turns: ``rounds`` rounds per context, the
+    order reversed every round (A B, B A, ...), so that both see the same minutes of this
+    VM's drifting speed; the one not measured is paused. Each first answers one request
+    that is not counted (first-request costs are not decode speed). The 512-token rounds
+    come first, then the house is primed on both and its rounds follow (a 512 prompt would
+    push it out of llama.cpp's slot). Returns ``{engine: {context: {...}}}`` with each
+    round's median ms/token."""
     timeout = aiohttp.ClientTimeout(total=3600)
-    out: dict[str, dict[str, Any]] = {}
     # A connection per request: llama-server closes idle keep-alive connections.
     connector = aiohttp.TCPConnector(force_close=True)
+    out: dict[str, dict[str, Any]] = {name: {} for name in servers}
+
+    async def alone(name: str, work: Callable[[str], Awaitable[T]]) -> T:
+        for other, server in servers.items():
+            if other != name:
+                server.pause()
+        try:
+            return await work(servers[name].url)
+        finally:
+            for other, server in servers.items():
+                if other != name:
+                    server.resume()
+
     async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
-        replies = [
-            await _checked(session, url, filler_body(512, 1000 + i, tokens)) for i in range(runs)
-        ]
-        out["512"] = {
-            "context": replies[0].prompt_tokens,
-            "ms_per_token": _median([ms_per_token(r) for r in replies]),
-            "prefill_tok_s": round(replies[0].prompt_tokens / (replies[0].ttft_ms / 1000), 1),
-        }
-        agent = fixture.agents[satellite_sample(fixture).agent]
-        if engine == "hearth":
-            pin = await put_pin(session, url, agent.pin, agent.prefixes[0].body())
-            prefill = round(int(pin["tokens"]) / (float(pin["prefill_ms"]) / 1000), 1)
-        else:
-            cold = await _checked(session, url, request_body(fixture, QUESTIONS[0], 0, 1))
-            prefill = round(cold.prompt_tokens / (cold.ttft_ms / 1000), 1)
-        house = [
-            await _checked(session, url, request_body(fixture, QUESTIONS[0], n, tokens))
-            for n in range(1, runs + 1)
-        ]
-        out["house"] = {
-            "context": house[0].prompt_tokens,
-            "ms_per_token": _median([ms_per_token(r) for r in house]),
-            "prefill_tok_s": prefill,
-            "warm_ttft_ms": round(median([r.ttft_ms for r in house]), 1),
-        }
+        for name in servers:
+            await alone(name, partial(_fillers, session, tokens=tokens, runs=1, first=0))
+        for context in ("512", "house"):
+            primed = {}
+            if context == "house":
+                for name in servers:
+                    primed[name] = await alone(name, partial(_prime, session, engine=name))
+            measure = _fillers if context == "512" else _satellites
+            done: dict[str, list[list[Reply]]] = {name: [] for name in servers}
+            for r in range(rounds):
+                for name in list(servers) if r % 2 == 0 else list(servers)[::-1]:
+                    work = partial(measure, session, tokens=tokens, runs=runs, first=1 + r * runs)
+                    done[name].append(await alone(name, work))
+            for name, per_round in done.items():
+                replies = [reply for replies in per_round for reply in replies]
+                row: dict[str, Any] = {
+                    "context": replies[0].prompt_tokens,
+                    "ms_per_token": _median([ms_per_token(x) for x in replies]),
+                    "rounds": [_median([ms_per_token(x) for x in rs]) for rs in per_round],
+                }
+                if context == "512":  # every 512 prompt is cold
+                    row["prefill_tok_s"] = round(
+                        median([x.prompt_tokens / (x.ttft_ms / 1000) for x in replies]), 1
+                    )
+                else:
+                    row["prefill_tok_s"] = primed[name]
+                    row["warm_ttft_ms"] = round(median([x.ttft_ms for x in replies]), 1)
+                out[name][context] = row
     return out
 
 
@@ -144,34 +225,44 @@ def convert_first(path: Path) -> None:
     subprocess.run([sys.executable, "-c", code, str(path)], check=True, env=env)
 
 
-def run_hearth(path: Path, args: argparse.Namespace, log: Path) -> dict[str, Any]:
+def run_both(path: Path, args: argparse.Namespace, logs: Path) -> dict[str, dict[str, Any]]:
+    """Hearth and llama-server on ``path``, both up, measured in turns (``compare``)."""
     convert_first(path)
     cmd = ["--model", str(path), "--threads", str(args.threads), *args.hearth_args]
-    engine = EngineProcess(cmd, log).start(timeout=600)
+    engine = EngineProcess(cmd, logs / "hearth.log").start(timeout=600)
+    server = LlamaServer(
+        logs / "llama.log", model=path, ctx_size=8192, threads=args.threads, chat_template=None
+    )
     try:
-        result = asyncio.run(measure(engine.url, "hearth", args.tokens, args.runs))
-        return {**result, "rss": peak_rss_mb(engine.pid)}
+        server.start()
+        assert server.proc is not None
+        servers = {
+            "hearth": Server(engine.url, engine.pid),
+            "llama": Server(server.url, server.proc.pid),
+        }
+        result = asyncio.run(compare(servers, args.tokens, args.runs, args.rounds))
+        result["hearth"]["rss"] = peak_rss_mb(engine.pid)
+        result["llama"]["rss"] = peak_rss_mb(server.proc.pid)
+        return result
     finally:
+        server.stop()
         engine.stop()
 
 
-def run_llama(path: Path, args: argparse.Namespace, log: Path) -> dict[str, Any]:
-    server = LlamaServer(log, model=path, ctx_size=8192, threads=args.threads, chat_template=None)
-    server.start()
-    try:
-        assert server.proc is not None
-        result = asyncio.run(measure(server.url, "llama", args.tokens, args.runs))
-        return {**result, "rss": peak_rss_mb(server.proc.pid)}
-    finally:
-        server.stop()
+def _ratios(h: dict[str, Any], lc: dict[str, Any]) -> list[float | None]:
+    """Hearth over llama.cpp, round by round (each pair measured back to back)."""
+    return [
+        round(a / b, 3) if a is not None and b else None
+        for a, b in zip(h["rounds"], lc["rounds"], strict=True)
+    ]
 
 
-def rows_for(
-    shape: str, fmt: str, hearth: dict[str, Any], llama: dict[str, Any]
-) -> list[dict[str, Any]]:
+def rows_for(shape: str, fmt: str, both: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    hearth, llama = both["hearth"], both["llama"]
     rows = []
     for context in ("512", "house"):
         h, lc = hearth[context], llama[context]
+        ratios = _ratios(h, lc)
         rows.append({
             "shape": shape, "format": fmt, "context": h["context"],
             "hearth_ms_per_token": h["ms_per_token"], "llama_ms_per_token": lc["ms_per_token"],
@@ -180,6 +271,8 @@ def rows_for(
             "llama_warm_ttft_ms": lc.get("warm_ttft_ms"),
             "hearth_peak_rss_mb": hearth["rss"], "llama_peak_rss_mb": llama["rss"],
             "llama_context": lc["context"],
+            "decode_ratio": _median(list(ratios)), "round_ratios": ratios,
+            "hearth_rounds_ms": h["rounds"], "llama_rounds_ms": lc["rounds"],
         })  # fmt: skip
     return rows
 
@@ -193,7 +286,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--shapes", nargs="+", default=list(SHAPES), choices=list(SHAPES))
     parser.add_argument("--formats", nargs="+", default=list(FORMATS), choices=list(FORMATS))
     parser.add_argument("--tokens", type=int, default=32, help="tokens generated per request")
-    parser.add_argument("--runs", type=int, default=2, help="requests per context (medians)")
+    parser.add_argument("--runs", type=int, default=2, help="requests per round and context")
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="turns per context, the order reversed each time"
+    )
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--hearth-args", nargs="*", default=[], help="more engine arguments")
     parser.add_argument(
@@ -229,9 +325,9 @@ def main(argv: list[str]) -> int:
         for shape, fmt, given in jobs:
             path = given or make_gguf(shape, fmt)
             print(f"{shape} {fmt}: {path} ({path.stat().st_size / 2**20:.0f} MiB)", flush=True)
-            hearth = run_hearth(path, args, Path(tmp) / f"hearth-{shape}-{fmt}.log")
-            llama = run_llama(path, args, Path(tmp) / f"llama-{shape}-{fmt}.log")
-            rows += rows_for(shape, fmt, hearth, llama)
+            logs = Path(tmp) / f"{shape}-{fmt}"
+            logs.mkdir()
+            rows += rows_for(shape, fmt, run_both(path, args, logs))
             _table(rows[-2:])
     print(f"load average at the end: {' '.join(f'{v:.1f}' for v in os.getloadavg())}")
     _table(rows)
