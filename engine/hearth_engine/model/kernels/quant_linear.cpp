@@ -485,29 +485,57 @@ inline void group_dots_avx2(const uint8_t* w, const int8_t* xq, int64_t k_pad, i
 
 // Integer path: the sums of one tile for MB rows starting at row0 (sums: [MB, 16]).
 template <int Bits, int MB>
+inline void group_dots(const uint8_t* wg, const QuantRows& xr, int64_t row0, const Shape& sh,
+                       int64_t g, i16v* dots) {
+#if defined(HEARTH_QVNNI)
+  group_dots_vnni<Bits, MB>(wg, xr, row0, sh.k_pad, g * sh.group, sh.group, dots);
+#elif defined(HEARTH_QAVX2)
+  group_dots_avx2<Bits, MB>(wg, xr.q.data() + row0 * sh.k_pad, sh.k_pad, g * sh.group, sh.group,
+                            dots);
+#else
+  group_dots_generic<Bits, MB>(wg, xr.q.data() + row0 * sh.k_pad, sh.k_pad, g * sh.group,
+                               sh.group, dots);
+#endif
+  if constexpr (Bits == 6) {
+    for (int m = 0; m < MB; ++m) dots[m] -= 32 * xr.qsum[(row0 + m) * sh.groups + g];  // q + 32
+  }
+}
+
+template <int Bits, int MB>
 void tile_int(const uint8_t* w, const Params& p, const QuantRows& xr, int64_t row0,
               const Shape& sh, float* sums) {
   f16v acc[MB] = {};
   i16v dots[MB];
   const int64_t group_bytes = sh.group * kLanes * Bits / 8;
-  for (int64_t g = 0; g < sh.groups; ++g) {
-    const uint8_t* wg = w + g * group_bytes;
-#if defined(HEARTH_QVNNI)
-    group_dots_vnni<Bits, MB>(wg, xr, row0, sh.k_pad, g * sh.group, sh.group, dots);
-#elif defined(HEARTH_QAVX2)
-    group_dots_avx2<Bits, MB>(wg, xr.q.data() + row0 * sh.k_pad, sh.k_pad, g * sh.group,
-                              sh.group, dots);
-#else
-    group_dots_generic<Bits, MB>(wg, xr.q.data() + row0 * sh.k_pad, sh.k_pad, g * sh.group,
-                                 sh.group, dots);
-#endif
-    const f16v sv = p.scale(g), zv = p.zero(g);
-    const bool zeros = p.has_zero();
-    for (int m = 0; m < MB; ++m) {
-      const int64_t at = (row0 + m) * sh.groups + g;
-      if constexpr (Bits == 6) dots[m] -= 32 * xr.qsum[at];  // stored as q + 32
-      acc[m] += __builtin_convertvector(dots[m], f16v) * (sv * xr.scale[at]);
-      if (zeros) acc[m] += zv * xr.sum[at];
+  const bool zeros = p.has_zero();
+  if (p.per == 0) {
+    for (int64_t g = 0; g < sh.groups; ++g) {
+      group_dots<Bits, MB>(w + g * group_bytes, xr, row0, sh, g, dots);
+      const f16v sv = p.scale(g), zv = p.zero(g);
+      for (int m = 0; m < MB; ++m) {
+        const int64_t at = (row0 + m) * sh.groups + g;
+        acc[m] += __builtin_convertvector(dots[m], f16v) * (sv * xr.scale[at]);
+        if (zeros) acc[m] += zv * xr.sum[at];
+      }
+    }
+  } else {
+    // Two levels: a super-block's groups add up with their int8 factors alone, and its
+    // float16 super-scales multiply once at its end, not once per group.
+    for (int64_t g0 = 0; g0 < sh.groups; g0 += p.per) {
+      f16v part[MB] = {}, zpart[MB] = {};
+      for (int64_t g = g0; g < std::min(sh.groups, g0 + p.per); ++g) {
+        group_dots<Bits, MB>(w + g * group_bytes, xr, row0, sh, g, dots);
+        const f16v sf = int8s_to_float(p.sf + g * kLanes);
+        const f16v zf = zeros ? int8s_to_float(p.zf + g * kLanes) : f16v{};
+        for (int m = 0; m < MB; ++m) {
+          const int64_t at = (row0 + m) * sh.groups + g;
+          part[m] += __builtin_convertvector(dots[m], f16v) * (sf * xr.scale[at]);
+          if (zeros) zpart[m] += zf * xr.sum[at];
+        }
+      }
+      const at::Half* sup = p.sup + (g0 / p.per) * p.zn * kLanes;
+      const f16v ss = halfs_to_float(sup), zs = zeros ? halfs_to_float(sup + kLanes) : f16v{};
+      for (int m = 0; m < MB; ++m) acc[m] += part[m] * ss + zpart[m] * zs;
     }
   }
   for (int m = 0; m < MB; ++m) std::memcpy(sums + m * kLanes, &acc[m], sizeof(f16v));
