@@ -117,14 +117,17 @@ struct Params {
   int64_t per = 0, zn = 1;  // groups per super-block (0: one level), Z
 
   bool has_zero() const { return z != nullptr || zf != nullptr; }
+  // Super-block b's float16 super-scale and super-zero (two levels only).
+  f16v super_scale(int64_t b) const { return halfs_to_float(sup + b * zn * kLanes); }
+  f16v super_zero(int64_t b) const { return halfs_to_float(sup + (b * zn + 1) * kLanes); }
   f16v scale(int64_t g) const {
     if (per == 0) return halfs_to_float(s + g * kLanes);
-    return int8s_to_float(sf + g * kLanes) * halfs_to_float(sup + (g / per) * zn * kLanes);
+    return int8s_to_float(sf + g * kLanes) * super_scale(g / per);
   }
   f16v zero(int64_t g) const {
     if (!has_zero()) return f16v{};
     if (per == 0) return halfs_to_float(z + g * kLanes);
-    return int8s_to_float(zf + g * kLanes) * halfs_to_float(sup + ((g / per) * zn + 1) * kLanes);
+    return int8s_to_float(zf + g * kLanes) * super_zero(g / per);
   }
   float scale_at(int64_t g, int64_t lane) const {
     if (per == 0) return static_cast<float>(s[g * kLanes + lane]);
@@ -483,7 +486,8 @@ inline void group_dots_avx2(const uint8_t* w, const int8_t* xq, int64_t k_pad, i
 }
 #endif
 
-// Integer path: the sums of one tile for MB rows starting at row0 (sums: [MB, 16]).
+// Group g's exact int32 dot products for MB rows starting at row0 (6-bit: less the codes'
+// +32 offset), by the host's kernel.
 template <int Bits, int MB>
 inline void group_dots(const uint8_t* wg, const QuantRows& xr, int64_t row0, const Shape& sh,
                        int64_t g, i16v* dots) {
@@ -501,6 +505,7 @@ inline void group_dots(const uint8_t* wg, const QuantRows& xr, int64_t row0, con
   }
 }
 
+// Integer path: the sums of one tile for MB rows starting at row0 (sums: [MB, 16]).
 template <int Bits, int MB>
 void tile_int(const uint8_t* w, const Params& p, const QuantRows& xr, int64_t row0,
               const Shape& sh, float* sums) {
@@ -533,8 +538,8 @@ void tile_int(const uint8_t* w, const Params& p, const QuantRows& xr, int64_t ro
           if (zeros) zpart[m] += zf * xr.sum[at];
         }
       }
-      const at::Half* sup = p.sup + (g0 / p.per) * p.zn * kLanes;
-      const f16v ss = halfs_to_float(sup), zs = zeros ? halfs_to_float(sup + kLanes) : f16v{};
+      const f16v ss = p.super_scale(g0 / p.per);
+      const f16v zs = zeros ? p.super_zero(g0 / p.per) : f16v{};
       for (int m = 0; m < MB; ++m) acc[m] += part[m] * ss + zpart[m] * zs;
     }
   }
