@@ -49,7 +49,7 @@ from typing import Any, TypeVar
 
 import aiohttp
 
-from .capture import load_fixture
+from .capture import Fixture, load_fixture
 from .common import median, print_table, write_json
 from .household import Reply, put_pin, stream_chat
 from .llama_server import LlamaServer
@@ -104,9 +104,11 @@ async def _checked(session: aiohttp.ClientSession, url: str, body: dict[str, Any
 
 
 async def _fillers(
-    session: aiohttp.ClientSession, url: str, tokens: int, runs: int, first: int
+    session: aiohttp.ClientSession, url: str, tokens: int, runs: int, first: int, fixture: Fixture
 ) -> list[Reply]:
-    """``runs`` fresh prompts of about 512 tokens (no cache hit), seeds from ``first``."""
+    """``runs`` fresh prompts of about 512 tokens (no cache hit), seeds from ``first``
+    (``fixture``: as ``_satellites`` takes it; random words need none)."""
+    del fixture
     return [
         await _checked(session, url, filler_body(512, 1000 + first + i, tokens))
         for i in range(runs)
@@ -114,20 +116,20 @@ async def _fillers(
 
 
 async def _satellites(
-    session: aiohttp.ClientSession, url: str, tokens: int, runs: int, first: int
+    session: aiohttp.ClientSession, url: str, tokens: int, runs: int, first: int, fixture: Fixture
 ) -> list[Reply]:
     """``runs`` satellite requests on the house (each its own suffix), from ``first``."""
-    fixture = load_fixture()
     return [
         await _checked(session, url, request_body(fixture, QUESTIONS[0], first + i, tokens))
         for i in range(runs)
     ]
 
 
-async def _prime(session: aiohttp.ClientSession, url: str, *, engine: str) -> float:
+async def _prime(
+    session: aiohttp.ClientSession, url: str, *, engine: str, fixture: Fixture
+) -> float:
     """The house into the server's cache; its prefill tok/s. Hearth pins it (the pin's
     own timing); llama.cpp takes it once cold and keeps it (``cache_prompt``)."""
-    fixture = load_fixture()
     agent = fixture.agents[satellite_sample(fixture).agent]
     if engine == "hearth":
         pin = await put_pin(session, url, agent.pin, agent.prefixes[0].body())
@@ -165,6 +167,7 @@ async def compare(
     # A connection per request: llama-server closes idle keep-alive connections.
     connector = aiohttp.TCPConnector(force_close=True)
     out: dict[str, dict[str, Any]] = {name: {} for name in servers}
+    fixture = load_fixture()
 
     async def alone(name: str, work: Callable[[str], Awaitable[T]]) -> T:
         for other, server in servers.items():
@@ -179,17 +182,24 @@ async def compare(
 
     async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
         for name in servers:
-            await alone(name, partial(_fillers, session, tokens=tokens, runs=1, first=0))
+            await alone(
+                name, partial(_fillers, session, tokens=tokens, runs=1, first=0, fixture=fixture)
+            )
         for context in ("512", "house"):
             primed = {}
             if context == "house":
                 for name in servers:
-                    primed[name] = await alone(name, partial(_prime, session, engine=name))
+                    primed[name] = await alone(
+                        name, partial(_prime, session, engine=name, fixture=fixture)
+                    )
             measure = _fillers if context == "512" else _satellites
             done: dict[str, list[list[Reply]]] = {name: [] for name in servers}
             for r in range(rounds):
                 for name in list(servers) if r % 2 == 0 else list(servers)[::-1]:
-                    work = partial(measure, session, tokens=tokens, runs=runs, first=1 + r * runs)
+                    first = 1 + r * runs
+                    work = partial(
+                        measure, session, tokens=tokens, runs=runs, first=first, fixture=fixture
+                    )
                     done[name].append(await alone(name, work))
             for name, per_round in done.items():
                 replies = [reply for replies in per_round for reply in replies]
