@@ -67,7 +67,11 @@ class ChatClient:
     async def async_chat_stream(self, body: Mapping[str, Any]) -> AsyncGenerator[dict[str, Any]]:
         """Stream a chat completion: each chunk as a dict (extras included).
 
-        An error the server sends inside the stream raises ``openai.APIError``.
+        An error the server sends inside the stream raises ``openai.APIError``. A
+        stream that breaks off (the server died, the connection dropped) raises
+        ``openai.APIConnectionError`` and one that stalls ``openai.APITimeoutError``,
+        as a failed connect does: the SDK wraps transport errors only until the
+        response starts, not while its body streams.
         """
         stream = await self._client.chat.completions.create(
             **self._arguments(body), stream=True, timeout=STREAM_TIMEOUT
@@ -76,6 +80,12 @@ class ChatClient:
             async with stream:  # closed when the reader stops early, too
                 async for chunk in stream:
                     yield chunk.model_dump(exclude_none=True)
+        except httpx.TimeoutException as err:
+            raise openai.APITimeoutError(request=stream.response.request) from err
+        except httpx.TransportError as err:
+            raise openai.APIConnectionError(
+                message=f"the reply broke off: {err}", request=stream.response.request
+            ) from err
         finally:
             # The SDK leaves its SSE reader (six nested async generators: openai, httpx,
             # httpcore) suspended after ``[DONE]``; the event loop closes each in a task

@@ -10,15 +10,19 @@ in ``test_llama_cpp.py``.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from typing import Any
+from unittest.mock import patch
 
+import httpx
 import pytest
 from aiohttp import web
 from homeassistant.core import HomeAssistant
 from pytest_homeassistant_custom_component.common import MockConfigEntry
 
+from custom_components.hearth import chat
 from custom_components.hearth.const import CONF_REPIN_DEBOUNCE, DOMAIN, SERVICE_CLEAR_CACHE
 from custom_components.hearth.server_info import ServerKind
 
@@ -42,6 +46,8 @@ class FakeServer(LoopbackServer):
         self.owner = owner
         self.metrics = metrics
         self.call = call  # a tool call every streamed reply makes (a model that repeats)
+        self.dies_mid_stream = False  # the process dies after a reply's first chunk
+        self.stalls_mid_stream = 0.0  # seconds it then hangs before going on
         self.bodies: list[dict[str, Any]] = []
         self.cached: set[str] = set()  # system prompts seen (the "prefix cache")
 
@@ -86,6 +92,11 @@ class FakeServer(LoopbackServer):
             {"choices": [], "usage": usage},
         ):
             await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
+            if self.dies_mid_stream:  # as kill -9 does: the connection closes mid-body
+                assert request.transport is not None
+                request.transport.abort()
+                return response
+            await asyncio.sleep(self.stalls_mid_stream)
         await response.write(b"data: [DONE]\n\n")
         return response
 
@@ -229,3 +240,32 @@ async def test_a_repeated_call_runs_once_and_the_turn_ends(
             sent_calls = [m for m in chats[1]["messages"] if m.get("tool_calls")]
             assert len(sent_calls) == 1
     assert hass.states.get(KITCHEN_LIGHT).state == "on"
+
+
+async def test_a_server_that_dies_mid_stream_is_a_spoken_error(
+    hass: HomeAssistant, house: None, vllm: FakeServer
+) -> None:
+    """The server dies after a reply's first chunk (the e2e kill -9 of the engine hit
+    this at random): the turn is a translated, spoken error, not a 500 from HA's API,
+    and the next turn works once the server does."""
+    await _entry(hass, vllm)
+    vllm.dies_mid_stream = True
+    result = await converse(hass, "hello")
+    assert result.response.response_type.value == "error"
+    said = speech(result)
+    assert said and "Traceback" not in said and "RemoteProtocolError" not in said
+    vllm.dies_mid_stream = False
+    assert speech(await converse(hass, "hello")) == REPLY
+
+
+async def test_a_stream_that_stalls_is_a_spoken_timeout(
+    hass: HomeAssistant, house: None, vllm: FakeServer
+) -> None:
+    """A server that hangs mid-reply longer than the read timeout: a spoken error.
+    (The timeout is shortened for the test; the real one is CHAT_READ_TIMEOUT.)"""
+    await _entry(hass, vllm)
+    vllm.stalls_mid_stream = 2.0
+    with patch.object(chat, "STREAM_TIMEOUT", httpx.Timeout(0.3)):
+        result = await converse(hass, "hello")
+    assert result.response.response_type.value == "error"
+    assert speech(result)
