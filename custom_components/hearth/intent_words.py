@@ -58,14 +58,15 @@ def words(text: str) -> set[str]:
     for word in _WORDS.findall(unicodedata.normalize("NFKC", text).casefold()):
         if word.isdigit():
             continue
-        if any(_unspaced(ch) for ch in word) and len(word) > 1:
+        if any(unspaced(ch) for ch in word) and len(word) > 1:
             found |= {word[i : i + 2] for i in range(len(word) - 1)}
         else:
             found.add(word)
     return found
 
 
-def _unspaced(ch: str) -> bool:
+def unspaced(ch: str) -> bool:
+    """Whether ``ch`` is of a script written without spaces between words."""
     name = unicodedata.name(ch, "")
     return name.startswith(("CJK", "HIRAGANA", "KATAKANA", "THAI", "HANGUL", "LAO", "KHMER"))
 

@@ -8,14 +8,16 @@ slots (the tool call's arguments) and HA's response key, whose template (``respo
 in the same data) is what HA would speak. ``recognize`` matches a user's request
 against the same templates with the house's names as slot lists.
 
-Deterministic: the same target gives the same bytes (the shortest of the first
-sentences a template yields, in the template's order), and no state is read.
+Deterministic: the same target gives the same bytes (of the first sentences a
+template yields, the one with the fewest words, in the template's order), and no state
+is read.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import itertools
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,13 +38,15 @@ from hassil.sample import sample_expression
 from jinja2 import TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+from .intent_words import unspaced
 from .intents_data import LanguageData
 
 NAME, AREA, FLOOR = "name", "area", "floor"
 TARGET_LISTS = (NAME, AREA, FLOOR)
-_SAMPLES = 256  # sentences of one template looked at for the shortest
+_SAMPLES = 256  # sentences of one template looked at for the plainest
 _CACHED = 4096  # sentences kept per language
 _JINJA = ImmutableSandboxedEnvironment(autoescape=False)
+_TOKENS = re.compile(r"\w+|[^\w\s]")  # a word, or one sign ("l'": two tokens)
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,9 +147,26 @@ def _free_lists(
     return {ref.list_name: free[ref.slot_name] for ref in refs if ref.slot_name in free}
 
 
-def _shortest(texts: Iterable[str]) -> str | None:
+def _plainest(texts: Iterable[str]) -> str | None:
+    """The sentence of the fewest tokens, the first of them in the template's order.
+
+    Not the fewest characters: templates write suffixes as optional parts of a word
+    (Polish "wszys[cy|tkie]") and list speech-to-text slips beside a word (French
+    "été" for "éteins"); the shortest string picks the bare stem or the slip, where the
+    template's order puts the real word first. A token is a word or a sign, so an
+    optional elision or unit ("l'", "%", "°") is left out as an optional word is. The
+    first form can be an inflection the sentence does not need (French "quel[le][s]"
+    says "quelles"): a real word all the same. Written without spaces (Japanese,
+    Chinese, Thai), a sentence is one word: there the fewest characters decide.
+    """
     found = [" ".join(text.split()) for text in itertools.islice(texts, _SAMPLES)]
-    return min(found, key=len) if found else None
+    return min(found, key=_plainness) if found else None
+
+
+def _plainness(text: str) -> tuple[int, int]:
+    """Fewer tokens first; characters count only where the script has no spaces."""
+    spaced = not any(unspaced(ch) for ch in text)
+    return len(_TOKENS.findall(text)), 0 if spaced else len(text)
 
 
 def say(
@@ -209,7 +230,7 @@ def _say(  # noqa: PLR0917
                 break  # the block's first sentence that fits
     for _rank, sentence, lists, rules in sorted(candidates, key=lambda c: c[0]):
         try:
-            text = _shortest(
+            text = _plainest(
                 sample_expression(
                     sentence.expression, {**data.intents.slot_lists, **lists}, rules,
                     data.language,

@@ -8,11 +8,14 @@ import json
 from typing import Any
 
 import pytest
+from hassil.parse_expression import parse_sentence
+from hassil.sample import sample_expression
 
 from custom_components.hearth.examples import Thing, example_messages
 from custom_components.hearth.hints import HINT_CALL_ID, hint_messages, words
 from custom_components.hearth.intents_data import LanguageData, load_language_data, supported
 from custom_components.hearth.questions import is_question
+from custom_components.hearth.sentences import _plainest
 
 from .common import function_tool
 
@@ -197,3 +200,29 @@ def test_words_are_unicode_and_pairs_for_scripts_without_spaces() -> None:
     assert words("Küche Licht AN") == {"küche", "licht", "an"}
     assert words("キッチン") == {"キッ", "ッチ", "チン"}
     assert words("Кухня") == {"кухня"}
+
+
+@pytest.mark.parametrize(
+    ("template", "said"),
+    [
+        # An optional suffix is part of the word: the stem alone is no word.
+        ("(wyłącz|zgaś) wszys[cy|tkie] światła", "wyłącz wszyscy światła"),
+        # A speech-to-text slip listed beside the word is not what an example says.
+        ("(éteins|été|éteindre) [l']lumière", "éteins lumière"),
+        # Optional words, elisions and signs are left out.
+        ("set [the] brightness to 40[%]", "set brightness to 40"),
+        # Without spaces, the fewest characters.
+        ("キッチン[の電気]を(つけて|点けて)", "キッチンをつけて"),
+    ],
+)
+def test_an_example_says_the_templates_plainest_words(template: str, said: str) -> None:
+    samples = sample_expression(parse_sentence(template).expression, {}, {})
+    assert _plainest(samples) == said
+
+
+def test_examples_say_the_templates_first_words(languages: dict[str, LanguageData]) -> None:
+    """HA's German data has "(aus|ab|zu)" and "(<schalten>|<machen>)": an example says
+    what comes first ("schalte ... aus"), not the shortest ("mach ... ab")."""
+    de = example_messages(*HOUSES["de"], TOOLS, languages["de"])
+    said = [m["content"] for m in de if m["role"] == "user"]
+    assert "schalte Wasserkocher aus" in said
