@@ -50,7 +50,7 @@ from .examples import (
     exposed_things,
     offered_tools,
 )
-from .intent_words import block_domains, said_most, words
+from .intent_words import alike, block_domains, said_most, words
 from .intents_data import LanguageData, cached_language_data
 from .questions import QUESTION_INTENTS, is_question
 from .sentences import AREA, NAME, TARGET_LISTS, recognize, slot_lists
@@ -263,10 +263,22 @@ def _one_kind(implied: list[str]) -> dict[str, str]:
 
 
 def _said_in(asked: set[str], things: list[Thing], house: House) -> tuple[list[Thing], list[str]]:
-    """The things and the areas whose whole names are among the words ``asked``."""
-    named = [t for t in things if words(t.name) and words(t.name) <= asked]
-    places = [a for a in house.areas if words(a) and words(a) <= asked]
+    """The things and the areas all of whose name's words are among the words
+    ``asked``, inflected or not ("roletę" says "Roleta": ``intent_words.alike``)."""
+    named = [t for t in things if _says_all(asked, t.name)]
+    places = [a for a in house.areas if _says_all(asked, a)]
     return named, places
+
+
+def _says_all(asked: set[str], name: str) -> bool:
+    theirs = words(name)
+    return bool(theirs) and all(any(alike(w, a) for a in asked) for w in theirs)
+
+
+def _less(asked: set[str], name: str) -> set[str]:
+    """``asked`` without the words that say ``name``'s."""
+    theirs = words(name)
+    return {a for a in asked if not any(alike(w, a) for w in theirs)}
 
 
 def _asked_by_words(data: LanguageData, text: str, things: list[Thing], house: House) -> Hint:
@@ -327,7 +339,7 @@ def _nearest(  # noqa: PLR0917
     if names_house and not (named or places):
         return Hint()
     for said in (*(t.name for t in named), *places):
-        asked -= words(said)
+        asked = _less(asked, said)
     domains: list[str | None] = [*sorted({t.domain for t in named})]
     domains = domains or [*sorted(house.by_domain), None]
     candidates = [

@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .intent_words import words
+from .intent_words import alike, words
 from .tool_names import bare_name
 
 # Domains in the order a shared name most likely means them when nothing else tells:
@@ -115,9 +115,9 @@ class HouseNames:
 
 def unasked(name: str, names: HouseNames, request: str) -> bool:
     """Whether ``name`` names things of the house none of whose names and aliases
-    shares a word with the ``request`` (a word, or one of four letters or more inside
-    another: "Flur" in "Flurlicht"). A name the house does not have is not judged
-    here: Home Assistant refuses it."""
+    shares a word with the ``request`` (a word, one of four letters or more inside
+    another: "Flur" in "Flurlicht", or the word inflected: "roletę" for "Roleta"). A
+    name the house does not have is not judged here: Home Assistant refuses it."""
     key = normalize(name)
     return key in names.things and key not in worded(names, request)
 
@@ -136,14 +136,7 @@ def worded(names: HouseNames, request: str) -> frozenset[str]:
 
 def _says_a_word_of(said: set[str], names: Iterable[str]) -> bool:
     theirs = set().union(*(words(name) for name in names))
-    return any(_shares(word, other) for word in said for other in theirs)
-
-
-def _shares(word: str, other: str) -> bool:
-    if word == other:
-        return True
-    short, long = sorted((word, other), key=len)
-    return len(short) >= 4 and short in long
+    return any(alike(word, other) for word in said for other in theirs)
 
 
 def says(text: str, name: str) -> bool:

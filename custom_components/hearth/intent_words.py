@@ -46,6 +46,8 @@ class LanguageData(Protocol):
 
 
 _WORDS = re.compile(r"\w+", re.UNICODE)
+_ALIKE_LETTERS = 4  # a word inside another, or an inflection's stem, at least
+_ENDING_LETTERS = 2  # the letters an inflection may change at a word's end
 _MAX_WALKS = 16  # walks of one template: its widest alternative's choices, at most
 _MAX_DEPTH = 12  # expansion rules inside rules
 
@@ -63,6 +65,21 @@ def words(text: str) -> set[str]:
         else:
             found.add(word)
     return found
+
+
+def alike(word: str, other: str) -> bool:
+    """Whether two words (of ``words``) say the same: equal, one of four letters or
+    more inside the other ("flur" in "flurlicht"), or one inflected as the other: all
+    but their last two letters alike, four at least (Polish "roleta" and "roletę",
+    Russian "штора" and "штору", "light" and "lights")."""
+    if word == other:
+        return True
+    short, long = sorted((word, other), key=len)
+    if len(short) < _ALIKE_LETTERS:
+        return False
+    pairs = zip(short, long[: len(short)], strict=True)
+    same = next((i for i, (a, b) in enumerate(pairs) if a != b), len(short))
+    return short in long or same >= max(_ALIKE_LETTERS, len(short) - _ENDING_LETTERS)
 
 
 def unspaced(ch: str) -> bool:

@@ -29,6 +29,8 @@ HOUSE = HouseNames.of(
         (["Office Window"], SHADE),
         (["Kitchen"], Named("light.kitchen")),
         (["Küche Licht", "キッチン"], Named("light.kueche")),
+        (["Roleta"], Named("cover.roleta", "blind")),
+        (["Штора"], Named("cover.shtora", "curtain")),
     ],
     areas=["Kitchen", "Garage", "Office"],
     floors=["Upstairs"],
@@ -153,6 +155,11 @@ def test_the_domains_of_the_things_a_request_names() -> None:
         ("Office Window", "Schließ die Haustür ab", True),
         ("Kitchen", "turn on the TV", True),
         ("Jacuzzi", "turn off the heating", False),  # not the house's: HA refuses it
+        # Inflected: all but the last two letters alike (four at least).
+        ("Roleta", "zamknij roletę", False),
+        ("Штора", "закрой штору", False),
+        ("Roleta", "zamknij rolki", True),  # "rol": three letters alike
+        ("Kitchen", "open the kite", True),
     ],
 )
 def test_a_call_may_name_only_what_the_request_says(name: str, text: str, not_asked: bool) -> None:

@@ -226,3 +226,16 @@ def test_examples_say_the_templates_first_words(languages: dict[str, LanguageDat
     de = example_messages(*HOUSES["de"], TOOLS, languages["de"])
     said = [m["content"] for m in de if m["role"] == "user"]
     assert "schalte Wasserkocher aus" in said
+
+
+def test_a_name_said_inflected_is_said() -> None:
+    """Russian and Polish inflect a name in a request ("штору" for "Штора"): the
+    request still names the thing, so its example is on the thing's kind."""
+    data = load_language_data("ru")
+    assert data is not None
+    things = [Thing("cover.shtora", "Штора в гостиной", area="Гостиная"),
+              Thing("light.kuhnya", "Свет на кухне", area="Кухня")]  # fmt: skip
+    hint = hint_messages("закрой штору в гостиной", things, ["Кухня", "Гостиная"], TOOLS, {},
+                         data=data)  # fmt: skip
+    assert hint.domains == {"cover"}
+    assert hint.messages[1]["tool_calls"][0]["function"]["name"] == "HassTurnOff"
