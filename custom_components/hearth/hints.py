@@ -271,6 +271,7 @@ def _said_in(asked: set[str], things: list[Thing], house: House) -> tuple[list[T
 
 
 def _says_all(asked: set[str], name: str) -> bool:
+    """Whether each word of ``name`` is said in ``asked``."""
     theirs = words(name)
     return bool(theirs) and all(any(alike(w, a) for a in asked) for w in theirs)
 

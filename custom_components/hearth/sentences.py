@@ -9,8 +9,8 @@ in the same data) is what HA would speak. ``recognize`` matches a user's request
 against the same templates with the house's names as slot lists.
 
 Deterministic: the same target gives the same bytes (of the first sentences a
-template yields, the one with the fewest words, in the template's order), and no state
-is read.
+template yields, the one with the fewest words and signs, in the template's order), and
+no state is read.
 """
 
 from __future__ import annotations
