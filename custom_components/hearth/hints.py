@@ -50,7 +50,7 @@ from .examples import (
     exposed_things,
     offered_tools,
 )
-from .intent_words import alike, block_domains, said_most, words
+from .intent_words import block_domains, said_in, said_most, words
 from .intents_data import LanguageData, cached_language_data
 from .questions import QUESTION_INTENTS, is_question
 from .sentences import AREA, NAME, TARGET_LISTS, recognize, slot_lists
@@ -273,13 +273,13 @@ def _said_in(asked: set[str], things: list[Thing], house: House) -> tuple[list[T
 def _says_all(asked: set[str], name: str) -> bool:
     """Whether each word of ``name`` is said in ``asked``."""
     theirs = words(name)
-    return bool(theirs) and all(any(alike(w, a) for a in asked) for w in theirs)
+    return bool(theirs) and all(said_in(w, asked) for w in theirs)
 
 
 def _less(asked: set[str], name: str) -> set[str]:
     """``asked`` without the words that say ``name``'s."""
     theirs = words(name)
-    return {a for a in asked if not any(alike(w, a) for w in theirs)}
+    return {a for a in asked if not said_in(a, theirs)}
 
 
 def _asked_by_words(data: LanguageData, text: str, things: list[Thing], house: House) -> Hint:

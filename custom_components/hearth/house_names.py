@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .intent_words import alike, words
+from .intent_words import said_in, words
 from .tool_names import bare_name
 
 # Domains in the order a shared name most likely means them when nothing else tells:
@@ -136,7 +136,7 @@ def worded(names: HouseNames, request: str) -> frozenset[str]:
 
 def _says_a_word_of(said: set[str], names: Iterable[str]) -> bool:
     theirs = set().union(*(words(name) for name in names))
-    return any(alike(word, other) for word in said for other in theirs)
+    return any(said_in(word, theirs) for word in said)
 
 
 def says(text: str, name: str) -> bool:

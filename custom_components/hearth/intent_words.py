@@ -77,9 +77,16 @@ def alike(word: str, other: str) -> bool:
     short, long = sorted((word, other), key=len)
     if len(short) < _ALIKE_LETTERS:
         return False
+    if short in long:
+        return True
     pairs = zip(short, long[: len(short)], strict=True)
     same = next((i for i, (a, b) in enumerate(pairs) if a != b), len(short))
-    return short in long or same >= max(_ALIKE_LETTERS, len(short) - _ENDING_LETTERS)
+    return same >= max(_ALIKE_LETTERS, len(short) - _ENDING_LETTERS)
+
+
+def said_in(word: str, asked: Iterable[str]) -> bool:
+    """Whether one of the words ``asked`` says ``word`` (``alike``)."""
+    return any(alike(word, other) for other in asked)
 
 
 def unspaced(ch: str) -> bool:
