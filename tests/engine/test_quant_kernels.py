@@ -265,6 +265,26 @@ def test_parts_of_one_form_join_and_others_stay_apart(kernels: object) -> None:
     assert torch.allclose(mixed(x), x @ ref.T, atol=1e-5)
 
 
+@pytest.mark.parametrize("rows", [1, 5, 16])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_one_call_for_parts_of_every_form_equals_each_part_alone(
+    kernels: object, rows: int, dtype: torch.dtype
+) -> None:
+    """A linear of parts of every form side by side and a bias is one native call
+    (``QuantPlan``): the rows are quantized once per group size (4-, 6- and 8-bit parts of
+    one group share them; an 8-bit part after a 4-bit one once read rows it never got) and
+    the bias is added in float32 before the one rounding. Each part's outputs are exactly
+    what that part alone gives for the same rows."""
+    forms = _forms(rows, 40, 200)
+    bias = torch.randn(sum(w.out_features for w in forms)).to(dtype)
+    x = torch.randn(rows, 200).to(dtype)
+    together = QuantLinear(forms, bias)(x)
+    # bfloat16 rows hold values float32 holds exactly: the same int8 rows, the same sums.
+    alone = torch.cat([QuantLinear([w], None)(x.float()) for w in forms], dim=-1)
+    assert together.dtype == dtype
+    assert torch.equal(together, (alone + bias.float()).to(dtype))
+
+
 @pytest.mark.parametrize("type_name", ["Q4_K", "Q8_0", "Q6_K"])
 def test_a_truncated_or_corrupt_tensor_is_refused_in_one_line(type_name: str) -> None:
     raw = random_blocks(type_name, 4, 256, seed=3)

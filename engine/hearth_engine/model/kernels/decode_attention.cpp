@@ -33,9 +33,14 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "vec.h"
+
+#if defined(__AVX512BF16__)
+#include <immintrin.h>
+#endif
 
 namespace {
 
@@ -65,9 +70,39 @@ struct Item {
 // weighted sum of the values. Each key and value is widened to float32 once, for all
 // the item's queries. Leaves, per query, the max, the sum of the weights and the
 // unnormalised output. C = D / 16 vectors per head.
+#if defined(__AVX512BF16__)
+// bfloat16 keys with AVX512-BF16: the scores of one block of keys (kv: its keys, each as
+// C / 2 raw vectors of 32 bfloat16, in kBitrev order) for every query of the item, from the
+// queries' own bfloat16 values (qb, unscaled) by VDPBF16PS: each product of two bfloat16
+// is exact in float32, as the float path's, and no key is widened. Then times scale.
+template <int C>
+inline void bf16_scores(const __m512i (*kv)[C / 2], const uint16_t* qb, const int64_t* ids,
+                        int64_t nq, float scale, i16v visible, f16v* scores, int64_t stride) {
+  for (int64_t i = 0; i < nq; ++i) {
+    const uint16_t* qi = qb + ids[i] * C * kLanes;
+    __m512bh q[C / 2];
+    for (int c = 0; c < C / 2; ++c) {
+      const __m512i raw = _mm512_loadu_si512(qi + c * 2 * kLanes);
+      std::memcpy(&q[c], &raw, sizeof(raw));
+    }
+    f16v part[kLanes];
+    for (int j = 0; j < kLanes; ++j) {
+      __m512 acc = _mm512_setzero_ps();
+      for (int c = 0; c < C / 2; ++c) {
+        __m512bh k;
+        std::memcpy(&k, &kv[j][c], sizeof(k));
+        acc = _mm512_dpbf16_ps(acc, q[c], k);
+      }
+      std::memcpy(&part[j], &acc, sizeof(acc));
+    }
+    scores[i * stride] = visible ? sum_lanes(part) * scale : splat(kNoScore);
+  }
+}
+#endif
+
 template <typename T, int C>
-void run_item(const Item<T>& item, const float* qf, const int64_t* query_ids, float* part_max,
-              float* part_sum, float* part_out) {
+void run_item(const Item<T>& item, const float* qf, const uint16_t* qb, float scale,
+              const int64_t* query_ids, float* part_max, float* part_sum, float* part_out) {
   constexpr int D = C * kLanes;
   constexpr int64_t kMaxBlocks = kSlice / kLanes;
   const int64_t nq = item.queries;
@@ -94,6 +129,22 @@ void run_item(const Item<T>& item, const float* qf, const int64_t* query_ids, fl
     seen[blk] = false;
     for (int j = 0; j < kLanes; ++j) seen[blk] |= visible[blk][j] != 0;
     if (!seen[blk]) continue;
+#if defined(__AVX512BF16__)
+    if constexpr (std::is_same<T, c10::BFloat16>::value && C % 2 == 0) {
+      if (qb != nullptr) {
+        __m512i raw[kLanes][C / 2];
+        for (int64_t j = 0; j < kLanes; ++j) {  // key j at kBitrev[j], as below
+          const T* kr = item.k + (t + std::min<int64_t>(j, n - 1)) * item.k_step;
+          for (int c = 0; c < C / 2; ++c)
+            raw[kBitrev[j]][c] = j < n ? _mm512_loadu_si512(kr + c * 2 * kLanes)
+                                       : _mm512_setzero_si512();
+        }
+        bf16_scores<C>(raw, qb, query_ids + item.first_query, nq, scale, visible[blk],
+                       &scores[blk], kMaxBlocks);
+        continue;
+      }
+    }
+#endif
     for (int64_t j = 0; j < kLanes; ++j) {  // key j at kBitrev[j]: its score lands in lane j
       const T* kr = item.k + (t + std::min<int64_t>(j, n - 1)) * item.k_step;
       for (int c = 0; c < C; ++c) kv[kBitrev[j]][c] = j < n ? load16(kr + c * kLanes) : f16v{};
@@ -134,13 +185,17 @@ void run_item(const Item<T>& item, const float* qf, const int64_t* query_ids, fl
     }
     for (int64_t i = 0; i < nq; ++i) {
       const f16v p = scores[i * kMaxBlocks + blk];
-      f16v o[C];
+      // Two sums per vector (even and odd keys): twice the independent chains of adds.
+      f16v o[C], e[C] = {};
       for (int c = 0; c < C; ++c) o[c] = acc[i * C + c];
-      for (int j = 0; j < kLanes; ++j) {
-        const float pj = p[j];
-        for (int c = 0; c < C; ++c) o[c] += pj * kv[j][c];
+      for (int j = 0; j < kLanes; j += 2) {
+        const float pj = p[j], pk = p[j + 1];
+        for (int c = 0; c < C; ++c) {
+          o[c] += pj * kv[j][c];
+          e[c] += pk * kv[j + 1][c];
+        }
       }
-      for (int c = 0; c < C; ++c) acc[i * C + c] = o[c];
+      for (int c = 0; c < C; ++c) acc[i * C + c] = o[c] + e[c];
     }
   }
   for (int64_t i = 0; i < nq; ++i) {
@@ -169,6 +224,17 @@ at::Tensor decode_attention_typed(const at::Tensor& query, const at::Tensor& own
         qf[(b * heads + h) * d + x] =
             static_cast<float>(qsrc[b * query.stride(0) + h * query.stride(1) + x]) *
             static_cast<float>(scale);
+  // bfloat16 queries as they are (unscaled), for the keys' bfloat16 dot products.
+  std::vector<uint16_t> qbits;
+#if defined(__AVX512BF16__)
+  if constexpr (std::is_same<T, c10::BFloat16>::value) {
+    qbits.resize(rows * heads * d);
+    for (int64_t b = 0; b < rows; ++b)
+      for (int64_t h = 0; h < heads; ++h)
+        std::memcpy(&qbits[(b * heads + h) * d], qsrc + b * query.stride(0) + h * query.stride(1),
+                    d * sizeof(uint16_t));
+  }
+#endif
   std::vector<Item<T>> items;
   std::vector<int64_t> query_ids;  // the item-query table
   auto add_items = [&](const T* k, const T* v, int64_t k_head, int64_t v_head, int64_t k_step,
@@ -222,7 +288,10 @@ at::Tensor decode_attention_typed(const at::Tensor& query, const at::Tensor& own
   const int64_t slots = static_cast<int64_t>(query_ids.size());
   std::vector<float> part_max(slots), part_sum(slots), part_out(slots * d);
   const float* qdata = qf.data();
-  void (*run)(const Item<T>&, const float*, const int64_t*, float*, float*, float*) = nullptr;
+  const uint16_t* qb = qbits.empty() ? nullptr : qbits.data();
+  const float fscale = static_cast<float>(scale);
+  void (*run)(const Item<T>&, const float*, const uint16_t*, float, const int64_t*, float*, float*,
+              float*) = nullptr;
   switch (d) {
     case 16:
       run = run_item<T, 1>;
@@ -247,7 +316,8 @@ at::Tensor decode_attention_typed(const at::Tensor& query, const at::Tensor& own
   }
   auto run_range = [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i)
-      run(items[i], qdata, query_ids.data(), part_max.data(), part_sum.data(), part_out.data());
+      run(items[i], qdata, qb, fscale, query_ids.data(), part_max.data(), part_sum.data(),
+          part_out.data());
   };
   // Waking the thread pool costs a few microseconds: a step over a short KV (a few
   // hundred key-query pairs per head) runs on the calling thread.

@@ -18,6 +18,16 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("x"), py::arg("tiles"), py::arg("scales"), py::arg("zeros"),
         py::arg("out_features"), py::arg("group"), py::arg("bits"), py::arg("bias") = py::none(),
         py::arg("exact") = false, py::arg("supers") = py::none(), py::arg("per_super") = 0);
+  py::class_<hearth::QuantPlan>(m, "QuantPlan",
+                                "a linear of quantized matrices side by side, for decode rows")
+      .def(py::init<int64_t, const c10::optional<at::Tensor>&>(), py::arg("in_features"),
+           py::arg("bias") = py::none())
+      .def("add", &hearth::QuantPlan::add, py::arg("tiles"), py::arg("scales"), py::arg("zeros"),
+           py::arg("out_features"), py::arg("group"), py::arg("bits"),
+           py::arg("supers") = py::none(), py::arg("per_super") = 0,
+           py::return_value_policy::reference)
+      .def("__call__", &hearth::QuantPlan::forward, py::arg("x"), py::arg("exact") = false)
+      .def_property_readonly("out_features", &hearth::QuantPlan::out_features);
   m.def("quant_dequant_tiles", &hearth::quant_dequant_tiles,
         "4/6/8-bit tiles into the padded [T * 16, K_pad] matrix (prefill)", py::arg("tiles"),
         py::arg("scales"), py::arg("zeros"), py::arg("group"), py::arg("bits"), py::arg("out"),

@@ -187,6 +187,11 @@ struct QuantRows {
   std::vector<uint8_t> u;  // only for 8-bit weights
   std::vector<float> scale, sum;
   std::vector<int32_t> qsum;  // per group, the int8 inputs' sum (6-bit codes' offset)
+
+  void add_unsigned() {  // u from q, for 8-bit weights
+    u.resize(q.size());
+    for (size_t i = 0; i < q.size(); ++i) u[i] = static_cast<uint8_t>(q[i] + 128);
+  }
 };
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
@@ -271,10 +276,7 @@ QuantRows quantize_rows(const T* x, int64_t rows, const Shape& sh) {
                      &r.q[m * sh.k_pad + k0], &r.qsum[at]);
     }
   }
-  if (sh.bits == 8) {
-    r.u.resize(r.q.size());
-    for (size_t i = 0; i < r.q.size(); ++i) r.u[i] = static_cast<uint8_t>(r.q[i] + 128);
-  }
+  if (sh.bits == 8) r.add_unsigned();
   return r;
 }
 
@@ -626,63 +628,117 @@ void dispatch_block(int mb, bool integer, const uint8_t* w, const Params& p,
   }
 }
 
-template <typename T>
-void linear_impl(const at::Tensor& x, const at::Tensor& tiles, const Params& params,
-                 const at::Tensor& bias, const Shape& sh, bool exact, at::Tensor& out) {
-  const int64_t rows = x.numel() / sh.k;
-  const T* xs = x.data_ptr<T>();
-  const bool integer = !(exact && std::is_same<T, float>::value);
+// The rows as one group size's kernels read them: int8 per group (the integer path), or
+// float32 padded to K_pad with each group's sum (the exact path).
+struct Activations {
   QuantRows xr;
   std::vector<float> xf, xsum;
+};
+
+template <typename T>
+Activations prepare_rows(const T* xs, int64_t rows, const Shape& sh, bool integer) {
+  Activations a;
   if (integer) {
-    xr = quantize_rows(xs, rows, sh);
-  } else {
-    xf.assign(rows * sh.k_pad, 0.0f);
-    xsum.assign(rows * sh.groups, 0.0f);
-    for (int64_t m = 0; m < rows; ++m) {
-      for (int64_t c = 0; c < sh.k; ++c) {
-        const float v = static_cast<float>(xs[m * sh.k + c]);
-        xf[m * sh.k_pad + c] = v;
-        xsum[m * sh.groups + c / sh.group] += v;
-      }
+    a.xr = quantize_rows(xs, rows, sh);
+    return a;
+  }
+  a.xf.assign(rows * sh.k_pad, 0.0f);
+  a.xsum.assign(rows * sh.groups, 0.0f);
+  for (int64_t m = 0; m < rows; ++m) {
+    for (int64_t c = 0; c < sh.k; ++c) {
+      const float v = static_cast<float>(xs[m * sh.k + c]);
+      a.xf[m * sh.k_pad + c] = v;
+      a.xsum[m * sh.groups + c / sh.group] += v;
     }
   }
-  const uint8_t* wbase = tiles.data_ptr<uint8_t>();
-  const T* b = bias.defined() ? bias.data_ptr<T>() : nullptr;
-  T* dst = out.data_ptr<T>();
+  return a;
+}
 
-  auto run_tiles = [&](int64_t begin, int64_t end) {
-    float sums[kBlockRows * kLanes];
-    for (int64_t t = begin; t < end; ++t) {
-      const uint8_t* w = wbase + t * sh.tile_bytes;
-      const Params p = params.tile(t, sh.groups);
-      for (int64_t m0 = 0; m0 < rows;) {
-        const int64_t left = rows - m0;
-        const int mb = left >= 8 ? 8 : left >= 4 ? 4 : left >= 2 ? 2 : 1;
-        if (sh.bits == 4) {
-          dispatch_block<4>(mb, integer, w, p, xr, xf, xsum, m0, sh, sums);
-        } else if (sh.bits == 6) {
-          dispatch_block<6>(mb, integer, w, p, xr, xf, xsum, m0, sh, sums);
-        } else {
-          dispatch_block<8>(mb, integer, w, p, xr, xf, xsum, m0, sh, sums);
-        }
-        const int64_t f1 = std::min(sh.n, (t + 1) * kLanes);
-        for (int m = 0; m < mb; ++m) {
-          for (int64_t f = t * kLanes; f < f1; ++f) {
-            float v = sums[m * kLanes + f - t * kLanes];
-            if (b != nullptr) v += static_cast<float>(b[f]);
-            dst[(m0 + m) * sh.n + f] = static_cast<T>(v);
-          }
-        }
-        m0 += mb;
+// One matrix of a plan (hearth::QuantPlan): its tiles and parameters, held, and where its
+// features start among the plan's outputs.
+struct PlanPart {
+  at::Tensor tiles, scales, zeros, supers;
+  Shape sh;
+  Params params;
+  int64_t col0;
+};
+
+// Tiles [t0, t1) of one part, for every row: y[m, col0 + f] = sum (+ bias), in T.
+template <typename T>
+void part_tiles(const PlanPart& part, const Activations& a, bool integer, int64_t rows,
+                int64_t t0, int64_t t1, const float* bias, int64_t ld, T* dst) {
+  const Shape& sh = part.sh;
+  const uint8_t* wbase = part.tiles.data_ptr<uint8_t>();
+  float sums[kBlockRows * kLanes];
+  for (int64_t t = t0; t < t1; ++t) {
+    const uint8_t* w = wbase + t * sh.tile_bytes;
+    const Params p = part.params.tile(t, sh.groups);
+    for (int64_t m0 = 0; m0 < rows;) {
+      const int64_t left = rows - m0;
+      const int mb = left >= 8 ? 8 : left >= 4 ? 4 : left >= 2 ? 2 : 1;
+      if (sh.bits == 4) {
+        dispatch_block<4>(mb, integer, w, p, a.xr, a.xf, a.xsum, m0, sh, sums);
+      } else if (sh.bits == 6) {
+        dispatch_block<6>(mb, integer, w, p, a.xr, a.xf, a.xsum, m0, sh, sums);
+      } else {
+        dispatch_block<8>(mb, integer, w, p, a.xr, a.xf, a.xsum, m0, sh, sums);
       }
+      const int64_t f1 = std::min(sh.n, (t + 1) * kLanes);
+      for (int m = 0; m < mb; ++m) {
+        T* row = dst + (m0 + m) * ld + part.col0;
+        for (int64_t f = t * kLanes; f < f1; ++f) {
+          float v = sums[m * kLanes + f - t * kLanes];
+          if (bias != nullptr) v += bias[part.col0 + f];
+          row[f] = static_cast<T>(v);
+        }
+      }
+      m0 += mb;
+    }
+  }
+}
+
+// Every part of a plan for rows x: one parallel region over all their tiles (work items
+// of about kTaskBytes, so that two threads split the bytes evenly), the rows prepared once
+// per group size. dst is [rows, n_total].
+template <typename T>
+void plan_impl(const T* xs, int64_t rows, const std::vector<PlanPart>& parts, const float* bias,
+               bool integer, int64_t n_total, T* dst) {
+  std::vector<int64_t> seen;  // group sizes, in order met
+  std::vector<Activations> acts;
+  std::vector<size_t> which(parts.size());
+  struct Task {
+    size_t part;
+    int64_t t0, t1;
+  };
+  std::vector<Task> tasks;
+  int64_t bytes = 0;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const Shape& sh = parts[i].sh;
+    const auto at = std::find(seen.begin(), seen.end(), sh.group);
+    which[i] = static_cast<size_t>(at - seen.begin());
+    if (at == seen.end()) {
+      seen.push_back(sh.group);
+      acts.push_back(prepare_rows(xs, rows, sh, integer));
+    } else if (integer && sh.bits == 8 && acts[which[i]].xr.u.empty()) {
+      acts[which[i]].xr.add_unsigned();  // rows shared with a 4- or 6-bit part
+    }
+    const int64_t count = (sh.n + kLanes - 1) / kLanes;
+    const int64_t step = std::max<int64_t>(1, kTaskBytes / sh.tile_bytes);
+    for (int64_t t0 = 0; t0 < count; t0 += step) tasks.push_back({i, t0, std::min(count, t0 + step)});
+    bytes += count * sh.tile_bytes;
+  }
+  auto run = [&](int64_t begin, int64_t end) {
+    for (int64_t j = begin; j < end; ++j) {
+      const Task& task = tasks[j];
+      part_tiles(parts[task.part], acts[which[task.part]], integer, rows, task.t0, task.t1, bias,
+                 n_total, dst);
     }
   };
-  const int64_t count = (sh.n + kLanes - 1) / kLanes;
-  if (count * sh.tile_bytes < kSerialBytes) {
-    run_tiles(0, count);
+  const int64_t count = static_cast<int64_t>(tasks.size());
+  if (bytes < kSerialBytes) {
+    run(0, count);
   } else {
-    at::parallel_for(0, count, std::max<int64_t>(1, kTaskBytes / sh.tile_bytes), run_tiles);
+    at::parallel_for(0, count, 1, run);
   }
 }
 
@@ -916,35 +972,76 @@ void on_float_out(at::Tensor& out, const char* what, Run&& run) {
 
 namespace hearth {
 
-at::Tensor quant_linear(const at::Tensor& x, const at::Tensor& tiles, const at::Tensor& scales,
-                        const c10::optional<at::Tensor>& zeros, int64_t out_features,
-                        int64_t group, int64_t bits, const c10::optional<at::Tensor>& bias,
-                        bool exact, const c10::optional<at::Tensor>& supers, int64_t per_super) {
-  TORCH_CHECK(x.device().is_cpu() && x.dim() >= 1 && x.size(-1) > 0, "x must be [..., K] on the CPU");
-  const Shape sh = shape_of(out_features, x.size(-1), group, bits);
-  const Params params = checked_params(tiles, scales, zeros, supers, per_super, sh);
-  TORCH_CHECK(x.numel() / sh.k <= kMaxRows, "quant_linear takes at most ", kMaxRows, " rows");
-  at::Tensor b;
+struct QuantPlan::Parts {
+  std::vector<PlanPart> list;
+};
+
+QuantPlan::QuantPlan(int64_t in_features, const c10::optional<at::Tensor>& bias)
+    : in_features_(in_features), parts_(std::make_shared<Parts>()) {
+  TORCH_CHECK(in_features > 0, "a quantized linear needs inputs");
   if (bias.has_value()) {
-    b = bias->contiguous();
-    TORCH_CHECK(b.scalar_type() == x.scalar_type() && b.numel() == out_features,
-                "the bias must be [N] in x's dtype");
+    TORCH_CHECK(bias->device().is_cpu() && bias->dim() == 1, "the bias must be [N] on the CPU");
+    bias_ = bias->to(at::kFloat).contiguous();  // added in float32, rounded with the sum
   }
+}
+
+QuantPlan& QuantPlan::add(const at::Tensor& tiles, const at::Tensor& scales,
+                          const c10::optional<at::Tensor>& zeros, int64_t out_features,
+                          int64_t group, int64_t bits, const c10::optional<at::Tensor>& supers,
+                          int64_t per_super) {
+  PlanPart part;
+  part.sh = shape_of(out_features, in_features_, group, bits);
+  part.params = checked_params(tiles, scales, zeros, supers, per_super, part.sh);
+  part.tiles = tiles;
+  part.scales = scales;
+  part.zeros = zeros.has_value() ? *zeros : at::Tensor();
+  part.supers = supers.has_value() ? *supers : at::Tensor();
+  part.col0 = out_features_;
+  out_features_ += out_features;
+  parts_->list.push_back(std::move(part));
+  return *this;
+}
+
+at::Tensor QuantPlan::forward(const at::Tensor& x, bool exact) const {
+  TORCH_CHECK(!parts_->list.empty(), "a quantized linear needs at least one matrix");
+  TORCH_CHECK(x.device().is_cpu() && x.dim() >= 1 && x.size(-1) == in_features_,
+              "x must be [..., ", in_features_, "] on the CPU");
+  TORCH_CHECK(!bias_.defined() || bias_.numel() == out_features_,
+              "the bias must be [", out_features_, "]");
+  const int64_t rows = x.numel() / in_features_;
+  TORCH_CHECK(rows <= kMaxRows, "quant_linear takes at most ", kMaxRows, " rows");
   const at::Tensor input = x.contiguous();
   std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end());
-  shape.back() = out_features;
+  shape.back() = out_features_;
   at::Tensor out = at::empty(shape, x.options());
+  const float* bias = bias_.defined() ? bias_.data_ptr<float>() : nullptr;
   switch (x.scalar_type()) {
     case at::kBFloat16:
-      linear_impl<c10::BFloat16>(input, tiles, params, b, sh, exact, out);
+      plan_impl(input.data_ptr<c10::BFloat16>(), rows, parts_->list, bias, true, out_features_,
+                out.data_ptr<c10::BFloat16>());
       break;
     case at::kFloat:
-      linear_impl<float>(input, tiles, params, b, sh, exact, out);
+      plan_impl(input.data_ptr<float>(), rows, parts_->list, bias, !exact, out_features_,
+                out.data_ptr<float>());
       break;
     default:
       TORCH_CHECK(false, "quant_linear takes bfloat16 or float32 inputs, not ", x.scalar_type());
   }
   return out;
+}
+
+at::Tensor quant_linear(const at::Tensor& x, const at::Tensor& tiles, const at::Tensor& scales,
+                        const c10::optional<at::Tensor>& zeros, int64_t out_features,
+                        int64_t group, int64_t bits, const c10::optional<at::Tensor>& bias,
+                        bool exact, const c10::optional<at::Tensor>& supers, int64_t per_super) {
+  TORCH_CHECK(x.dim() >= 1 && x.size(-1) > 0, "x must be [..., K] on the CPU");
+  if (bias.has_value()) {
+    TORCH_CHECK(bias->scalar_type() == x.scalar_type() && bias->numel() == out_features,
+                "the bias must be [N] in x's dtype");
+  }
+  QuantPlan plan(x.size(-1), bias);
+  plan.add(tiles, scales, zeros, out_features, group, bits, supers, per_super);
+  return plan.forward(x, exact);
 }
 
 void quant_dequant_tiles(const at::Tensor& tiles, const at::Tensor& scales,

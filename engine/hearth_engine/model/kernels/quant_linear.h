@@ -7,7 +7,33 @@
 #include <ATen/core/Tensor.h>
 #include <c10/util/Optional.h>
 
+#include <memory>
+
 namespace hearth {
+
+// One linear of one or more quantized matrices that read the same input (q/k/v,
+// gate/up), built once: a call quantizes the rows once per group size, runs every
+// matrix's tiles in one parallel region and writes their outputs side by side, with the
+// bias added in float32 before the one rounding. For decode rows (at most 16).
+class QuantPlan {
+ public:
+  QuantPlan(int64_t in_features, const c10::optional<at::Tensor>& bias);
+  // The next matrix (its outputs follow the previous ones'); as quant_linear's arguments.
+  QuantPlan& add(const at::Tensor& tiles, const at::Tensor& scales,
+                 const c10::optional<at::Tensor>& zeros, int64_t out_features, int64_t group,
+                 int64_t bits, const c10::optional<at::Tensor>& supers, int64_t per_super);
+  // y = x W^T (+ bias) for x [..., K] (bfloat16 or float32); float32 rows with ``exact``
+  // are not quantized.
+  at::Tensor forward(const at::Tensor& x, bool exact) const;
+  int64_t out_features() const { return out_features_; }
+
+ private:
+  int64_t in_features_;
+  int64_t out_features_ = 0;
+  at::Tensor bias_;  // float32, or undefined
+  struct Parts;  // the matrices (quant_linear.cpp)
+  std::shared_ptr<Parts> parts_;
+};
 
 // y = x W^T (+ bias) for x [..., K] (bfloat16 or float32) with at most 16 rows, where
 // W[f, k] = scales[f, k / group] * q[f, k] (+ zeros[f, k / group]). The inputs are

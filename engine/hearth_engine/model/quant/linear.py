@@ -145,32 +145,32 @@ class QuantLinear:
         self.kind = "+".join(dict.fromkeys(p.kind for p in self.parts))
         self.tiles = None  # no bfloat16 decode tiles: the packed weights are the tiles
         self.nbytes = sum(p.nbytes for p in self.parts)
-        self._kernels = kernels()
+        # Decode rows: one native call for every part and the bias (``QuantPlan``), which
+        # saved a fifth of the default model's step in Python and torch glue.
+        self._plan = kernels().QuantPlan(self.in_features, bias)  # type: ignore[attr-defined]
+        for p in self.parts:
+            self._plan.add(
+                p.tiles, p.scales, p.zeros, p.out_features, p.group, p.bits, **p.kernel_params
+            )
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        rows = x.numel() // self.in_features
-        outs = [self._part(p, x, rows) for p in self.parts]
+        if x.numel() <= DECODE_ROWS * self.in_features:
+            exact = self.exact or getattr(_EXACT, "on", False)
+            if x.dtype == torch.float32 or (x.dtype == torch.bfloat16 and not exact):
+                return self._plan(x, exact)
+            if exact and x.dtype == torch.bfloat16:
+                # A few exact bf16 rows (the self-test's decode steps) widen to float32,
+                # where the kernel's exact path reads the packed weights: the dense path
+                # would dequantize the whole matrix into scratch that stays (a
+                # vocabulary-sized head: 467 MB in bf16, and the GEMM's copy of it).
+                return self._plan(x.float(), True).to(x.dtype)
+        outs = [self._dense(p, x) for p in self.parts]
         out = outs[0] if len(outs) == 1 else torch.cat(outs, dim=-1)
         return out if self.bias is None else out + self.bias.to(out.dtype)
 
-    def _packed(self, w: QuantWeight, x: torch.Tensor, exact: bool) -> torch.Tensor:
-        """The decode kernel on the packed tiles (at most ``DECODE_ROWS`` rows)."""
-        return self._kernels.quant_linear(  # type: ignore[attr-defined]
-            x, w.tiles, w.scales, w.zeros, w.out_features, w.group, w.bits, exact=exact,
-            **w.kernel_params,
-        )  # fmt: skip
-
-    def _part(self, w: QuantWeight, x: torch.Tensor, rows: int) -> torch.Tensor:
-        exact = self.exact or getattr(_EXACT, "on", False)
-        kernel_rows = (torch.float32,) if exact else (torch.bfloat16, torch.float32)
-        if rows <= DECODE_ROWS and x.dtype in kernel_rows:
-            return self._packed(w, x, exact)
-        if rows <= DECODE_ROWS and exact and x.dtype == torch.bfloat16:
-            # A few exact bf16 rows (the self-test's decode steps) widen to float32, where
-            # the kernel's exact path reads the packed weights: the dense path would
-            # dequantize the whole matrix into scratch that stays (a vocabulary-sized
-            # head: 467 MB in bf16, and the GEMM's copy of it).
-            return self._packed(w, x.float(), True).to(x.dtype)
+    @staticmethod
+    def _dense(w: QuantWeight, x: torch.Tensor) -> torch.Tensor:
+        """Prefill rows: the matrix dequantized (scratch), then one GEMM."""
         weight = dense_padded(w, x.dtype)  # [T * 16, K_pad]: padding rows and columns
         if weight.shape[1] != w.in_features:
             x = torch.nn.functional.pad(x, (0, weight.shape[1] - w.in_features))
