@@ -2,7 +2,8 @@
 
 One copy of the weights serves both phases (``kernels/quant_linear.cpp``):
 
-* **decode** (at most ``DECODE_ROWS`` rows): ``quant_linear`` reads the packed tiles;
+* **decode** (at most ``DECODE_ROWS`` rows): a ``QuantPlan`` (built once per linear)
+  reads the packed tiles of every part in one native call, bias included;
   the rows (bfloat16 or float32) are quantized per group to int8 and multiplied with
   integer dots (AVX-512 VNNI, or AVX2's vpmaddubsw: llama.cpp's scheme); ``exact``
   keeps float32 rows unrounded (a float path several times slower, for tests);
@@ -15,7 +16,7 @@ One copy of the weights serves both phases (``kernels/quant_linear.cpp``):
   ``_weight_int4pack_mm_for_cpu`` took 1,482 ms earlier.
 
 Several matrices that read the same input (q/k/v, gate/up) are one ``QuantLinear`` of
-several parts: one call each, their outputs side by side. Parts of the same form whose
+several parts: one decode call for all, their outputs side by side. Parts of the same form whose
 features fill whole tiles are joined into one part (one kernel call).
 """
 
