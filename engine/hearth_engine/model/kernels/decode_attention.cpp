@@ -72,12 +72,6 @@ struct Item {
   int64_t queries;
 };
 
-// One item, in three passes over its keys (at most kSlice, so its scores stay in L1):
-// every query's scores, 16 keys at a time; then per query one max and one sum across
-// lanes for the whole item (not per block of 16, as an online softmax would); then the
-// weighted sum of the values. Each key and value is widened to float32 once, for all
-// the item's queries. Leaves, per query, the max, the sum of the weights and the
-// unnormalised output. C = D / 16 vectors per head.
 #if defined(__AVX512BF16__)
 // bfloat16 keys with AVX512-BF16: the scores of one block of keys (kv: its keys, each as
 // C / 2 raw vectors of 32 bfloat16, in kBitrev order) for every query of the item, from the
@@ -180,6 +174,13 @@ inline f16v round_bf16(f16v v) {
 }
 #endif
 
+// One item, in three passes over its keys (at most kSlice, so its scores stay in L1):
+// every query's scores, 16 keys at a time; then per query one max and one sum across
+// lanes for the whole item (not per block of 16, as an online softmax would); then the
+// weighted sum of the values. Each key and value is widened to float32 once, for all
+// the item's queries (bfloat16 with AVX512-BF16: never, see the helpers above). Leaves,
+// per query, the max, the sum of the weights and the unnormalised output. C = D / 16
+// vectors per head.
 template <typename T, int C>
 void run_item(const Item<T>& item, const float* qf, const uint16_t* qb, float scale,
               const int64_t* query_ids, float* part_max, float* part_sum, float* part_out) {
