@@ -4,7 +4,7 @@ For the Qwen2.5-1.5B and Llama-3.2-3B layer shapes (q/k/v fused, o, gate/up fuse
 down), ``COPIES`` copies of each matrix are cycled so that none stays in cache, and each
 kernel is timed per layer (wall time, the engine's threads):
 
-* ``hearth-int4`` / ``hearth-int8``: Hearth's packed tiles (``quant_linear``; rows up to
+* ``hearth-int4`` / ``hearth-int8``: Hearth's packed tiles (``QuantPlan``; rows up to
   16) and, for prefill rows, dequantize-then-GEMM (what ``QuantLinear`` does);
   ``hearth-int6-g16`` and ``hearth-int8-g16``: a GGUF Q6_K matrix's form, and the int8
   form it had before;

@@ -302,7 +302,7 @@ def test_a_truncated_or_corrupt_tensor_is_refused_in_one_line(type_name: str) ->
 def test_the_kernel_refuses_tiles_of_another_shape(kernels: object) -> None:
     w = quantize_int4(torch.randn(32, 64))
     with pytest.raises(RuntimeError, match="tiles must be"):
-        kernels.quant_linear(torch.randn(1, 96), w.tiles, w.scales, w.zeros, 32, 32, 4)  # type: ignore[attr-defined]
+        kernels.QuantPlan(96).add(w.tiles, w.scales, w.zeros, 32, 32, 4)  # type: ignore[attr-defined]
 
 
 def test_the_self_test_keeps_bfloat16_decode_rows_unquantized(kernels: object) -> None:

@@ -14,10 +14,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("tiled_linear", &hearth::tiled_linear, "a linear for a decode step's few rows",
         py::arg("x"), py::arg("tiles"), py::arg("out_features"), py::arg("scales") = py::none(),
         py::arg("bias") = py::none());
-  m.def("quant_linear", &hearth::quant_linear, "a linear from 4/6/8-bit tiles, at most 16 rows",
-        py::arg("x"), py::arg("tiles"), py::arg("scales"), py::arg("zeros"),
-        py::arg("out_features"), py::arg("group"), py::arg("bits"), py::arg("bias") = py::none(),
-        py::arg("exact") = false, py::arg("supers") = py::none(), py::arg("per_super") = 0);
   py::class_<hearth::QuantPlan>(m, "QuantPlan",
                                 "a linear of quantized matrices side by side, for decode rows")
       .def(py::init<int64_t, const c10::optional<at::Tensor>&>(), py::arg("in_features"),

@@ -17,7 +17,7 @@
 // That is the operand order of AVX-512 VNNI's vpdpbusd: one 64-byte load and one
 // instruction give 16 features x 4 inputs of one row, with no horizontal sums.
 //
-// Decode (<= 16 rows, quant_linear):
+// Decode (<= 16 rows, QuantPlan):
 // * the integer path (bfloat16 and float32 inputs): each row is quantized per group to
 //   int8 (scale = max|x| / 127, round half to even), the group's dot products are exact
 //   int32 sums (vpdpbusd with AVX-512 VNNI, vpmaddubsw + vpmaddwd with AVX2, or the same
@@ -1012,7 +1012,7 @@ at::Tensor QuantPlan::forward(const at::Tensor& x, bool exact) const {
   TORCH_CHECK(!bias_.defined() || bias_.numel() == out_features_,
               "the bias must be [", out_features_, "]");
   const int64_t rows = x.numel() / in_features_;
-  TORCH_CHECK(rows <= kMaxRows, "quant_linear takes at most ", kMaxRows, " rows");
+  TORCH_CHECK(rows <= kMaxRows, "a quantized linear takes at most ", kMaxRows, " rows");
   const at::Tensor input = x.contiguous();
   std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end());
   shape.back() = out_features_;
@@ -1028,23 +1028,9 @@ at::Tensor QuantPlan::forward(const at::Tensor& x, bool exact) const {
                 out.data_ptr<float>());
       break;
     default:
-      TORCH_CHECK(false, "quant_linear takes bfloat16 or float32 inputs, not ", x.scalar_type());
+      TORCH_CHECK(false, "a quantized linear takes bfloat16 or float32 inputs, not ", x.scalar_type());
   }
   return out;
-}
-
-at::Tensor quant_linear(const at::Tensor& x, const at::Tensor& tiles, const at::Tensor& scales,
-                        const c10::optional<at::Tensor>& zeros, int64_t out_features,
-                        int64_t group, int64_t bits, const c10::optional<at::Tensor>& bias,
-                        bool exact, const c10::optional<at::Tensor>& supers, int64_t per_super) {
-  TORCH_CHECK(x.dim() >= 1 && x.size(-1) > 0, "x must be [..., K] on the CPU");
-  if (bias.has_value()) {
-    TORCH_CHECK(bias->scalar_type() == x.scalar_type() && bias->numel() == out_features,
-                "the bias must be [N] in x's dtype");
-  }
-  QuantPlan plan(x.size(-1), bias);
-  plan.add(tiles, scales, zeros, out_features, group, bits, supers, per_super);
-  return plan.forward(x, exact);
 }
 
 void quant_dequant_tiles(const at::Tensor& tiles, const at::Tensor& scales,

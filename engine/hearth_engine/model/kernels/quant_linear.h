@@ -18,12 +18,13 @@ namespace hearth {
 class QuantPlan {
  public:
   QuantPlan(int64_t in_features, const c10::optional<at::Tensor>& bias);
-  // The next matrix (its outputs follow the previous ones'); as quant_linear's arguments.
+  // The next matrix W [out_features, K] (its outputs follow the previous ones').
   QuantPlan& add(const at::Tensor& tiles, const at::Tensor& scales,
                  const c10::optional<at::Tensor>& zeros, int64_t out_features, int64_t group,
                  int64_t bits, const c10::optional<at::Tensor>& supers, int64_t per_super);
-  // y = x W^T (+ bias) for x [..., K] (bfloat16 or float32); float32 rows with ``exact``
-  // are not quantized.
+  // y = x W^T (+ bias) for x [..., K] (bfloat16 or float32), the parts' outputs side by
+  // side, where W[f, k] = scales[f, k / group] * q[f, k] (+ zeros[f, k / group]). The rows
+  // are quantized to int8 per group (integer dots); float32 rows with ``exact`` are not.
   at::Tensor forward(const at::Tensor& x, bool exact) const;
   int64_t out_features() const { return out_features_; }
 
@@ -34,14 +35,6 @@ class QuantPlan {
   struct Parts;  // the matrices (quant_linear.cpp)
   std::shared_ptr<Parts> parts_;
 };
-
-// y = x W^T (+ bias) for x [..., K] (bfloat16 or float32) with at most 16 rows, where
-// W[f, k] = scales[f, k / group] * q[f, k] (+ zeros[f, k / group]). The inputs are
-// quantized to int8 per group (integer dots), or, with ``exact`` and float32 inputs, not.
-at::Tensor quant_linear(const at::Tensor& x, const at::Tensor& tiles, const at::Tensor& scales,
-                        const c10::optional<at::Tensor>& zeros, int64_t out_features,
-                        int64_t group, int64_t bits, const c10::optional<at::Tensor>& bias,
-                        bool exact, const c10::optional<at::Tensor>& supers, int64_t per_super);
 
 // W as the padded [T * 16, K_pad] matrix, a tile at a time (prefill): bfloat16 or float32.
 void quant_dequant_tiles(const at::Tensor& tiles, const at::Tensor& scales,

@@ -31,7 +31,7 @@ import torch
 from .. import native
 from .tiles import LANES, QuantWeight, dequantize, pack
 
-DECODE_ROWS = 16  # quant_linear's limit: decode steps of up to 16 rows
+DECODE_ROWS = 16  # QuantPlan's limit: decode steps of up to 16 rows
 INT4_GROUP = 32  # --quantize int4: the group size (as Q4_K's sub-blocks)
 
 _SCRATCH = threading.local()
@@ -65,7 +65,7 @@ class QuantKernelsMissingError(RuntimeError):
 
 def kernels() -> object:
     module = native.load() if native.enabled() else None
-    if module is None or not hasattr(module, "quant_linear"):
+    if module is None or not hasattr(module, "QuantPlan"):
         reason = native.error() or "turned off (HEARTH_NATIVE=0)"
         raise QuantKernelsMissingError(f"quantized weights need Hearth's native kernels ({reason})")
     return module
