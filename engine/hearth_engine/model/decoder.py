@@ -13,7 +13,9 @@ module runs the same arithmetic with the model's own weights and embeddings:
 * attention is Hearth's (``attention.py``): grouped heads inside the kernel, shared
   prefixes read in place.
 
-The step is split for ``compiled.py``: ``step_graph`` is the dense arithmetic, free of
+A one-token step runs its layers in one native call where it can (``native_step.py``:
+the same kernels and operations in the same order, so the same bits). The step is split
+for ``compiled.py``: ``step_graph`` is the dense arithmetic, free of
 Python that depends on the cache, around one ``attend`` call per layer (the KV write
 and Hearth's attention); compiled, ``attend`` is an opaque op.
 
@@ -30,7 +32,7 @@ from typing import Any
 
 import torch
 
-from . import attention, native
+from . import attention, native, native_step
 from .attention import PrefixPart
 from .kv import KVBuffer
 from .layer_types import sliding_layers
@@ -196,6 +198,7 @@ class LeanDecoder:
         self.lm_head = _head(model.lm_head, quantization, tiled)
         self.layers = [self._layer(layer, quantization, tiled) for layer in inner.layers]
         self.quantization = quantization
+        self._native: Any = None  # native_step's DecodeLayers once built; False: never
         _release_linears(model)
         kinds = sorted({x.kind for layer in self.layers for x in (layer.qkv, layer.gate_up)})
         _LOGGER.info(
@@ -253,6 +256,10 @@ class LeanDecoder:
     ) -> torch.Tensor:
         """Logits of each row's last position, float32 ``[B, V]``."""
         q_len = ids.shape[1]
+        if q_len == 1:
+            logits = self._native_forward(ids, positions, cache, attention_mask, parts)
+            if logits is not None:
+                return logits
         if attention_mask is not None and q_len != 1:
             raise ValueError("a padding mask is only supported for one-token steps")
         if attention_mask is not None:
@@ -264,6 +271,37 @@ class LeanDecoder:
             return self.attend(q, k, v, index, cache, mask, parts)
 
         return self.step_graph(ids, positions, attend)
+
+    def _native_forward(
+        self,
+        ids: torch.Tensor,  # [B, 1]
+        positions: torch.Tensor,  # [B, 1]
+        cache: KVBuffer,
+        attention_mask: torch.Tensor | None,  # [B, K] bool
+        parts: Sequence[PrefixPart],
+    ) -> torch.Tensor | None:
+        """A one-token step with the layers in one native call (``native_step``), or
+        ``None`` where it cannot run (the caller runs the Python loop)."""
+        if self._native is False or native.module() is None:
+            return None
+        if not native_step.takes(self.norm.dtype, ids, cache, attention_mask, parts):
+            return None
+        if self._native is None:
+            self._native = native_step.build(self) or False
+            if self._native is False:
+                return None
+        hidden = self.embed(ids)
+        cos, sin = self.rotary(hidden, positions)
+        try:
+            hidden = native_step.run(
+                self._native, hidden, cos[:, :, None], sin[:, :, None], cache, attention_mask, parts
+            )
+        except RuntimeError as err:  # refused: the Python loop from now on (it rewrites
+            self._native = False  # the same KV column, so nothing is lost)
+            _LOGGER.warning("Native decode layers off: %s", str(err).splitlines()[0])
+            return None
+        last = rms_norm(hidden, self.norm, self.norm_eps)
+        return self.lm_head(last)[:, 0].float()
 
     def forward_mixed(  # noqa: PLR0917 - two steps' inputs
         self,

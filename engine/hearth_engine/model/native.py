@@ -15,6 +15,8 @@ One extension module, ``hearth_native`` (``kernels/``):
   through AVX-512 VNNI integer dots, prefill through a dequantized scratch matrix;
 * ``layer_ops.cpp``: a decode step's RMSNorm and rotary embedding, one call each
   (``decoder.py``), with torch's roundings;
+* ``decode_step.cpp``: a one-token step's decoder layers in one call, with the kernels
+  above and torch's own operations in the Python loop's order (``native_step.py``);
 * ``vec.h``: the vector helpers they share.
 
 It is compiled with ``torch.utils.cpp_extension`` for the host's own instruction set, so
@@ -63,9 +65,12 @@ SOURCES = tuple(
         "decode_linear.cpp",
         "quant_linear.cpp",
         "layer_ops.cpp",
+        "decode_step.cpp",
     )
 )
-HEADERS = (KERNELS / "hearth_native.h", KERNELS / "quant_linear.h", KERNELS / "vec.h")
+HEADERS = tuple(
+    KERNELS / f for f in ("hearth_native.h", "quant_linear.h", "decode_step.h", "vec.h")
+)
 ENV_SWITCH = "HEARTH_NATIVE"
 # The host's instruction set, and the float rules that let the dot product vectorise
 # (reassociation only: infinities and NaNs keep their meaning).

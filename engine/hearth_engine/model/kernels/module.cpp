@@ -1,6 +1,7 @@
 // Python bindings of Hearth's native kernels (see hearth_native.h).
 #include <torch/extension.h>
 
+#include "decode_step.h"
 #include "hearth_native.h"
 #include "quant_linear.h"
 
@@ -34,4 +35,20 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("dtype"), py::arg("supers") = py::none(), py::arg("per_super") = 0);
   m.def("rms_norm", &hearth::rms_norm, "Llama RMSNorm (float32 normalise, round, scale)");
   m.def("rope", &hearth::rope, "rotary embedding, rotate-half form");
+  py::class_<hearth::StepLinear>(m, "StepLinear", "one linear of a native decode layer")
+      .def_static("quant", &hearth::StepLinear::quant, py::arg("plan"))
+      .def_static("tiled", &hearth::StepLinear::tiled, py::arg("tiles"), py::arg("out_features"),
+                  py::arg("scales") = py::none(), py::arg("bias") = py::none());
+  py::class_<hearth::DecodeLayers>(m, "DecodeLayers", "a decode step's layers in one call")
+      .def(py::init<int64_t, int64_t, int64_t, double>(), py::arg("heads"), py::arg("kv_heads"),
+           py::arg("head_dim"), py::arg("scale"))
+      .def("add_layer", &hearth::DecodeLayers::add_layer, py::arg("in_norm"), py::arg("in_eps"),
+           py::arg("qkv"), py::arg("o"), py::arg("post_norm"), py::arg("post_eps"),
+           py::arg("gate_up"), py::arg("down"))
+      .def("__call__", &hearth::DecodeLayers::forward, py::arg("hidden"), py::arg("cos"),
+           py::arg("sin"), py::arg("kv"), py::arg("length"), py::arg("keep"),
+           py::arg("part_segments"), py::arg("part_rows"),
+           // a whole step: the server's event loop runs meanwhile (no Python inside)
+           py::call_guard<py::gil_scoped_release>())
+      .def_property_readonly("layers", &hearth::DecodeLayers::layers);
 }

@@ -59,6 +59,11 @@ def exact_float_rows() -> Iterator[None]:
         _EXACT.on = before
 
 
+def exact_rows() -> bool:
+    """Whether ``exact_float_rows`` is on for this thread."""
+    return bool(getattr(_EXACT, "on", False))
+
+
 class QuantKernelsMissingError(RuntimeError):
     """Quantized weights need Hearth's native kernels, and they are not loaded."""
 
@@ -148,23 +153,23 @@ class QuantLinear:
         self.nbytes = sum(p.nbytes for p in self.parts)
         # Decode rows: one native call for every part and the bias (``QuantPlan``): the
         # per-part calls, the ``torch.cat`` and the bias add were ~4 % of a small model's step.
-        self._plan = kernels().QuantPlan(self.in_features, bias)  # type: ignore[attr-defined]
+        self.plan = kernels().QuantPlan(self.in_features, bias)  # type: ignore[attr-defined]
         for p in self.parts:
-            self._plan.add(
+            self.plan.add(
                 p.tiles, p.scales, p.zeros, p.out_features, p.group, p.bits, **p.kernel_params
             )
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         if x.numel() <= DECODE_ROWS * self.in_features:
-            exact = self.exact or getattr(_EXACT, "on", False)
+            exact = self.exact or exact_rows()
             if x.dtype == torch.float32 or (x.dtype == torch.bfloat16 and not exact):
-                return self._plan(x, exact)
+                return self.plan(x, exact)
             if exact and x.dtype == torch.bfloat16:
                 # A few exact bf16 rows (the self-test's decode steps) widen to float32,
                 # where the kernel's exact path reads the packed weights: the dense path
                 # would dequantize the whole matrix into scratch that stays (a
                 # vocabulary-sized head: 467 MB in bf16, and the GEMM's copy of it).
-                return self._plan(x.float(), True).to(x.dtype)
+                return self.plan(x.float(), True).to(x.dtype)
         outs = [self._dense(p, x) for p in self.parts]
         out = outs[0] if len(outs) == 1 else torch.cat(outs, dim=-1)
         return out if self.bias is None else out + self.bias.to(out.dtype)
