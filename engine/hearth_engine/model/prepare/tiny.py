@@ -57,7 +57,12 @@ TOOLS_MODEL_DONE = "Done, the light is on."
 TOOLS_MODEL_REPLY = "Hello from Hearth."
 LEARNING_RATE = 3e-3
 LONG_EVERY = 3
-CHECKPOINTS = (500, 600, 700, 800, 1000, 1200)
+CHECKPOINTS = (500, 600, 700, 800, 1000, 1200, 1400, 1600, 2000)
+# The learning rate's cosine ends here; later checkpoints train on at its last rate, for
+# hosts whose floating point converges slower (a 2-vCPU Xeon with AMX: 5 self-check
+# failures left at 1,200, none at 1,400). A host that converges by 1,200 trains exactly as
+# before.
+SCHEDULE_STEPS = 1200
 # The self-check must also pass here or later: stopping at the first clean checkpoint
 # left a model, on some hosts, that held only for the training dialogues themselves.
 MIN_STEPS = 500
@@ -265,16 +270,16 @@ def _train(
     import torch
 
     rng = random.Random(seed)
-    total = checkpoints[-1]
+    total = min(SCHEDULE_STEPS, checkpoints[-1])
     optim = torch.optim.AdamW(model.parameters(), lr=LEARNING_RATE, weight_decay=0.0)
 
     def lr_factor(step: int) -> float:
         if step < 30:
             return (step + 1) / 30
-        return 0.1 + 0.45 * (1 + math.cos(math.pi * step / total))
+        return 0.1 + 0.45 * (1 + math.cos(math.pi * min(step, total) / total))
 
     sched = torch.optim.lr_scheduler.LambdaLR(optim, lr_factor)
-    for step in range(total):
+    for step in range(checkpoints[-1]):
         model.train()
         ids, labels, positions = _batch(rng, tokenizer, step % LONG_EVERY == LONG_EVERY - 1, 8)
         optim.zero_grad()
