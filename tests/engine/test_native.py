@@ -269,6 +269,7 @@ def test_a_warm_prefill_reads_its_prefix_through_the_kernel_closer_than_torch(
         return got
 
     monkeypatch.setattr(attention, "native_prefix", spy)
+    monkeypatch.setattr(attention, "cpu_has_amx_bf16", lambda: False)  # a CPU without AMX
     gen = torch.Generator().manual_seed(5)
     hq, hkv, q_len, d, prefix = 6, 2, 24, 64, 1500
     query = torch.randn(1, hq, q_len, d, generator=gen).to(torch.bfloat16)
@@ -287,6 +288,23 @@ def test_a_warm_prefill_reads_its_prefix_through_the_kernel_closer_than_torch(
     want = want.transpose(0, 1)  # [Q, Hq, D]
     torch.testing.assert_close(fast[0].float(), slow[0].float(), atol=2**-6, rtol=2**-6)
     assert (fast[0].double() - want).abs().mean() <= (slow[0].double() - want).abs().mean()
+
+
+def test_on_a_cpu_with_amx_the_prefix_goes_to_torchs_flash_kernel(
+    prefix_kernel: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where AMX multiplies torch's flash kernel's tiles, it is the faster one: the native
+    kernel declines, and the warm prefill's attention is torch's, as with the kernel off."""
+    monkeypatch.setattr(attention, "cpu_has_amx_bf16", lambda: True)
+    query, k, v = prefix_case(0, 2, 24, 700, 64)
+    assert attention.native_prefix(query[None], k[None], v[None], 0.125) is None
+    segment = torch.stack([k, v])[None].repeat(2, 1, 1, 1, 1)  # [L, 2, H, T, D]
+    own = query[None, :, :3].contiguous()
+    parts = [PrefixPart(segment)]
+    got = attention.merged_attention(own, own, own, None, None, parts, 1)
+    with native.paused():
+        want = attention.merged_attention(own, own, own, None, None, parts, 1)
+    assert torch.equal(got, want)
 
 
 def test_the_prefix_kernel_refuses_what_it_cannot_take(prefix_kernel: object) -> None:

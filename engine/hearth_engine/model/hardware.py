@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 import logging
 import os
@@ -57,14 +58,22 @@ def pick_device(requested: str = "auto") -> torch.device:
     return device
 
 
+@functools.cache
+def _cpu_flags() -> frozenset[str]:
+    try:
+        return frozenset(Path("/proc/cpuinfo").read_text().split())
+    except OSError:
+        return frozenset()
+
+
 def cpu_has_native_bf16() -> bool:
     """True when the CPU computes bf16 natively (AVX512-BF16, AMX or ARM BF16)."""
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-    words = set(flags.split())
-    return bool(words & {"avx512_bf16", "amx_bf16", "bf16"})
+    return bool(_cpu_flags() & {"avx512_bf16", "amx_bf16", "bf16"})
+
+
+def cpu_has_amx_bf16() -> bool:
+    """True when the CPU has AMX bf16 tiles (Xeon since Sapphire Rapids)."""
+    return "amx_bf16" in _cpu_flags()
 
 
 def pick_dtype(device: torch.device, requested: str = "auto") -> torch.dtype:
