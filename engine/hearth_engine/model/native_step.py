@@ -7,9 +7,10 @@ the same kernels (``QuantPlan`` or decode tiles, RMSNorm, RoPE, decode attention
 torch's own operations for the rest, in the same order: the same bits as the Python loop.
 
 It serves the steps it can take: one token a row, at most 16 rows, bfloat16 or float32,
-native linears in every layer (packed 4/6/8-bit weights, or decode tiles), no q/k norms,
-prefix parts that hold every layer. Anything else, and any call the kernels refuse (then
-for good, logged once), runs the Python loop. Measured in ``docs/benchmarks.md``.
+native linears in every layer (packed 4/6/8-bit weights, or decode tiles), q/k norms
+(Qwen3) or none, prefix parts that hold every layer. Anything else, and any call the
+kernels refuse (then for good, logged once), runs the Python loop. Measured in
+``docs/benchmarks.md``.
 """
 
 from __future__ import annotations
@@ -48,21 +49,33 @@ def _linear(kernels: Any, linear: Any) -> Any | None:
 
 def build(decoder: LeanDecoder) -> Any | None:
     """The decoder's layers as one ``DecodeLayers``, or ``None`` when one of them cannot
-    run natively (q/k norms, a linear without native weights) or the kernels are not
-    loaded."""
+    run natively (a linear without native weights) or the kernels are not loaded."""
     kernels = native.module()
     if kernels is None or decoder.head_dim not in native.HEAD_SIZES:
         return None
     layers = kernels.DecodeLayers(decoder.heads, decoder.kv_heads, decoder.head_dim, decoder.scale)
     for layer in decoder.layers:
-        if layer.q_norm is not None or layer.k_norm is not None:
+        if (layer.q_norm is None) != (layer.k_norm is None):
             return None
         linears = [_linear(kernels, x) for x in (layer.qkv, layer.o, layer.gate_up, layer.down)]
         if any(x is None for x in linears):
             return None
         qkv, o, gate_up, down = linears
+        q_norm, q_eps = layer.q_norm or (None, 0.0)
+        k_norm, k_eps = layer.k_norm or (None, 0.0)
         layers.add_layer(
-            layer.in_norm, layer.in_eps, qkv, o, layer.post_norm, layer.post_eps, gate_up, down
+            layer.in_norm,
+            layer.in_eps,
+            qkv,
+            o,
+            layer.post_norm,
+            layer.post_eps,
+            gate_up,
+            down,
+            q_norm=q_norm,
+            q_eps=q_eps,
+            k_norm=k_norm,
+            k_eps=k_eps,
         )
     return layers
 

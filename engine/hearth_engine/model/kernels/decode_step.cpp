@@ -14,6 +14,7 @@
 
 #include <ATen/ops/add.h>
 #include <ATen/ops/mul.h>
+#include <ATen/ops/rms_norm.h>
 #include <ATen/ops/silu.h>
 
 #include <utility>
@@ -53,12 +54,28 @@ DecodeLayers::DecodeLayers(int64_t heads, int64_t kv_heads, int64_t head_dim, do
 
 void DecodeLayers::add_layer(const at::Tensor& in_norm, double in_eps, const StepLinear& qkv,
                              const StepLinear& o, const at::Tensor& post_norm, double post_eps,
-                             const StepLinear& gate_up, const StepLinear& down) {
+                             const StepLinear& gate_up, const StepLinear& down,
+                             const c10::optional<at::Tensor>& q_norm, double q_eps,
+                             const c10::optional<at::Tensor>& k_norm, double k_eps) {
   TORCH_CHECK(qkv.out_features() == (heads_ + 2 * kv_heads_) * head_dim_,
               "decode layers: q/k/v must give (heads + 2 KV heads) x head size outputs");
   TORCH_CHECK(gate_up.out_features() % 2 == 0, "decode layers: gate/up must be two halves");
-  layers_.push_back(Layer{in_norm, in_eps, qkv, o, post_norm, post_eps, gate_up, down});
+  TORCH_CHECK(q_norm.has_value() == k_norm.has_value(), "decode layers: q and k norms go together");
+  layers_.push_back(Layer{in_norm, in_eps, qkv, o, post_norm, post_eps, gate_up, down,
+                          q_norm.value_or(at::Tensor()), k_norm.value_or(at::Tensor()), q_eps, k_eps});
 }
+
+namespace {
+
+// decoder.py's rms_norm: the native kernel on a contiguous tensor, else torch's (float32
+// normalise, round, then scale), as the Python loop picks.
+at::Tensor head_norm(const at::Tensor& x, const at::Tensor& weight, double eps) {
+  if (x.is_contiguous()) return rms_norm(x, weight, eps);
+  at::Tensor normed = at::rms_norm(x.to(at::kFloat), {x.size(-1)}, c10::nullopt, eps);
+  return at::mul(weight, normed.to(x.scalar_type()));
+}
+
+}  // namespace
 
 at::Tensor DecodeLayers::forward(const at::Tensor& hidden, const at::Tensor& cos,
                                  const at::Tensor& sin, const at::Tensor& kv, int64_t length,
@@ -85,10 +102,16 @@ at::Tensor DecodeLayers::forward(const at::Tensor& hidden, const at::Tensor& cos
     // decoder.py: x = rms_norm(hidden); qkv = qkv(x).view(b, 1, nq + 2 nkv, d)
     at::Tensor x = rms_norm(h, layer.in_norm, layer.in_eps);
     at::Tensor qkv = layer.qkv(x).view({b, 1, nq + 2 * nkv, d});
-    // q and k rotated together; v as it is.
-    at::Tensor qk = rope(qkv.narrow(2, 0, nq + nkv), cos, sin);
-    at::Tensor q = qk.narrow(2, 0, nq);
-    at::Tensor k = qk.narrow(2, nq, nkv);
+    // q and k normed (Qwen3) and rotated apart, or rotated together; v as it is.
+    at::Tensor q, k;
+    if (layer.q_norm.defined()) {
+      q = rope(head_norm(qkv.narrow(2, 0, nq), layer.q_norm, layer.q_eps), cos, sin);
+      k = rope(head_norm(qkv.narrow(2, nq, nkv), layer.k_norm, layer.k_eps), cos, sin);
+    } else {
+      at::Tensor qk = rope(qkv.narrow(2, 0, nq + nkv), cos, sin);
+      q = qk.narrow(2, 0, nq);
+      k = qk.narrow(2, nq, nkv);
+    }
     at::Tensor v = qkv.narrow(2, nq + nkv, nkv);
     // kv.py's BufferLayer.update: the new column, then the keys and values up to it.
     at::Tensor store = kv.select(0, l);  // [2, B, H, cap, D]

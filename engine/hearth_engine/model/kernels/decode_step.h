@@ -30,16 +30,18 @@ class StepLinear {
   c10::optional<at::Tensor> bias_;
 };
 
-// The layers of a Llama-family decoder (no q/k norms, full attention) for one-token steps:
-// per layer RMSNorm, q/k/v, RoPE on q and k, the KV write at column ``length``, decode
-// attention over the written KV and the prefix parts, o, the residual, RMSNorm, gate/up,
-// SiLU(gate) * up, down, the residual.
+// The layers of a Llama-family decoder (full attention) for one-token steps: per layer
+// RMSNorm, q/k/v, the q and k norms where the model has them (Qwen3), RoPE on q and k,
+// the KV write at column ``length``, decode attention over the written KV and the prefix
+// parts, o, the residual, RMSNorm, gate/up, SiLU(gate) * up, down, the residual.
 class DecodeLayers {
  public:
   DecodeLayers(int64_t heads, int64_t kv_heads, int64_t head_dim, double scale);
   void add_layer(const at::Tensor& in_norm, double in_eps, const StepLinear& qkv,
                  const StepLinear& o, const at::Tensor& post_norm, double post_eps,
-                 const StepLinear& gate_up, const StepLinear& down);
+                 const StepLinear& gate_up, const StepLinear& down,
+                 const c10::optional<at::Tensor>& q_norm, double q_eps,
+                 const c10::optional<at::Tensor>& k_norm, double k_eps);
   // hidden [B, 1, width] (the embeddings); cos/sin [B, 1, 1, D]; kv the working buffer
   // [layers, 2, B, KV heads, capacity, D], written at column ``length``; keep [B,
   // length + 1] bool or None; each part a cached segment [layers, 2, KV heads, T, D] with
@@ -58,6 +60,8 @@ class DecodeLayers {
     at::Tensor post_norm;
     double post_eps;
     StepLinear gate_up, down;
+    at::Tensor q_norm, k_norm;  // undefined: none
+    double q_eps, k_eps;
   };
   int64_t heads_, kv_heads_, head_dim_;
   double scale_;

@@ -44,7 +44,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
            py::arg("head_dim"), py::arg("scale"))
       .def("add_layer", &hearth::DecodeLayers::add_layer, py::arg("in_norm"), py::arg("in_eps"),
            py::arg("qkv"), py::arg("o"), py::arg("post_norm"), py::arg("post_eps"),
-           py::arg("gate_up"), py::arg("down"))
+           py::arg("gate_up"), py::arg("down"), py::arg("q_norm") = py::none(),
+           py::arg("q_eps") = 0.0, py::arg("k_norm") = py::none(), py::arg("k_eps") = 0.0)
       .def("__call__", &hearth::DecodeLayers::forward, py::arg("hidden"), py::arg("cos"),
            py::arg("sin"), py::arg("kv"), py::arg("length"), py::arg("keep"),
            py::arg("part_segments"), py::arg("part_rows"),
