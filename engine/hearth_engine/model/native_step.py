@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 
@@ -27,13 +27,20 @@ from .kv import KVBuffer
 from .linear import TILED_MAX_ROWS, FrozenLinear
 from .quant.linear import DECODE_ROWS, QuantLinear, exact_rows
 
-if TYPE_CHECKING:
-    from .decoder import LeanDecoder
-
 _LOGGER = logging.getLogger(__name__)
 
 MAX_ROWS = min(DECODE_ROWS, TILED_MAX_ROWS)
 DTYPES = (torch.bfloat16, torch.float32)  # what every kernel of the step takes
+
+
+class Decoder(Protocol):
+    """What ``build`` reads of ``decoder.LeanDecoder`` (not imported: it imports this)."""
+
+    heads: int
+    kv_heads: int
+    head_dim: int
+    scale: float
+    layers: list[Any]  # decoder._Layer
 
 
 def _linear(kernels: Any, linear: Any) -> Any | None:
@@ -47,7 +54,7 @@ def _linear(kernels: Any, linear: Any) -> Any | None:
     return None
 
 
-def build(decoder: LeanDecoder) -> Any | None:
+def build(decoder: Decoder) -> Any | None:
     """The decoder's layers as one ``DecodeLayers``, or ``None`` when one of them cannot
     run natively (a linear without native weights) or the kernels are not loaded."""
     kernels = native.module()
