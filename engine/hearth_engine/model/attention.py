@@ -448,6 +448,13 @@ def merged_attention(  # noqa: PLR0917 - the attention call's own arguments
     return out.transpose(1, 2).contiguous()
 
 
+def own_keep(mask: torch.Tensor, rows: int, keys: int) -> torch.Tensor:
+    """The decode kernel's padding mask ``[rows, keys]``: the last ``keys`` columns of a
+    step's ``[B, K]`` mask (the own KV's), one row per query row."""
+    keep = mask[:, -keys:]
+    return keep if keep.shape[0] == rows else keep.expand(rows, -1)
+
+
 def native_decode(  # noqa: PLR0917 - the attention call's own arguments
     query: torch.Tensor,  # [B, Hq, 1, D]
     key: torch.Tensor,  # [B, Hkv, S, D]
@@ -473,9 +480,7 @@ def native_decode(  # noqa: PLR0917 - the attention call's own arguments
         return None
     keep = None
     if attention_mask is not None:
-        keep = attention_mask[:, 0, 0, -key.shape[2] :]
-        if keep.shape[0] != query.shape[0]:
-            keep = keep.expand(query.shape[0], -1)
+        keep = own_keep(attention_mask[:, 0, 0], query.shape[0], key.shape[2])
     d = query.shape[3]
     held = [(part, kv) for part in parts if (kv := part.kv(layer)) is not None]
     try:

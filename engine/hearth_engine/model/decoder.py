@@ -300,7 +300,11 @@ class LeanDecoder:
             self._native = False  # the same KV column, so nothing is lost)
             _LOGGER.warning("Native decode layers off: %s", str(err).splitlines()[0])
             return None
-        last = rms_norm(hidden, self.norm, self.norm_eps)
+        return self._last_logits(hidden)
+
+    def _last_logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Each row's logits at its last position, float32 ``[B, V]``."""
+        last = rms_norm(hidden[:, -1:], self.norm, self.norm_eps)
         return self.lm_head(last)[:, 0].float()
 
     def forward_mixed(  # noqa: PLR0917 - two steps' inputs
@@ -396,5 +400,4 @@ class LeanDecoder:
         if keep is not None:
             last = rms_norm(hidden[0, keep].contiguous(), self.norm, self.norm_eps)
             return self.lm_head(last).float()
-        last = rms_norm(hidden[:, -1:], self.norm, self.norm_eps)
-        return self.lm_head(last)[:, 0].float()
+        return self._last_logits(hidden)

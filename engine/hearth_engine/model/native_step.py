@@ -22,15 +22,15 @@ from typing import Any, Protocol
 import torch
 
 from . import native
-from .attention import PrefixPart
+from .attention import PrefixPart, own_keep
 from .kv import KVBuffer
-from .linear import TILED_MAX_ROWS, FrozenLinear
+from .linear import TILED_DTYPES, TILED_MAX_ROWS, FrozenLinear
 from .quant.linear import DECODE_ROWS, QuantLinear, exact_rows
 
 _LOGGER = logging.getLogger(__name__)
 
 MAX_ROWS = min(DECODE_ROWS, TILED_MAX_ROWS)
-DTYPES = (torch.bfloat16, torch.float32)  # what every kernel of the step takes
+DTYPES = TILED_DTYPES  # bfloat16 and float32: what every kernel of the step takes
 
 
 class Decoder(Protocol):
@@ -119,11 +119,7 @@ def run(  # noqa: PLR0917 - one step's inputs
 ) -> torch.Tensor:
     """The last layer's hidden ``[B, 1, width]``; the step's KV is written and counted."""
     length = cache.length
-    keep = None
-    if mask is not None:  # as attention.native_decode takes it: the own KV's columns
-        keep = mask[:, -(length + 1) :]
-        if keep.shape[0] != hidden.shape[0]:
-            keep = keep.expand(hidden.shape[0], -1)
+    keep = None if mask is None else own_keep(mask, hidden.shape[0], length + 1)
     out = layers(
         hidden,
         cos,

@@ -17,8 +17,6 @@
 #include <ATen/ops/rms_norm.h>
 #include <ATen/ops/silu.h>
 
-#include <utility>
-
 #include "hearth_native.h"
 
 namespace hearth {
@@ -60,9 +58,11 @@ void DecodeLayers::add_layer(const at::Tensor& in_norm, double in_eps, const Ste
   TORCH_CHECK(qkv.out_features() == (heads_ + 2 * kv_heads_) * head_dim_,
               "decode layers: q/k/v must give (heads + 2 KV heads) x head size outputs");
   TORCH_CHECK(gate_up.out_features() % 2 == 0, "decode layers: gate/up must be two halves");
-  TORCH_CHECK(q_norm.has_value() == k_norm.has_value(), "decode layers: q and k norms go together");
+  TORCH_CHECK(q_norm.has_value() == k_norm.has_value(),
+              "decode layers: q and k norms go together");
   layers_.push_back(Layer{in_norm, in_eps, qkv, o, post_norm, post_eps, gate_up, down,
-                          q_norm.value_or(at::Tensor()), k_norm.value_or(at::Tensor()), q_eps, k_eps});
+                          q_norm.value_or(at::Tensor()), k_norm.value_or(at::Tensor()), q_eps,
+                          k_eps});
 }
 
 namespace {
