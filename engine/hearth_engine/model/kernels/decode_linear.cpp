@@ -72,8 +72,10 @@ void tile_singles(const W* w, const float* xf, int64_t k, float* sums) {
   constexpr int U = kSplits<MB>;
   f16v acc[U][MB] = {};
   int64_t c = 0;
+  constexpr int64_t kPerLine = 64 / (kLanes * sizeof(W));  // steps a cache line holds
   for (; c + U <= k; c += U) {
     for (int u = 0; u < U; ++u) {
+      if ((c + u) % kPerLine == 0) prefetch_ahead(w + (c + u) * kLanes, 64);
       const f16v wv = load16(w + (c + u) * kLanes);
       for (int m = 0; m < MB; ++m) acc[u][m] += wv * xf[m * k + c + u];
     }
@@ -98,6 +100,7 @@ void tile_pairs(const c10::BFloat16* w, const uint32_t* xp, int64_t k2, float* s
   for (int u = 0; u < U; ++u)
     for (int m = 0; m < MB; ++m) acc[u][m] = _mm512_setzero_ps();
   auto step = [&](int u, int64_t c) {
+    prefetch_ahead(w + c * 2 * kLanes, 64);
     const __m512bh wv = (__m512bh)_mm512_loadu_si512(w + c * 2 * kLanes);
     for (int m = 0; m < MB; ++m) {
       const __m512bh xv = (__m512bh)_mm512_set1_epi32(static_cast<int>(xp[m * k2 + c]));
@@ -117,6 +120,7 @@ void tile_pairs(const c10::BFloat16* w, const uint32_t* xp, int64_t k2, float* s
   // half, the odd one's in the high half; each is a float32 once moved to the top.
   f16v acc[U][MB] = {};
   auto step = [&](int u, int64_t c) {
+    prefetch_ahead(w + c * 2 * kLanes, 64);
     u16v raw;
     std::memcpy(&raw, w + c * 2 * kLanes, sizeof(raw));
     const f16v even = bits_to_float(raw << 16), odd = bits_to_float(raw & 0xFFFF0000u);

@@ -56,6 +56,7 @@
 #include <vector>
 
 #include "quant_linear.h"
+#include "vec.h"
 
 namespace {
 
@@ -520,6 +521,7 @@ void tile_int(const uint8_t* w, const Params& p, const QuantRows& xr, int64_t ro
   const bool zeros = p.has_zero();
   if (p.per == 0) {
     for (int64_t g = 0; g < sh.groups; ++g) {
+      hearth::vec::prefetch_ahead(w + g * group_bytes, group_bytes);
       group_dots<Bits, MB>(w + g * group_bytes, xr, row0, sh, g, dots);
       const f16v sv = p.scale(g), zv = p.zero(g);
       for (int m = 0; m < MB; ++m) {
@@ -534,6 +536,7 @@ void tile_int(const uint8_t* w, const Params& p, const QuantRows& xr, int64_t ro
     for (int64_t g0 = 0; g0 < sh.groups; g0 += p.per) {
       f16v part[MB] = {}, zpart[MB] = {};
       for (int64_t g = g0; g < std::min(sh.groups, g0 + p.per); ++g) {
+        hearth::vec::prefetch_ahead(w + g * group_bytes, group_bytes);
         group_dots<Bits, MB>(w + g * group_bytes, xr, row0, sh, g, dots);
         const f16v sf = int8s_to_float(p.sf + g * kLanes);
         const f16v zf = zeros ? int8s_to_float(p.zf + g * kLanes) : f16v{};

@@ -31,6 +31,21 @@ typedef uint16_t h16v __attribute__((vector_size(32)));
 
 constexpr int kLanes = 16;
 
+// Decode calls stream their weights once a step. With the hardware's prefetchers alone,
+// one row read a Qwen2.5-1.5B Q4_K_M file's linears at 14-16 GB/s where a float32 sum of
+// as many bytes read 21-26 (2-vCPU Xeon). Asking for the bytes this far ahead (into the
+// next tile at a tile's end: tiles are adjacent) cut the packed linears' time by 13-20 %
+// for one row and 25-29 % for four, SmolLM2-135M's bfloat16 tiles' by 9 % and 20 %
+// (1,024 to 2,048 bytes measured alike; 512 less, 4,096 no gain).
+constexpr int64_t kPrefetchBytes = 1536;
+
+// The bytes [p, p + bytes) kPrefetchBytes ahead, into the cache: a hint, which never
+// faults (past the end of a buffer included).
+inline void prefetch_ahead(const void* p, int64_t bytes) {
+  const char* at = static_cast<const char*>(p) + kPrefetchBytes;
+  for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(at + b, 0, 3);
+}
+
 inline f16v load(const float* p) {
   f16v v;
   std::memcpy(&v, p, sizeof(v));
