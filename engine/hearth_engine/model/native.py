@@ -69,7 +69,8 @@ SOURCES = tuple(
     )
 )
 HEADERS = tuple(
-    KERNELS / f for f in ("hearth_native.h", "quant_linear.h", "decode_step.h", "vec.h")
+    KERNELS / f
+    for f in ("hearth_native.h", "quant_linear.h", "decode_step.h", "vec.h", "attention_amx.h")
 )
 ENV_SWITCH = "HEARTH_NATIVE"
 # The host's instruction set, and the float rules that let the dot product vectorise

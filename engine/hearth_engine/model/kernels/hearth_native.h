@@ -21,6 +21,11 @@ at::Tensor decode_attention(const at::Tensor& query, const at::Tensor& own_k,
                             const std::vector<c10::optional<at::Tensor>>& part_rows,
                             double scale);
 
+// Whether decode_attention's bfloat16 products run on AMX tiles (attention_amx.h): on by
+// default where the build and the OS allow it; ``on`` false keeps the vector path (tests
+// compare the two). Returns whether the tiles are now in use.
+bool use_attention_amx(bool on);
+
 // prefix_attention.cpp: attention of many queries over one cached prefix part, no mask,
 // in bfloat16 dot products. query [H, N, D], keys/values [H, T, D], all bfloat16 with the
 // last dimension contiguous. Returns the output [H, N, D] and log-sum-exp [H, N] in

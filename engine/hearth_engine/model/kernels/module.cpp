@@ -7,6 +7,9 @@
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("decode_attention", &hearth::decode_attention, "decode attention over own KV and parts");
+  m.def("use_attention_amx", &hearth::use_attention_amx,
+        "decode attention's bf16 products on AMX tiles (default on where the CPU has them)",
+        py::arg("on"));
   m.def("prefix_attention_ready", &hearth::prefix_attention_ready,
         "whether prefix_attention is built (AVX512-BF16)");
   m.def("prefix_attention", &hearth::prefix_attention,

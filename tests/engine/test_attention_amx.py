@@ -1,0 +1,109 @@
+"""Decode attention's bfloat16 products on AMX tiles (``kernels/attention_amx.h``).
+
+Where the CPU has AMX-BF16 and Linux lets the process use the tiles, the kernel computes
+a bf16 step's scores and weighted values on them (on by default); ``use_attention_amx``
+switches between that and the vector path. Both are checked against float64 attention
+over the same random cases as ``test_native.py``'s, with more queries per KV head than a
+tile holds (16), so that a slice's readers are split over several tile items. On a CPU
+without AMX the comparison is skipped (there is nothing to compare), and the switch must
+report the tiles off.
+"""
+
+from __future__ import annotations
+
+import platform
+from collections.abc import Iterator
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hearth_engine.model import hardware, native
+
+from .test_native import TOLERANCE, Shape, native_call, random_case, reference
+
+
+@pytest.fixture(scope="module")
+def kernels() -> Iterator[object]:
+    module = native.load()
+    assert module is not None, f"the native kernels did not build: {native.error()}"
+    yield module
+    module.use_attention_amx(True)  # type: ignore[attr-defined] - the default again
+
+
+def _linux_at_least(major: int, minor: int) -> bool:
+    try:
+        got = tuple(int(x) for x in platform.release().split(".")[:2])
+    except ValueError:
+        return False
+    return platform.system() == "Linux" and got >= (major, minor)
+
+
+def test_the_tiles_are_used_where_the_cpu_and_the_os_have_them(kernels: object) -> None:
+    on = kernels.use_attention_amx(True)  # type: ignore[attr-defined]
+    if not hardware.cpu_has_amx_bf16():
+        assert on is False
+    elif _linux_at_least(5, 16):  # where Linux grants a process the tile data
+        assert on is True
+    assert kernels.use_attention_amx(False) is False  # type: ignore[attr-defined]
+    kernels.use_attention_amx(True)  # type: ignore[attr-defined]
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    shape=st.builds(
+        Shape,
+        seed=st.integers(0, 2**31),
+        dtype=st.just(torch.bfloat16),
+        rows=st.integers(1, 4),
+        kv_heads=st.integers(1, 3),
+        groups=st.sampled_from([1, 3, 6, 8]),  # up to 32 queries a KV head
+        head=st.sampled_from([32, 64, 96, 128]),
+        own=st.integers(1, 300),
+        part_lengths=st.lists(st.integers(1, 700), max_size=3).map(tuple),
+        padded=st.booleans(),
+        subsets=st.booleans(),
+    )
+)
+def test_tiles_and_vectors_each_equal_float64_attention(kernels: object, shape: Shape) -> None:
+    if not kernels.use_attention_amx(True):  # type: ignore[attr-defined]
+        pytest.skip("this CPU or OS has no AMX tiles: the vector path is the only one")
+    query, own_k, own_v, keep, parts = random_case(shape)
+    scale = shape.head**-0.5
+    want = reference(query, own_k, own_v, keep, parts, 1, scale)
+    bound = TOLERANCE[torch.bfloat16] * (want.abs() + 1)
+    for on in (True, False):
+        kernels.use_attention_amx(on)  # type: ignore[attr-defined]
+        got = native_call(kernels, query, own_k, own_v, keep, parts, scale)
+        assert float(((got.double() - want).abs() - bound).max()) <= 0, f"tiles {on}"
+    kernels.use_attention_amx(True)  # type: ignore[attr-defined]
+
+
+def test_a_rows_attention_is_the_same_bits_alone_and_in_a_batch(kernels: object) -> None:
+    """Three rows of 6 query heads a KV head are 18 queries: on tiles, two items per slice
+    of the house. A row's result must not depend on which items its queries fell in."""
+    shape = Shape(
+        seed=7,
+        dtype=torch.bfloat16,
+        rows=3,
+        kv_heads=2,
+        groups=6,
+        head=128,
+        own=40,
+        part_lengths=(900,),
+    )
+    query, own_k, own_v, keep, parts = random_case(shape)
+    scale = shape.head**-0.5
+    batch = native_call(kernels, query, own_k, own_v, keep, parts, scale)
+    for row in range(shape.rows):
+        alone = native_call(
+            kernels,
+            query[row : row + 1],
+            own_k[row : row + 1],
+            own_v[row : row + 1],
+            keep,
+            parts,
+            scale,
+        )
+        assert torch.equal(alone[0], batch[row])
