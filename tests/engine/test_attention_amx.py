@@ -6,12 +6,15 @@ switches between that and the vector path. Both are checked against float64 atte
 over the same random cases as ``test_native.py``'s, with more queries per KV head than a
 tile holds (16), so that a slice's readers are split over several tile items. On a CPU
 without AMX the comparison is skipped (there is nothing to compare), and the switch must
-report the tiles off.
+report the tiles off. ``HEARTH_AMX=0`` keeps the vector path.
 """
 
 from __future__ import annotations
 
+import os
 import platform
+import subprocess
+import sys
 from collections.abc import Iterator
 
 import pytest
@@ -107,3 +110,26 @@ def test_a_rows_attention_is_the_same_bits_alone_and_in_a_batch(kernels: object)
             scale,
         )
         assert torch.equal(alone[0], batch[row])
+
+
+def _loaded_with(env: dict[str, str]) -> str:
+    """The engine's log of loading the kernels in a fresh process with ``env`` added."""
+    code = (
+        "import logging; logging.basicConfig(level=logging.INFO)\n"
+        "from hearth_engine.model import native; assert native.load() is not None\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    return done.stderr
+
+
+def test_hearth_amx_0_keeps_the_vector_path(kernels: object) -> None:
+    tiles = kernels.use_attention_amx(True)  # type: ignore[attr-defined]
+    assert ("on AMX tiles" in _loaded_with({})) is tiles
+    assert "on AMX tiles" not in _loaded_with({"HEARTH_AMX": "0"})

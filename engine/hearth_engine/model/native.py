@@ -73,6 +73,7 @@ HEADERS = tuple(
     for f in ("hearth_native.h", "quant_linear.h", "decode_step.h", "vec.h", "attention_amx.h")
 )
 ENV_SWITCH = "HEARTH_NATIVE"
+AMX_SWITCH = "HEARTH_AMX"  # "0": decode attention's vector path where AMX tiles would serve
 # The host's instruction set, and the float rules that let the dot product vectorise
 # (reassociation only: infinities and NaNs keep their meaning).
 CFLAGS = (
@@ -139,7 +140,12 @@ def load() -> ModuleType | None:
             _LOGGER.warning("Native kernels unavailable, using torch's (%s)", reason)
             return None
         _STATE.module = module
-        _LOGGER.info("Native kernels ready (%.1f s)", time.monotonic() - started)
+        tiles = module.use_attention_amx(os.environ.get(AMX_SWITCH, "1") != "0")
+        _LOGGER.info(
+            "Native kernels ready (%.1f s)%s",
+            time.monotonic() - started,
+            ", decode attention on AMX tiles" if tiles else "",
+        )
         return module
 
 
