@@ -276,8 +276,6 @@ void run_item(const Item<T>& item, const float* qf, const uint16_t* qb, float sc
     st.resize(amx::kRows * amx::kRows);
     amx::configure();
   }
-#else
-  constexpr bool tiles = false;
 #endif
   const f16v lane_index = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
   f16v kv[kLanes][C];
