@@ -40,6 +40,7 @@ namespace hearth::amx {
 constexpr int kRows = 16;        // keys of a score tile, queries of every tile
 constexpr int kPairKeys = 32;    // keys of one values product (16 pairs)
 constexpr int kTileBytes = 1024; // 16 rows of 64 bytes
+constexpr int kTileWords = 256;  // 32-bit elements of a tile (16 x 16)
 
 #if defined(HEARTH_AMX)
 
@@ -82,7 +83,7 @@ inline void pack_queries(const uint16_t* const* rows, int64_t nq, int64_t d, uin
     for (int64_t j = 0; j < d / 2; ++j) {
       uint32_t pair;
       std::memcpy(&pair, rows[q] + 2 * j, sizeof(pair));
-      qt[(j / 16) * 256 + (j % 16) * 16 + q] = pair;
+      qt[(j / 16) * kTileWords + (j % 16) * kRows + q] = pair;
     }
   }
 }
@@ -94,7 +95,7 @@ inline void scores(const uint16_t* k, int64_t k_step, const uint32_t* qt, int64_
   _tile_zero(0);
   for (int64_t c = 0; c < d / 32; ++c) {
     _tile_loadd(1, k + c * 32, k_step * 2);
-    _tile_loadd(2, qt + c * 256, 64);
+    _tile_loadd(2, qt + c * kTileWords, 64);
     _tile_dpbf16ps(0, 1, 2);
   }
   _tile_stored(0, st, 64);
@@ -157,11 +158,11 @@ inline void values(const uint16_t* p, const KeyGroup* groups, int64_t count, int
         _tile_dpbf16ps(3, 4, 5);
       }
     }
-    _tile_stored(0, out + t0 * 256, 64);
-    _tile_stored(1, out + (t0 + 1) * 256, 64);
+    _tile_stored(0, out + t0 * kTileWords, 64);
+    _tile_stored(1, out + (t0 + 1) * kTileWords, 64);
     if (tn > 2) {
-      _tile_stored(2, out + (t0 + 2) * 256, 64);
-      _tile_stored(3, out + (t0 + 3) * 256, 64);
+      _tile_stored(2, out + (t0 + 2) * kTileWords, 64);
+      _tile_stored(3, out + (t0 + 3) * kTileWords, 64);
     }
   }
 }

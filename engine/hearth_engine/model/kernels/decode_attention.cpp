@@ -240,8 +240,9 @@ void values_amx(const Item<c10::BFloat16>& item, const f16v* scores, int64_t str
 // per query, the max, the sum of the weights and the unnormalised output. C = D / 16
 // vectors per head.
 template <typename T, int C>
-void run_item(const Item<T>& item, const float* qf, const uint16_t* qb, float scale,
-              const int64_t* query_ids, float* part_max, float* part_sum, float* part_out) {
+void run_item(const Item<T>& item, const float* qf, const uint16_t* qb, bool use_tiles,
+              float scale, const int64_t* query_ids, float* part_max, float* part_sum,
+              float* part_out) {
   constexpr int D = C * kLanes;
   constexpr int64_t kMaxBlocks = kSlice / kLanes;
   const int64_t nq = item.queries;
@@ -263,8 +264,8 @@ void run_item(const Item<T>& item, const float* qf, const uint16_t* qb, float sc
   const bool pairs = false;
 #endif
 #if defined(HEARTH_AMX)
-  // AMX tiles for both products (bfloat16 pairs, at most 16 queries: add_items splits).
-  const bool tiles = pairs && nq <= amx::kRows && amx_on();
+  // AMX tiles for both products (the call's choice; add_items keeps items to 16 queries).
+  const bool tiles = use_tiles && pairs && nq <= amx::kRows;
   thread_local std::vector<uint32_t> qt;
   thread_local std::vector<uint16_t> kpad;
   thread_local std::vector<float> st;
@@ -301,9 +302,8 @@ void run_item(const Item<T>& item, const float* qf, const uint16_t* qb, float sc
         k_step = D;
       }
       amx::scores(kr, k_step, qt.data(), D, st.data());
-      const __m512i column = _mm512_mullo_epi32(
-          _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-          _mm512_set1_epi32(amx::kRows));
+      const __m512i column = _mm512_setr_epi32(0, 16, 32, 48, 64, 80, 96, 112, 128, 144, 160,
+                                               176, 192, 208, 224, 240);  // row starts
       for (int64_t i = 0; i < nq; ++i) {  // query i's scores: column i of the tile
         const __m512 raw = _mm512_i32gather_ps(column, st.data() + i, 4);
         f16v s;
@@ -501,8 +501,8 @@ at::Tensor decode_attention_typed(const at::Tensor& query, const at::Tensor& own
   const float* qdata = qf.data();
   const uint16_t* qb = qbits.empty() ? nullptr : qbits.data();
   const float fscale = static_cast<float>(scale);
-  void (*run)(const Item<T>&, const float*, const uint16_t*, float, const int64_t*, float*, float*,
-              float*) = nullptr;
+  void (*run)(const Item<T>&, const float*, const uint16_t*, bool, float, const int64_t*, float*,
+              float*, float*) = nullptr;
   switch (d) {
     case 16:
       run = run_item<T, 1>;
@@ -527,8 +527,8 @@ at::Tensor decode_attention_typed(const at::Tensor& query, const at::Tensor& own
   }
   auto run_range = [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i)
-      run(items[i], qdata, qb, fscale, query_ids.data(), part_max.data(), part_sum.data(),
-          part_out.data());
+      run(items[i], qdata, qb, tiles, fscale, query_ids.data(), part_max.data(),
+          part_sum.data(), part_out.data());
 #if defined(HEARTH_AMX)
     if (tiles) amx::release();  // this thread's tiles: nothing left to save
 #endif
