@@ -1,12 +1,14 @@
-"""Decode attention's bfloat16 products on AMX tiles (``kernels/attention_amx.h``).
+"""Attention's bfloat16 products on AMX tiles (``kernels/attention_amx.h`` for decode
+steps, ``kernels/prefix_amx.h`` for a warm prefill over a cached part).
 
-Where the CPU has AMX-BF16 and Linux lets the process use the tiles, the kernel computes
-a bf16 step's scores and weighted values on them (on by default); ``use_attention_amx``
-switches between that and the vector path. Both are checked against float64 attention
-over the same random cases as ``test_native.py``'s, with more queries per KV head than a
-tile holds (16), so that a slice's readers are split over several tile items. On a CPU
-without AMX the comparison is skipped (there is nothing to compare), and the switch must
-report the tiles off. ``HEARTH_AMX=0`` keeps the vector path.
+Where the CPU has AMX-BF16 and Linux lets the process use the tiles, the kernels compute
+the scores and weighted values on them (on by default); ``use_attention_amx`` switches
+between that and the vector path. Both are checked against float64 attention over the
+same random cases as ``test_native.py``'s, with more queries per KV head than a tile
+holds (16), so that a slice's readers are split over several tile items (decode) or
+blocks and pairs of blocks (prefill). On a CPU without AMX the comparisons are skipped
+(there is nothing to compare), and the switch must report the tiles off.
+``HEARTH_AMX=0`` keeps the vector path.
 """
 
 from __future__ import annotations
@@ -24,7 +26,15 @@ from hypothesis import strategies as st
 
 from hearth_engine.model import hardware, native
 
-from .test_native import TOLERANCE, Shape, native_call, random_case, reference
+from .test_native import (
+    TOLERANCE,
+    Shape,
+    float64_attention,
+    native_call,
+    prefix_case,
+    random_case,
+    reference,
+)
 
 
 @pytest.fixture(scope="module")
@@ -110,6 +120,50 @@ def test_a_rows_attention_is_the_same_bits_alone_and_in_a_batch(kernels: object)
             scale,
         )
         assert torch.equal(alone[0], batch[row])
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    seed=st.integers(0, 2**31),
+    heads=st.integers(1, 3),
+    queries=st.integers(1, 70),  # up to five blocks of 16: pairs and a lone block
+    keys=st.integers(1, 1300),  # chunks of up to 512 merged, a tail that weighs nothing
+    head=st.sampled_from([32, 64, 128, 256]),
+)
+def test_prefix_tiles_and_vectors_each_equal_float64_attention(
+    kernels: object, seed: int, heads: int, queries: int, keys: int, head: int
+) -> None:
+    if not kernels.prefix_attention_ready() or not kernels.use_attention_amx(True):  # type: ignore[attr-defined]
+        pytest.skip("this CPU or OS has no AMX tiles: the vector path is the only one")
+    query, k, v = prefix_case(seed, heads, queries, keys, head)
+    scale = head**-0.5
+    want, want_lse = float64_attention(query, k, v, scale)
+    for on in (True, False):
+        kernels.use_attention_amx(on)  # type: ignore[attr-defined]
+        out, lse = kernels.prefix_attention(query, k, v, scale)  # type: ignore[attr-defined]
+        # The weights are rounded to bf16 before the value sum (2**-8 each, relative).
+        excess = float(((out.double() - want).abs() - 2**-7 * (want.abs() + 1)).max())
+        assert excess <= 0, f"tiles {on}"
+        torch.testing.assert_close(lse.double(), want_lse, atol=1e-4, rtol=1e-5)
+    kernels.use_attention_amx(True)  # type: ignore[attr-defined]
+
+
+def test_a_querys_prefix_attention_is_the_same_bits_alone_and_among_others(
+    kernels: object,
+) -> None:
+    """45 queries are two blocks of 16 and a rest: a query's result must not depend on
+    which block, or which pair of blocks, it fell in (nor on the path's other rows)."""
+    if not kernels.prefix_attention_ready():  # type: ignore[attr-defined]
+        pytest.skip("this CPU has no AVX512-BF16: torch's flash kernel reads prefix parts")
+    query, k, v = prefix_case(3, 2, 45, 1100, 128)
+    for on in (True, False):
+        kernels.use_attention_amx(on)  # type: ignore[attr-defined]
+        out, lse = kernels.prefix_attention(query, k, v, 128**-0.5)  # type: ignore[attr-defined]
+        for lo, hi in ((0, 1), (15, 18), (31, 45)):
+            few, few_lse = kernels.prefix_attention(query[:, lo:hi], k, v, 128**-0.5)  # type: ignore[attr-defined]
+            assert torch.equal(few, out[:, lo:hi]), f"tiles {on}, queries {lo}-{hi}"
+            assert torch.equal(few_lse, lse[:, lo:hi]), f"tiles {on}, queries {lo}-{hi}"
+    kernels.use_attention_amx(True)  # type: ignore[attr-defined]
 
 
 def _loaded_with(env: dict[str, str]) -> str:

@@ -290,21 +290,29 @@ def test_a_warm_prefill_reads_its_prefix_through_the_kernel_closer_than_torch(
     assert (fast[0].double() - want).abs().mean() <= (slow[0].double() - want).abs().mean()
 
 
-def test_on_a_cpu_with_amx_the_prefix_goes_to_torchs_flash_kernel(
+def test_on_a_cpu_with_amx_tiles_off_the_prefix_goes_to_torchs_flash_kernel(
     prefix_kernel: object, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Where AMX multiplies torch's flash kernel's tiles, it is the faster one: the native
-    kernel declines, and the warm prefill's attention is torch's, as with the kernel off."""
+    """Where AMX multiplies torch's flash kernel's tiles and Hearth's tiles are switched
+    off (``HEARTH_AMX=0``), torch's kernel beats the vector path: the native kernel
+    declines, and the warm prefill's attention is torch's, as with the kernel off. With
+    the tiles on (where the CPU has them), the native kernel serves."""
     monkeypatch.setattr(attention, "cpu_has_amx_bf16", lambda: True)
     query, k, v = prefix_case(0, 2, 24, 700, 64)
-    assert attention.native_prefix(query[None], k[None], v[None], 0.125) is None
     segment = torch.stack([k, v])[None].repeat(2, 1, 1, 1, 1)  # [L, 2, H, T, D]
     own = query[None, :, :3].contiguous()
     parts = [PrefixPart(segment)]
-    got = attention.merged_attention(own, own, own, None, None, parts, 1)
-    with native.paused():
-        want = attention.merged_attention(own, own, own, None, None, parts, 1)
-    assert torch.equal(got, want)
+    try:
+        prefix_kernel.use_attention_amx(False)  # type: ignore[attr-defined]
+        assert attention.native_prefix(query[None], k[None], v[None], 0.125) is None
+        got = attention.merged_attention(own, own, own, None, None, parts, 1)
+        with native.paused():
+            want = attention.merged_attention(own, own, own, None, None, parts, 1)
+        assert torch.equal(got, want)
+    finally:
+        tiles = prefix_kernel.use_attention_amx(True)  # type: ignore[attr-defined]
+    served = attention.native_prefix(query[None], k[None], v[None], 0.125)
+    assert (served is not None) is tiles
 
 
 def test_the_prefix_kernel_refuses_what_it_cannot_take(prefix_kernel: object) -> None:

@@ -46,10 +46,11 @@ below serves, with the same results up to float32 rounding.
 
 **Prefill over a part** (many queries, no mask: a warm request's own tokens over the
 pinned house) goes, in bfloat16 on a CPU with AVX512-BF16, to
-``kernels/prefix_attention.cpp``: the two products in bf16 dot products (VDPBF16PS),
-float32 scores and sums, the weights rounded to bf16 as the flash kernel does; its
-float32 partial is merged like the others. Elsewhere torch's flash kernel serves, and
-also on CPUs with AMX, where it multiplies in AMX tiles and is 1.4-6x faster (see
+``kernels/prefix_attention.cpp``: on a CPU with AMX-BF16 its two products run on AMX
+tiles (``kernels/prefix_amx.h``), elsewhere in bf16 dot products (VDPBF16PS); float32
+scores and sums, the weights rounded to bf16 as the flash kernel does; its float32
+partial is merged like the others. With the tiles switched off (``HEARTH_AMX=0``) on a
+CPU that has them, and where the kernel is not built, torch's flash kernel serves (see
 ``native_prefix``).
 
 Hearth's lean forward (decoder.py) calls ``merged_attention`` and ``plain_attention``
@@ -212,8 +213,11 @@ def part_starts(parts: Sequence[PrefixPart], rows: int) -> list[int]:
     return starts
 
 
-# Working-KV partials up to this many scores per (row, KV head) are computed in float32
-# (decode: 3 grouped heads x ~20k own tokens; warm prefill: a 256-token chunk).
+# A decode step's working-KV partial, up to this many scores per (row, KV head), is
+# computed in float32 (3 grouped heads x ~20k own tokens). A prefill chunk's goes to the
+# flash kernel: in float32, a warm 108-token request's own attention took 0.58 ms a
+# layer against 0.20 (2-vCPU Xeon), a tenth of its prefill, for a partial that the
+# merge weighs by the share of the keys it holds (108 of the house's 6,400).
 EXACT_OWN_SCORES = 1 << 16
 # Keys per slice, at least, when a long unmasked KV is split over threads (_kv_chunks).
 SPLIT_MIN_TOKENS = 512
@@ -268,18 +272,19 @@ def native_prefix(
     """``_partials`` of one unmasked part through the native bf16 kernel
     (``kernels/prefix_attention.cpp``): ``q`` ``[1, H, N, D]``, ``k``/``v`` ``[1, H, T, D]``.
     ``None`` where it cannot serve: no kernel, no AVX512-BF16, another dtype or head size,
-    and on CPUs with AMX, where torch's flash kernel is the faster one.
+    and on a CPU with AMX whose tiles are switched off, where torch's flash kernel (which
+    multiplies on them) is faster than the vector path.
     On a 2-core EPYC (AVX512-BF16, no AMX), 288 queries (96 tokens, 3 grouped heads) over
     a 6,300-token part of 3 KV heads: 4.9 ms against 11.1 ms through torch's flash
     kernel; the result is float32, not rounded to bf16 as the flash kernel's is. On a
-    2-vCPU Xeon with AMX, 100 tokens of the default model over the 6,300-token house:
-    17.7 ms here against 6.6 ms through torch's (split over the threads; 240 tokens 34.2
-    against 8.3, the 1.5B's heads 41.6 against 6.7)."""
+    2-vCPU Xeon with AMX, 100 tokens of the default model over the 6,300-token house: the
+    tiles 2.7-3.0 ms against 3.3-4.1 ms through torch's (split over the threads) and 9-11
+    ms on the vector path; 100 tokens of the 1.5B's heads 5.0-5.7 against 5.3-6.7 ms."""
     kernels = native.module()
     if (
         kernels is None
-        or (_FLASH_CPU is not None and cpu_has_amx_bf16())
         or not kernels.prefix_attention_ready()
+        or (_FLASH_CPU is not None and cpu_has_amx_bf16() and not kernels.attention_amx())
         or q.device.type != "cpu"
         or not q.dtype == k.dtype == v.dtype == torch.bfloat16
         or q.shape[3] not in native.PREFIX_HEAD_SIZES
@@ -408,9 +413,9 @@ def merged_attention(  # noqa: PLR0917 - the attention call's own arguments
     mask = _own_mask(attention_mask, q_len, key.shape[2], groups, query.dtype)
     if mask is not None:
         mask = mask.to(query.device)
-    # The working KV is short in decode and warm prefill: its partial is computed in
-    # float32 there, so a bf16 result is rounded once less than the kernel would.
-    exact = key.shape[2] * n_q <= EXACT_OWN_SCORES
+    # A decode step's working KV is short: its partial is computed in float32 there, so
+    # a bf16 result is rounded once less than the kernel would.
+    exact = q_len == 1 and key.shape[2] * n_q <= EXACT_OWN_SCORES
     outs, lses = [], []
     own = _partials(q, key, value, mask, scale, exact)  # float32 from here on
     outs.append(own[0])

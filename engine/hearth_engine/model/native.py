@@ -70,10 +70,17 @@ SOURCES = tuple(
 )
 HEADERS = tuple(
     KERNELS / f
-    for f in ("hearth_native.h", "quant_linear.h", "decode_step.h", "vec.h", "attention_amx.h")
+    for f in (
+        "hearth_native.h",
+        "quant_linear.h",
+        "decode_step.h",
+        "vec.h",
+        "attention_amx.h",
+        "prefix_amx.h",
+    )
 )
 ENV_SWITCH = "HEARTH_NATIVE"
-AMX_SWITCH = "HEARTH_AMX"  # "0": decode attention's vector path where AMX tiles would serve
+AMX_SWITCH = "HEARTH_AMX"  # "0": no AMX tiles in attention (decode: vectors; prefill: torch)
 # The host's instruction set, and the float rules that let the dot product vectorise
 # (reassociation only: infinities and NaNs keep their meaning).
 CFLAGS = (
@@ -144,7 +151,7 @@ def load() -> ModuleType | None:
         _LOGGER.info(
             "Native kernels ready (%.1f s)%s",
             time.monotonic() - started,
-            ", decode attention on AMX tiles" if tiles else "",
+            ", attention on AMX tiles" if tiles else "",
         )
         return module
 

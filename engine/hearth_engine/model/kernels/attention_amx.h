@@ -24,6 +24,7 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 
@@ -55,6 +56,12 @@ inline bool ready() {
   static const bool ok = ask_permission();
   return ok;
 }
+
+// hearth::use_attention_amx's choice, read by decode and prefix attention alike.
+inline std::atomic<bool> wanted{true};
+
+// Whether attention's bfloat16 products run on the tiles now.
+inline bool on() { return wanted.load(std::memory_order_relaxed) && ready(); }
 
 struct alignas(64) Config {
   uint8_t palette = 1, start_row = 0;
@@ -170,6 +177,8 @@ inline void values(const uint16_t* p, const KeyGroup* groups, int64_t count, int
 #else
 
 inline bool ready() { return false; }
+inline std::atomic<bool> wanted{true};
+inline bool on() { return false; }
 
 #endif
 

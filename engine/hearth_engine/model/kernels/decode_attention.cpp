@@ -60,8 +60,6 @@
 #include <immintrin.h>
 #endif
 
-#include <atomic>
-
 namespace {
 
 constexpr int64_t kSlice = 256;         // keys per work item, at most
@@ -71,11 +69,6 @@ using namespace hearth::vec;  // NOLINT(build/namespaces): the kernels' vocabula
 namespace amx = hearth::amx;
 
 constexpr float kNoScore = -1e30f;
-
-std::atomic<bool> amx_wanted{true};  // hearth::use_attention_amx
-
-// Whether bfloat16 items run their products on AMX tiles (attention_amx.h).
-bool amx_on() { return amx_wanted.load(std::memory_order_relaxed) && hearth::amx::ready(); }
 
 template <typename T>
 struct Item {
@@ -448,7 +441,7 @@ at::Tensor decode_attention_typed(const at::Tensor& query, const at::Tensor& own
   std::vector<Item<T>> items;
   std::vector<int64_t> query_ids;  // the item-query table
   // AMX tiles take 16 queries: more readers of a slice make several items of it.
-  const bool tiles = !qbits.empty() && d % 32 == 0 && amx_on();
+  const bool tiles = !qbits.empty() && d % 32 == 0 && amx::on();
   const size_t most = tiles ? amx::kRows : SIZE_MAX;
   auto add_items = [&](const T* k, const T* v, int64_t k_head, int64_t v_head, int64_t k_step,
                        int64_t v_step, int64_t length, const bool* keep,
@@ -581,9 +574,11 @@ void check_kv(const at::Tensor& t, int64_t dims, const at::Tensor& query, const 
 namespace hearth {
 
 bool use_attention_amx(bool on) {
-  amx_wanted.store(on, std::memory_order_relaxed);
-  return amx_on();
+  amx::wanted.store(on, std::memory_order_relaxed);
+  return amx::on();
 }
+
+bool attention_amx() { return amx::on(); }
 
 // query [B, Hq, D]; own_k/own_v [B, Hkv, S, D]; own_keep [B, S] bool or None;
 // part_k/part_v [Hkv, T, D] each; part_rows: int64 row indices (empty: no row), or None

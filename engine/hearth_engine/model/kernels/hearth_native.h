@@ -25,6 +25,7 @@ at::Tensor decode_attention(const at::Tensor& query, const at::Tensor& own_k,
 // default where the build and the OS allow it; ``on`` false keeps the vector path (tests
 // compare the two). Returns whether the tiles are now in use.
 bool use_attention_amx(bool on);
+bool attention_amx();
 
 // prefix_attention.cpp: attention of many queries over one cached prefix part, no mask,
 // in bfloat16 dot products. query [H, N, D], keys/values [H, T, D], all bfloat16 with the

@@ -10,6 +10,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("use_attention_amx", &hearth::use_attention_amx,
         "decode attention's bf16 products on AMX tiles (default on where the CPU has them)",
         py::arg("on"));
+  m.def("attention_amx", &hearth::attention_amx,
+        "whether decode and prefix attention's bf16 products run on AMX tiles now");
   m.def("prefix_attention_ready", &hearth::prefix_attention_ready,
         "whether prefix_attention is built (AVX512-BF16)");
   m.def("prefix_attention", &hearth::prefix_attention,
