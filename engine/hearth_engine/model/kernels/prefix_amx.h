@@ -1,25 +1,27 @@
 // Prefix attention's two products on AMX tiles (prefix_attention.cpp's path on a CPU with
-// AMX-BF16): a warm prefill's queries over a cached part, 16 queries at a time.
+// AMX-BF16): a warm prefill's queries over a cached part, 16 queries to a tile.
 //
 // Why: torch's flash kernel already multiplies in AMX tiles on such a CPU, yet on a
 // 2-vCPU Xeon it ran the default model's 100 warm tokens over the 6,300-token house at
-// about 220 GFLOP/s, where the tiles alone give 1,400 products a nanosecond per core: its
-// time is in the softmax and the bookkeeping around the products. Here the products are
-// a small share, and the softmax is prefix_attention.cpp's (one max per query and item).
+// about 300-400 GFLOP/s, where one TDPBF16PS (16 x 16 x 32 products) took 5 ns. On that
+// VM a tile load (1 KB) took 16 ns and a tile store 10, so these loops are written for
+// loads: each product loads at most one tile, and a score tile is stored whole.
 //
 // * Scores: S [16 queries, 16 keys] = Q [16 queries, 32 dims] x K^T, 32 dims at a time.
-//   Q is the A tile (its rows packed once per call); K^T is the B tile in the pair layout
-//   AMX wants (row p: dims 2p and 2p + 1 of each of 16 keys), made once per work item by
-//   a 16 x 16 transpose of 32-bit words (``pack_keys``) and read by every query block.
-//   Each product of two bfloat16 is exact in float32, as in the vector path.
+//   Q is the A tile (its rows packed once per call, kept loaded over the key blocks); K^T
+//   is the B tile in the pair layout AMX wants (row p: dims 2p and 2p + 1 of each of 16
+//   keys), made once per work item by a 16 x 16 transpose of 32-bit words
+//   (``pack_keys``) and read by every query block. Each product of two bfloat16 is exact
+//   in float32, as in the vector path.
 // * Values: O [16 queries, 16 dims] += P [16 queries, 32 keys] x V [32 keys, 16 dims]: P
-//   is the softmax weights, rounded to bfloat16 in key order (the vector path's layout:
-//   it is the A tile as it stands), and V's B tiles pair keys 2r and 2r + 1 dim by dim
-//   (``pack_values``, once per work item).
+//   is the softmax weights, rounded to bfloat16 in key order (prefix_attention.cpp's
+//   ``weigh`` writes them as A tiles), and V's B tiles pair keys 2r and 2r + 1 dim by dim
+//   (``pack_values``, once per work item). Two query blocks at a time, so that each P and
+//   V tile serves two products.
 //
-// Tile numbers are instruction immediates, so the two products are written out for the
-// tile counts they take (2 or 4 key blocks, 2 or 4 output tiles). The caller configures
-// the tiles (attention_amx.h) and releases them when its thread's work is done.
+// Tile numbers are instruction immediates, so the products are written out per head size
+// (32 and 64; 128; any). The caller configures the tiles (attention_amx.h) and releases
+// them when its thread's work is done.
 #pragma once
 
 #include <cstdint>

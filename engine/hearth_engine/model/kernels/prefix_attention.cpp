@@ -24,9 +24,9 @@
 // decides, as for decode attention), both products run on AMX tiles instead
 // (prefix_amx.h, ``run_chunk_amx``): 16 queries a block, two blocks at a time, with the
 // same softmax (``weigh``), partials and merge. There torch's flash kernel multiplies on
-// tiles too, and this path beat it by 1.2-1.5x (default model) and 1.0-1.2x (the 1.5B's
+// tiles too, and this path beat it by 1.1-1.5x (default model) and 1.0-1.2x (the 1.5B's
 // heads) over the 6,300-token house on a 2-vCPU Xeon, where the vector path was 3-4x
-// slower than both.
+// slower than both (docs/benchmarks.md, "Prefix attention on AMX tiles").
 //
 // Rounding: the scores and sums are float32 with exact bf16 products; the weights are
 // rounded to bfloat16 before the value sum, as torch's flash kernel does for bf16 inputs.
@@ -153,13 +153,13 @@ Weighed weigh(const float* s, int64_t s_step, int64_t n, int64_t padded, float s
   for (__m512& t : top) t = _mm512_set1_ps(kNoScore);
   int64_t b = 0;
   for (; b + 4 <= whole; b += 4)
-    for (int c = 0; c < 4; ++c) top[c] = _mm512_max_ps(top[c], _mm512_loadu_ps(s + (b + c) * s_step));
+    for (int c = 0; c < 4; ++c)
+      top[c] = _mm512_max_ps(top[c], _mm512_loadu_ps(s + (b + c) * s_step));
   for (; b < whole; ++b) top[0] = _mm512_max_ps(top[0], _mm512_loadu_ps(s + b * s_step));
   if (whole < blocks && n % kLanes != 0)  // the tail: keys past n take no part
     top[1] = _mm512_mask_max_ps(top[1], live(whole), top[1], _mm512_loadu_ps(s + whole * s_step));
-  const float best =
-      _mm512_reduce_max_ps(_mm512_max_ps(_mm512_max_ps(top[0], top[1]), _mm512_max_ps(top[2], top[3]))) *
-      scale2;
+  const __m512 most = _mm512_max_ps(_mm512_max_ps(top[0], top[1]), _mm512_max_ps(top[2], top[3]));
+  const float best = _mm512_reduce_max_ps(most) * scale2;
   const __m512 factor = _mm512_set1_ps(scale2), shift = _mm512_set1_ps(best);
   __m512 total0 = _mm512_setzero_ps(), total1 = _mm512_setzero_ps();
   for (b = 0; b < blocks; b += 2) {
