@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import ipaddress
 import logging
 import signal
@@ -19,6 +20,21 @@ from .app import create_app
 from .guard import Guard
 
 _LOGGER = logging.getLogger("hearth_engine.server")
+
+
+def freeze_startup_objects() -> int:
+    """Move every object alive after start-up (the model's modules, torch, transformers:
+    about 370k) out of the garbage collector's scans; returns how many.
+
+    A full collection scans every tracked object: with the model loaded one took 190 ms
+    (2-vCPU Xeon), a pause for whichever request's thread set it off. Python runs one when
+    enough objects have outlived two younger collections, which a long-running server
+    reaches now and then. Frozen, those objects are never scanned again (a full
+    collection then took under 1 ms); what serving allocates is collected as before.
+    """
+    gc.collect()
+    gc.freeze()
+    return gc.get_freeze_count()
 
 
 class StartupError(ValueError):
@@ -115,7 +131,12 @@ async def _serve(args: argparse.Namespace, api_key: str | None) -> int:
         _LOGGER.info("Stopped before serving (a stop signal came while the model loaded)")
         return 0
     await asyncio.to_thread(engine.start)
-    _LOGGER.info("Model ready in %.1f s", time.monotonic() - started)
+    frozen = freeze_startup_objects()
+    _LOGGER.info(
+        "Model ready in %.1f s (%d start-up objects frozen out of the garbage collector's scans)",
+        time.monotonic() - started,
+        frozen,
+    )
     app = create_app(
         engine,
         api_key=api_key,
