@@ -34,6 +34,7 @@ from ..cache.radix import CacheFullError, PinTooLargeError
 from ..config import EngineConfig, default_kv_budget
 from ..constraints.mask import Constraint, Masker
 from ..model.hardware import on_passing_thread, set_threads, tune_cpu_allocator
+from ..model.huge_pages import back_with_huge_pages
 from ..model.runner import ModelRunner
 from .detok import TextStream
 from .kv_manager import KVManager
@@ -146,8 +147,13 @@ class Engine(WorkerLoop):
         return on_passing_thread(build)
 
     def start(self) -> None:
-        """Restore stored pins (on a passing thread), then start the worker thread."""
+        """Restore stored pins (on a passing thread), put the weights and restored KV on
+        huge pages, then start the worker thread."""
         on_passing_thread(self.pins.restore_all)
+        started = time.monotonic()
+        huge = back_with_huge_pages()
+        if huge:
+            _LOGGER.info("%d MiB on 2 MiB pages (%.1f s)", huge, time.monotonic() - started)
         self._thread.start()
 
     async def shutdown(self, grace_s: float = 10.0) -> None:
