@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import platform
 import signal
 import socket
 import subprocess
@@ -74,6 +75,15 @@ def make_engine(tiny_runner: ModelRunner) -> Iterator[Callable[..., Engine]]:
 TOOLS_SERVER_KEY = "hk-test-7c1e93f0a2"
 START_TIMEOUT_S = 240.0  # a cold start on a busy 2-core machine (first torch import)
 SERVER_DTYPE = "float32"  # the same text and KV bytes on every host (see launch_server)
+
+
+def linux_at_least(major: int, minor: int) -> bool:
+    """Whether this is Linux of at least that release (for kernel features a test needs)."""
+    try:
+        got = tuple(int(x) for x in platform.release().split(".")[:2])
+    except ValueError:
+        return False
+    return platform.system() == "Linux" and got >= (major, minor)
 
 
 def free_port() -> int:

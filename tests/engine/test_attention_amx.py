@@ -14,7 +14,6 @@ blocks and pairs of blocks (prefill). On a CPU without AMX the comparisons are s
 from __future__ import annotations
 
 import os
-import platform
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -26,6 +25,7 @@ from hypothesis import strategies as st
 
 from hearth_engine.model import hardware, native
 
+from .conftest import linux_at_least
 from .test_native import (
     TOLERANCE,
     Shape,
@@ -45,19 +45,11 @@ def kernels() -> Iterator[object]:
     module.use_attention_amx(True)  # type: ignore[attr-defined] - the default again
 
 
-def _linux_at_least(major: int, minor: int) -> bool:
-    try:
-        got = tuple(int(x) for x in platform.release().split(".")[:2])
-    except ValueError:
-        return False
-    return platform.system() == "Linux" and got >= (major, minor)
-
-
 def test_the_tiles_are_used_where_the_cpu_and_the_os_have_them(kernels: object) -> None:
     on = kernels.use_attention_amx(True)  # type: ignore[attr-defined]
     if not hardware.cpu_has_amx_bf16():
         assert on is False
-    elif _linux_at_least(5, 16):  # where Linux grants a process the tile data
+    elif linux_at_least(5, 16):  # where Linux grants a process the tile data
         assert on is True
     assert kernels.use_attention_amx(False) is False  # type: ignore[attr-defined]
     kernels.use_attention_amx(True)  # type: ignore[attr-defined]

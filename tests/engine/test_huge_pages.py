@@ -9,13 +9,14 @@ a tensor that fills its pages must end up on huge pages. Elsewhere that part is 
 from __future__ import annotations
 
 import os
-import platform
 from pathlib import Path
 
 import pytest
 import torch
 
 from hearth_engine.model import huge_pages
+
+from .conftest import linux_at_least
 
 MIB = 1 << 20
 SMAPS = """\
@@ -62,19 +63,11 @@ def test_the_mode_is_read_from_the_bracketed_word(tmp_path: Path) -> None:
     assert huge_pages.thp_mode(tmp_path / "missing") == ""
 
 
-def _linux_at_least(major: int, minor: int) -> bool:
-    try:
-        got = tuple(int(x) for x in platform.release().split(".")[:2])
-    except ValueError:
-        return False
-    return platform.system() == "Linux" and got >= (major, minor)
-
-
 def test_a_filled_tensor_ends_up_on_huge_pages() -> None:
     if huge_pages.thp_mode() not in {"always", "madvise"}:
         assert huge_pages.back_with_huge_pages() == 0
         pytest.skip("this system offers no transparent huge pages")
-    if not _linux_at_least(6, 1):
+    if not linux_at_least(6, 1):
         pytest.skip("no MADV_COLLAPSE before Linux 6.1: khugepaged moves memory later")
     before = huge_pages.huge_mib()
     weights = torch.ones(64 * MIB // 4)  # 64 MiB, every page written
