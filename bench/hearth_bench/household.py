@@ -20,6 +20,9 @@ The same trace runs against a fresh engine process per configuration:
 * ``hearth``: ``--cache-mode radix``, each agent's prefix pinned at start and on renames;
 * ``no_cache``: ``--cache-mode none``, no pins;
 * ``last_prompt``: ``--cache-mode last_prompt`` (one slot, like llama.cpp), no pins;
+* ``hearth_container`` (only with ``--configs``): as ``hearth``, against the add-on's
+  image (``scripts/image``) run with podman through its own launcher, with the API key
+  it made: ``--configs hearth hearth_container`` shows what packaging costs.
 * ``hearth_fresh_prefix`` (only with ``--configs``): as ``hearth``, but requests switch to
   the renamed prefix at once (the plugin before it kept the pinned prefix during re-pins:
   every request then cold-prefilled most of the house).
@@ -61,6 +64,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
 import random
 import tempfile
 import time
@@ -73,6 +77,7 @@ import aiohttp
 
 from .capture import FIXTURE, Fixture, FixtureMissingError, Sample, load_fixture
 from .common import Periodic, percentile, print_table, write_json
+from .container import ContainerEngine, build_image
 from .llama_server import parse_metrics
 from .server import EngineProcess
 
@@ -84,6 +89,9 @@ CONFIGS = {
     "no_cache": ("none", False, False),
     "last_prompt": ("last_prompt", False, False),
     "hearth_fresh_prefix": ("radix", True, False),
+    # Hearth as ``hearth``, but the engine is the add-on's image run with podman
+    # (scripts/image): what packaging costs, side by side with ``hearth``.
+    "hearth_container": ("radix", True, True),
     # Hearth with every token a grammar forces decoded one step each (before jump-forward).
     "hearth_no_jump_forward": ("radix", True, True),
     # --engine-url: the server as the plugin drives it: each agent's prefix primed at start
@@ -96,6 +104,12 @@ CONFIGS = {
 }
 CONFIG_ARGS = {"hearth_no_jump_forward": ("--no-jump-forward",)}  # engine flags of a config
 EXTERNAL = "external"
+CONTAINER = "hearth_container"
+CONTAINER_KERNELS = (
+    Path(os.environ.get("HEARTH_CACHE_DIR") or Path.home() / ".cache" / "hearth")
+    / "image"
+    / "kernels"
+)
 EXTERNALS = ("external", "external_unprimed")
 PRIMING_TEXT = "Hello"  # the user message after the prefix in a priming request
 DEFAULT_CONFIGS = ["hearth", "no_cache", "last_prompt"]
@@ -486,12 +500,17 @@ class Replay:
         if self.name in EXTERNALS:
             return await self.run_external(trace)
         log = self.settings.workdir / f"engine-{self.name}.log"
-        engine = EngineProcess(self.engine_args(), log)
-        await asyncio.to_thread(engine.start)
+        engine: EngineProcess | ContainerEngine
+        if self.name == CONTAINER:
+            engine = await asyncio.to_thread(self._start_container)
+        else:
+            engine = EngineProcess(self.engine_args(), log)
+            await asyncio.to_thread(engine.start)
+        headers = engine.headers if isinstance(engine, ContainerEngine) else None
         started = time.monotonic()
         timeout = aiohttp.ClientTimeout(total=3600)
         try:
-            async with aiohttp.ClientSession(timeout=timeout) as session:
+            async with aiohttp.ClientSession(timeout=timeout, headers=headers) as session:
                 poller = await self._prepare(session, engine.url)
                 try:
                     repins = await self._run_steps(session, engine.url, trace)
@@ -500,7 +519,10 @@ class Replay:
                     await poller.stop()
                 stats = await get_json(session, f"{engine.url}/v1/stats")
         finally:
-            await asyncio.to_thread(engine.stop)
+            if isinstance(engine, ContainerEngine):
+                await asyncio.to_thread(engine.stop, log)
+            else:
+                await asyncio.to_thread(engine.stop)
         return {
             "wall_s": round(time.monotonic() - started, 1),
             "stats": stats,
@@ -510,6 +532,20 @@ class Replay:
             "repin_windows_s": [(round(a, 2), round(b, 2)) for a, b in self.repin_windows],
             "state_changes": self.state_changes,
         }
+
+    def _start_container(self) -> ContainerEngine:
+        """The image through its own launcher (the add-on's options as the environment),
+        its kernels built for this CPU before the trace starts, as they are here."""
+        env = {"HEARTH_MODEL": self.settings.model}
+        if self.settings.kv_cache_mb:
+            env["HEARTH_KV_CACHE_MB"] = str(self.settings.kv_cache_mb)
+        data = self.settings.workdir / "container-data"
+        kernels = CONTAINER_KERNELS  # kept between runs, like this machine's own
+        engine = ContainerEngine(build_image(), data, env, kernels=kernels).start()
+        if engine.wait_kernels() != "active":
+            engine.stop(self.settings.workdir / f"engine-{self.name}.log")
+            raise RuntimeError("the container's kernels did not build; see its log")
+        return engine
 
     async def run_external(self, trace: Sequence[Step]) -> dict[str, Any]:
         """The trace against a server that is already running: no pins, no /v1/stats."""
