@@ -1,7 +1,8 @@
 """Config flow: the engine (URL + optional API key), its conversation agents and AI Tasks.
 
 The engine may be a Hearth engine or another OpenAI-compatible server (llama.cpp, vLLM,
-SGLang): the flow probes it (``backends.py``) and says what it found.
+SGLang): the flow probes it (``backends.py``) and says what it found. On Home Assistant
+OS the engine add-on announces itself through the Supervisor (``config_flow_hassio.py``).
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from typing import Any
 import probatio
 from homeassistant.config_entries import (
     ConfigEntry,
-    ConfigFlow,
     ConfigFlowResult,
     ConfigSubentryFlow,
     SubentryFlowResult,
@@ -21,7 +21,6 @@ from homeassistant.const import CONF_API_KEY, CONF_LLM_HASS_API, CONF_NAME, CONF
 from homeassistant.core import HomeAssistant, callback
 from homeassistant.helpers import config_validation as cv
 from homeassistant.helpers import llm
-from homeassistant.helpers.aiohttp_client import async_get_clientsession
 from homeassistant.helpers.selector import (
     BooleanSelector,
     NumberSelector,
@@ -35,11 +34,9 @@ from homeassistant.helpers.selector import (
     TextSelectorConfig,
     TextSelectorType,
 )
-from yarl import URL
 
-from .api import HearthAuthError, HearthClient, HearthConnectionError, HearthError
 from .backend import Backend
-from .backends import async_connect
+from .config_flow_hassio import HassioDiscoveryFlow
 from .const import (
     CONF_EXAMPLES,
     CONF_MAX_HISTORY,
@@ -52,11 +49,17 @@ from .const import (
     DEFAULT_CONVERSATION_NAME,
     DEFAULT_URL,
     DOMAIN,
-    LOGGER,
     RECOMMENDED_AI_TASK_OPTIONS,
     RECOMMENDED_CONVERSATION_OPTIONS,
     SUBENTRY_AI_TASK,
     SUBENTRY_CONVERSATION,
+)
+from .engine_entry import (
+    async_create_engine_entry,
+    async_entry_for_url,
+    async_validate,
+    engine_data,
+    normalize_url,
 )
 from .prefix import llm_api_ids
 
@@ -87,37 +90,7 @@ _NUMBER_OPTIONS: tuple[tuple[str, type], ...] = (
 )
 
 
-def normalize_url(url: str) -> str:
-    """``scheme://host:port/path`` without a trailing slash: the entry's unique id."""
-    parsed = URL(url.strip())
-    return f"{parsed.scheme}://{parsed.host}:{parsed.port}{parsed.path.rstrip('/')}".lower()
-
-
-async def _async_validate(
-    hass: HomeAssistant, url: str, api_key: str | None
-) -> tuple[str | None, Backend | None]:
-    """Probe the server (``/v1/models`` checks the key): (error key or None, what it is)."""
-    client = HearthClient(async_get_clientsession(hass), url, api_key)
-    try:
-        backend = await async_connect(hass, client, api_key)
-    except HearthAuthError:
-        return "invalid_auth", None
-    except HearthConnectionError:
-        return "cannot_connect", None
-    except HearthError as err:
-        LOGGER.warning("Unexpected answer from the server at %s: %s", url, err)
-        return "unknown", None
-    return None, backend
-
-
-def _engine_data(url: str, api_key: str | None) -> dict[str, str]:
-    data = {CONF_URL: url}
-    if api_key:
-        data[CONF_API_KEY] = api_key
-    return data
-
-
-class HearthConfigFlow(ConfigFlow, domain=DOMAIN):
+class HearthConfigFlow(HassioDiscoveryFlow, domain=DOMAIN):
     """Add a Hearth engine."""
 
     VERSION = 1
@@ -131,24 +104,9 @@ class HearthConfigFlow(ConfigFlow, domain=DOMAIN):
             if error is None and server is not None:
                 await self.async_set_unique_id(normalize_url(url))
                 self._abort_if_unique_id_configured()
-                return self.async_create_entry(
-                    title=server.manufacturer,  # the engine device's name: "Hearth", "vLLM"...
-                    data=_engine_data(url, api_key),
-                    description="detected",
-                    description_placeholders={
-                        "server": server.info.name,
-                        "model": server.info.model or "?",
-                        "features": server.features(),
-                    },
-                    subentries=[
-                        {
-                            "subentry_type": SUBENTRY_CONVERSATION,
-                            "data": RECOMMENDED_CONVERSATION_OPTIONS,
-                            "title": DEFAULT_CONVERSATION_NAME,
-                            "unique_id": None,
-                        }
-                    ],
-                )
+                if async_entry_for_url(self.hass, url) is not None:  # e.g. the add-on's
+                    return self.async_abort(reason="already_configured")
+                return async_create_engine_entry(self, url, api_key, server)
             errors["base"] = error
         return self.async_show_form(
             step_id="user",
@@ -165,13 +123,17 @@ class HearthConfigFlow(ConfigFlow, domain=DOMAIN):
         if user_input is not None:
             url, api_key, error, _server = await self._async_check_input(user_input)
             if error is None:
-                unique_id = normalize_url(url)
-                if unique_id != entry.unique_id and (
-                    self.hass.config_entries.async_entry_for_domain_unique_id(DOMAIN, unique_id)
-                ):
-                    return self.async_abort(reason="already_configured")
+                # The same server keeps its unique id (an add-on's entry stays the
+                # add-on's); another server makes it the entry of that URL.
+                unique_id = entry.unique_id
+                if normalize_url(url) != normalize_url(entry.data[CONF_URL]):
+                    unique_id = normalize_url(url)
+                    if async_entry_for_url(self.hass, url) is not None or (
+                        self.hass.config_entries.async_entry_for_domain_unique_id(DOMAIN, unique_id)
+                    ):
+                        return self.async_abort(reason="already_configured")
                 return self._async_update_engine(
-                    entry, unique_id=unique_id, data=_engine_data(url, api_key)
+                    entry, unique_id=unique_id, data=engine_data(url, api_key)
                 )
             errors["base"] = error
         return self.async_show_form(
@@ -194,10 +156,10 @@ class HearthConfigFlow(ConfigFlow, domain=DOMAIN):
         errors: dict[str, str] = {}
         if user_input is not None:
             api_key = (user_input.get(CONF_API_KEY) or "").strip() or None
-            error, _server = await _async_validate(self.hass, entry.data[CONF_URL], api_key)
+            error, _server = await async_validate(self.hass, entry.data[CONF_URL], api_key)
             if error is None:
                 return self._async_update_engine(
-                    entry, data=_engine_data(entry.data[CONF_URL], api_key)
+                    entry, data=engine_data(entry.data[CONF_URL], api_key)
                 )
             errors["base"] = error
         return self.async_show_form(
@@ -229,7 +191,7 @@ class HearthConfigFlow(ConfigFlow, domain=DOMAIN):
             url = str(cv.url(raw_url)).rstrip("/")
         except probatio.Invalid:
             return raw_url, api_key, "invalid_url", None
-        return url, api_key, *await _async_validate(self.hass, url, api_key)
+        return url, api_key, *await async_validate(self.hass, url, api_key)
 
     @classmethod
     @callback

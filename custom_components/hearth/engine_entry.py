@@ -1,0 +1,95 @@
+"""The engine entry, for every way of adding one (user, reconfigure, reauth, add-on).
+
+Its identity is the server's URL, its data the URL and an optional API key, and it is
+saved only after a probe of the server.
+"""
+
+from __future__ import annotations
+
+from homeassistant.config_entries import ConfigEntry, ConfigFlow, ConfigFlowResult
+from homeassistant.const import CONF_API_KEY, CONF_URL
+from homeassistant.core import HomeAssistant, callback
+from homeassistant.helpers.aiohttp_client import async_get_clientsession
+from yarl import URL
+
+from .api import HearthAuthError, HearthClient, HearthConnectionError, HearthError
+from .backend import Backend
+from .backends import async_connect
+from .const import (
+    DEFAULT_CONVERSATION_NAME,
+    DOMAIN,
+    LOGGER,
+    RECOMMENDED_CONVERSATION_OPTIONS,
+    SUBENTRY_CONVERSATION,
+)
+
+
+def normalize_url(url: str) -> str:
+    """``scheme://host:port/path`` without a trailing slash: the entry's unique id."""
+    parsed = URL(url.strip())
+    return f"{parsed.scheme}://{parsed.host}:{parsed.port}{parsed.path.rstrip('/')}".lower()
+
+
+def engine_data(url: str, api_key: str | None) -> dict[str, str]:
+    """The entry's data."""
+    data = {CONF_URL: url}
+    if api_key:
+        data[CONF_API_KEY] = api_key
+    return data
+
+
+async def async_validate(
+    hass: HomeAssistant, url: str, api_key: str | None
+) -> tuple[str | None, Backend | None]:
+    """Probe the server (``/v1/models`` checks the key): (error key or None, what it is)."""
+    client = HearthClient(async_get_clientsession(hass), url, api_key)
+    try:
+        backend = await async_connect(hass, client, api_key)
+    except HearthAuthError:
+        return "invalid_auth", None
+    except HearthConnectionError:
+        return "cannot_connect", None
+    except HearthError as err:
+        LOGGER.warning("Unexpected answer from the server at %s: %s", url, err)
+        return "unknown", None
+    return None, backend
+
+
+@callback
+def async_entry_for_url(hass: HomeAssistant, url: str) -> ConfigEntry | None:
+    """The entry of the server at ``url``, whatever its unique id (an add-on's entry
+    has the add-on's slug)."""
+    wanted = normalize_url(url)
+    return next(
+        (
+            entry
+            for entry in hass.config_entries.async_entries(DOMAIN, include_ignore=False)
+            if CONF_URL in entry.data and normalize_url(entry.data[CONF_URL]) == wanted
+        ),
+        None,
+    )
+
+
+@callback
+def async_create_engine_entry(
+    flow: ConfigFlow, url: str, api_key: str | None, server: Backend
+) -> ConfigFlowResult:
+    """Create the engine entry with the default conversation agent; say what was found."""
+    return flow.async_create_entry(
+        title=server.manufacturer,  # the engine device's name: "Hearth", "vLLM"...
+        data=engine_data(url, api_key),
+        description="detected",
+        description_placeholders={
+            "server": server.info.name,
+            "model": server.info.model or "?",
+            "features": server.features(),
+        },
+        subentries=[
+            {
+                "subentry_type": SUBENTRY_CONVERSATION,
+                "data": RECOMMENDED_CONVERSATION_OPTIONS,
+                "title": DEFAULT_CONVERSATION_NAME,
+                "unique_id": None,
+            }
+        ],
+    )
