@@ -23,6 +23,7 @@ import torch
 from ..cache.radix import Match, common_prefix
 from ..config import CacheMode, EngineConfig
 from ..constraints.mask import Masker
+from ..model.hardware import release_free_memory
 from ..model.runner import ModelRunner
 from .batch import DecodeBatch
 from .kv_manager import KVManager
@@ -346,6 +347,8 @@ class WorkerLoop:
         self.kv.store(seq)
         self._release(seq)
         self.pins.complete(seq, computed, prefill_ms, prefilled)
+        if computed:  # its prefill's buffer and scratch: a one-off, not a request's size
+            release_free_memory()
 
     def _start_pin(self, name: str, generation: int, tokens: list[int]) -> None:
         if self._closing:
