@@ -101,7 +101,8 @@ def _release_linears(model: Any) -> None:
     Fused, packed or int8 weights are new tensors; keeping the originals too would
     double the model's memory (``fuse`` takes a quantized file's packed matrices off their
     modules for the same reason). Afterwards only the lean forward can run the model.
-    The embedding stays (also when the output layer shares it).
+    The embedding stays; where the output layer shares it, it is read from the head's
+    tiles instead (``_embed_from_head``).
     """
     embed = model.model.embed_tokens.weight
     head = [model.lm_head] if model.lm_head.weight is not embed else []
