@@ -10,6 +10,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import random
 from collections.abc import Callable
 from pathlib import Path
 
@@ -22,8 +24,12 @@ from hearth_engine.model import native
 from hearth_engine.model.linear import TILED_MAX_ROWS, FrozenLinear
 from hearth_engine.model.loader import resolve_model
 from hearth_engine.model.mapped import mapped_ranges
+from hearth_engine.serving import worker
+from hearth_engine.serving.engine import Engine
+from hearth_engine.serving.sampling import SamplingParams
 
 from .conftest import Client, ServerProcess
+from .test_engine import settle
 
 
 @pytest.fixture(scope="module")
@@ -93,3 +99,23 @@ async def test_stats_report_rss_and_the_budget_rule(client: Client) -> None:
 async def client(server: ServerProcess) -> object:
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=300)) as session:
         yield Client(server, session)
+
+
+async def test_an_idle_engine_gives_back_its_pooled_buffers(
+    make_engine: Callable[..., Engine], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After ``IDLE_RELEASE_S`` without work the pool is emptied; while requests come it
+    is kept (a request's buffer is reused by the next)."""
+    monkeypatch.setattr(worker, "IDLE_RELEASE_S", 3.0)
+    engine = make_engine()
+    prompt = [random.Random(3).randrange(3, 1000) for _ in range(200)]
+    await engine.generate(prompt, SamplingParams(max_tokens=4))
+    await settle(engine)
+    assert engine.kv.pool.free_bytes > 0  # the request's buffer, kept for the next one
+    for _ in range(150):  # the worker looks twice a second
+        if engine.kv.pool.free_bytes == 0:
+            break
+        await asyncio.sleep(0.1)
+    assert engine.kv.pool.free_bytes == 0
+    _, text, _ = await engine.generate(prompt, SamplingParams(max_tokens=4))
+    assert text  # it serves on afterwards
