@@ -6,14 +6,14 @@ captured household requests (``bench/fixtures/household.json``); the engine runs
 ``--cache-mode radix`` with each agent's prefix pinned first, as the plugin does.
 
 Requirements (exit 1 if one fails): no failed request; the engine's peak RSS (sampled
-from ``/proc/<pid>/status``) within the KV budget (``--kv-cache-mb``: cached prefixes
-and the working buffers of running requests together) + model bytes + ``--overhead-mb``
-(torch, Python, tokenizer, activations, allocator slack); after the run no locked cache
-node and the working KV back to its idle value; the engine's own peak of cache +
-working buffers (``kv_peak_bytes``) within the KV budget. ``--pad-words N`` adds N
-words no request shares to each prompt, so that prompts outgrow the budget unless the
-engine reserves their KV: requests then wait for room or get a 503, which counts apart
-from the failures.
+from ``/proc/<pid>/status``) within the KV budget (the engine's default, or
+``--kv-cache-mb``: cached prefixes and the working buffers of running requests together) +
+model bytes + ``--overhead-mb`` (torch, Python, tokenizer, activations, allocator
+slack); after the run no locked cache node and the working KV back to its idle value;
+the engine's own peak of cache + working buffers (``kv_peak_bytes``) within the KV
+budget. ``--pad-words N`` adds N words no request shares to each prompt, so that prompts
+outgrow the budget unless the engine reserves their KV: requests then wait for room or
+get a 503, which counts apart from the failures.
 """
 
 from __future__ import annotations
@@ -145,9 +145,11 @@ def overloaded(error: str | None) -> bool:
 
 async def run(args: argparse.Namespace, fixture: Fixture, workdir: Path) -> dict[str, Any]:
     engine_args = [
-        "--model", args.model, "--cache-mode", "radix", "--kv-cache-mb", str(args.kv_cache_mb),
+        "--model", args.model, "--cache-mode", "radix",
         "--max-queue", str(max(64, 4 * args.clients)),
     ]  # fmt: skip
+    if args.kv_cache_mb is not None:  # else the engine's default (kv_budget.py)
+        engine_args += ["--kv-cache-mb", str(args.kv_cache_mb)]
     engine = EngineProcess(engine_args, workdir / "engine-load.log")
     await asyncio.to_thread(engine.start)
     try:
@@ -334,7 +336,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--seconds", type=float, default=60)
     parser.add_argument("--model", default="default")
     parser.add_argument("--max-tokens", type=int, default=16)
-    parser.add_argument("--kv-cache-mb", type=int, default=1024)
+    parser.add_argument(
+        "--kv-cache-mb", type=int, default=None, help="KV budget (default: the engine's own)"
+    )
     parser.add_argument(
         "--pad-words", type=int, default=0, help="unshared words added to every prompt"
     )

@@ -46,7 +46,9 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
         "--kv-cache-mb",
         type=_positive,
         default=None,
-        help="KV cache budget in MiB (default: a fifth of free RAM/VRAM, 256 MiB to 16 GiB)",
+        help="KV cache budget in MiB (default on a CPU: a quarter of the memory left once the"
+        " model is loaded, cgroup limits included, 256 to 1024 MiB; on CUDA a fifth of free"
+        " VRAM, at most 16 GiB)",
     )
     group.add_argument(
         "--chunk-tokens",

@@ -6,7 +6,7 @@ import enum
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import psutil
+from .kv_budget import Budget, cpu_budget, cuda_budget, read_host
 
 MIB = 1 << 20
 
@@ -52,12 +52,12 @@ class EngineConfig:
     )
 
 
-def default_kv_budget(device_type: str) -> int:
-    """A fifth of free memory (RAM, or VRAM on CUDA), at least 256 MiB and at most 16 GiB."""
+def default_kv_budget(device_type: str) -> Budget:
+    """The KV budget when ``--kv-cache-mb`` is not given (``kv_budget``: a quarter of the
+    room left on a CPU, 256 MiB to 1 GiB; a fifth of free VRAM on CUDA)."""
     if device_type == "cuda":
         import torch
 
         free, _total = torch.cuda.mem_get_info()
-    else:
-        free = psutil.virtual_memory().available
-    return int(min(max(free // 5, 256 * MIB), 16 * 1024 * MIB))
+        return cuda_budget(int(free))
+    return cpu_budget(read_host())

@@ -101,7 +101,8 @@ def _release_linears(model: Any) -> None:
     Fused, packed or int8 weights are new tensors; keeping the originals too would
     double the model's memory (``fuse`` takes a quantized file's packed matrices off their
     modules for the same reason). Afterwards only the lean forward can run the model.
-    The embedding stays (also when the output layer shares it).
+    The embedding stays; where the output layer shares it, it is read from the head's
+    tiles instead (``_embed_from_head``).
     """
     embed = model.model.embed_tokens.weight
     head = [model.lm_head] if model.lm_head.weight is not embed else []
@@ -116,7 +117,9 @@ def _head(head: torch.nn.Linear, quantization: Quantization, tiled: bool) -> Any
     it."""
     if quantization == Quantization.INT4 and getattr(head, QUANT_ATTR, None) is None:
         return QuantLinear([quantize_int8_groups(head.weight.detach())], head.bias)
-    return fuse([head], quantization, tiled)
+    # Its calls are decode-sized (a prefill asks for its last token only): with tiles, a
+    # packed copy would only serve batches of over TILED_MAX_ROWS rows.
+    return fuse([head], quantization, tiled, pack=not tiled)
 
 
 def _norm_of(module: torch.nn.Module) -> tuple[torch.Tensor, float]:
@@ -176,10 +179,25 @@ def _chunk_mask(
     return (cols <= rows + past)[None, None]
 
 
+class _EmbeddingFromHead:
+    """The embedding lookup of a tied model, from its output layer's decode tiles."""
+
+    def __init__(self, head: FrozenLinear) -> None:
+        self.head = head
+
+    def __call__(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.head.rows(ids)  # [*ids, hidden]
+
+
 class LeanDecoder:
     """The forward pass of a supported model; built once, then called per step."""
 
-    def __init__(self, model: Any, quantization: Quantization = Quantization.NONE) -> None:
+    def __init__(
+        self,
+        model: Any,
+        quantization: Quantization = Quantization.NONE,
+        share_embedding: bool = True,
+    ) -> None:
         reason = unsupported_reason(model)
         if reason is not None:
             raise UnsupportedModelError(reason)
@@ -199,7 +217,10 @@ class LeanDecoder:
         self.layers = [self._layer(layer, quantization, tiled) for layer in inner.layers]
         self.quantization = quantization
         self._native: Any = None  # native_step's DecodeLayers once built; False: never
+        tied = model.lm_head.weight is inner.embed_tokens.weight
         _release_linears(model)
+        if share_embedding and tied:
+            self._embed_from_head(model)
         kinds = sorted({x.kind for layer in self.layers for x in (layer.qkv, layer.gate_up)})
         _LOGGER.info(
             "Lean forward: %d layers, %s linears%s",
@@ -207,6 +228,19 @@ class LeanDecoder:
             "/".join(kinds),
             ", decode tiles" if tiled else "",
         )
+
+    def _embed_from_head(self, model: Any) -> None:
+        """A model whose output layer is its embedding keeps that matrix once: as the
+        head's decode tiles, which the embedding lookup reads too (54 MiB of the default
+        model). Not under torch.compile (``share_embedding=False``): its traced head
+        would widen the tiles at every step."""
+        head = self.lm_head
+        if not isinstance(head, FrozenLinear) or not head.drop_weight():
+            return
+        self.embed = _EmbeddingFromHead(head)
+        empty = torch.empty(0, dtype=model.lm_head.weight.dtype, device=head.tiles.device)
+        model.model.embed_tokens.weight = torch.nn.Parameter(empty, requires_grad=False)
+        model.lm_head.weight = model.model.embed_tokens.weight
 
     @staticmethod
     def _layer(layer: Any, quantization: Quantization, tiled: bool) -> _Layer:

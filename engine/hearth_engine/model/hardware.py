@@ -110,6 +110,30 @@ def tune_cpu_allocator() -> None:
         _LOGGER.debug("mallopt tuning not applied")
 
 
+def release_free_memory() -> bool:
+    """Give the memory the allocator holds free back to the system (glibc's
+    ``malloc_trim``); whether it could be asked.
+
+    ``tune_cpu_allocator`` keeps freed memory for the next tensor of its size. That suits
+    a request's buffers, but not one-off copies: the weights as loaded and their fused
+    and re-laid-out intermediates at start-up, or a pin's prefill buffer and attention
+    scratch. Measured with the default model and the demo house pinned: 100 MiB held
+    after start-up and 135 MiB more after the pin. Called once each of those ends, when
+    no request runs, so no request pays the page faults.
+    """
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+    except OSError:
+        return False
+    trim = getattr(libc, "malloc_trim", None)  # glibc only (not musl)
+    if trim is None:
+        return False
+    trim(0)
+    return True
+
+
 def set_threads(threads: int | None) -> None:
     if threads:
         torch.set_num_threads(threads)

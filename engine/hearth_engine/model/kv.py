@@ -359,6 +359,13 @@ class BufferPool:
             while self._free and self._free_bytes() > self.max_free_bytes:
                 self._free.pop()
 
+    def drop_free(self) -> int:
+        """Let go of every buffer kept for reuse (the engine has been idle); their bytes."""
+        with self._lock:
+            dropped = self._free_bytes()
+            self._free.clear()
+        return dropped
+
     def _free_bytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in self._free)
 

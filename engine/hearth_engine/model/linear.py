@@ -20,7 +20,9 @@ AVX512-BF16 it streamed SmolLM2's matrices at 28-30 GB/s for one row against pac
 oneDNN's 16-19, 21 against 18 for four rows and 17 against 13 for eight, at 1-2 us per
 call. Prefill chunks keep oneDNN (or AMX, where the CPU has it). The tiles are a second
 copy of the weights: they are made only while that copy fits in ``TILES_RAM_SHARE`` of
-the free memory (``tiles_fit``).
+the free memory (``tiles_fit``). A linear that only decode-sized calls reach (the output
+layer: a prefill asks for its last token's logits only) keeps its weights as they are
+beside its tiles (``pack=False``): no packed copy, and a tied head shares the embedding.
 """
 
 from __future__ import annotations
@@ -80,16 +82,18 @@ class FrozenLinear:
         bias: torch.Tensor | None,
         quantization: Quantization = Quantization.NONE,
         tiled: bool = False,
+        pack: bool = True,
     ) -> None:
         self.out_features, self.in_features = weight.shape
         self.bias = bias
         self.kind = "plain"
         self.scales: torch.Tensor | None = None
         self.tiles: torch.Tensor | None = None
+        self.weight: torch.Tensor | None
         if quantization == Quantization.INT8 and self.in_features % INT8_K_MULTIPLE == 0:
             self.weight, self.scales = quantize_int8(weight)
             self.kind = "int8"
-        elif weight.dtype == torch.bfloat16 and can_pack_bf16(weight.device):
+        elif pack and weight.dtype == torch.bfloat16 and can_pack_bf16(weight.device):
             self.weight = torch.ops.mkldnn._reorder_linear_weight(weight, 1)
             self.kind = "packed"
         else:
@@ -103,6 +107,8 @@ class FrozenLinear:
             out = self._tiled(x)
             if out is not None:
                 return out
+        if self.weight is None:  # tiles only (drop_weight): the rare wider call widens them
+            return torch.nn.functional.linear(x, self.untiled(), self.bias)
         if self.kind == "packed":
             return torch.ops.mkldnn._linear_pointwise(x, self.weight, self.bias, "none", [], "")
         if self.kind == "int8":
@@ -114,6 +120,34 @@ class FrozenLinear:
             out = out.view(*x.shape[:-1], self.out_features)
             return out if self.bias is None else out + self.bias
         return torch.nn.functional.linear(x, self.weight, self.bias)
+
+    def drop_weight(self) -> bool:
+        """Keep the tiles only (a plain weight beside them, ``pack=False``, goes); whether
+        it went. Calls of more than ``TILED_MAX_ROWS`` rows then widen the tiles first."""
+        if self.tiles is None or self.kind != "plain":
+            return False
+        self.weight = None
+        return True
+
+    def untiled(self) -> torch.Tensor:
+        """The weights ``[N, K]`` rebuilt from the tiles (``tile_weight``'s layouts)."""
+        assert self.tiles is not None
+        tiles, n, k = self.tiles, self.out_features, self.in_features
+        if tiles.dim() == 4:  # bfloat16 [T, K/2, 16, 2]
+            rows = tiles.permute(0, 2, 1, 3).reshape(tiles.shape[0] * 16, -1)
+        else:  # [T, K, 16]
+            rows = tiles.transpose(1, 2).reshape(tiles.shape[0] * 16, -1)
+        return rows[:n, :k]
+
+    def rows(self, ids: torch.Tensor) -> torch.Tensor:
+        """Rows ``ids`` of the weights, read from the tiles: ``[*ids.shape, K]`` (an
+        embedding lookup, for a model whose output layer shares its embedding)."""
+        assert self.tiles is not None
+        tiles, k = self.tiles, self.in_features
+        tile, lane = ids // 16, ids % 16
+        if tiles.dim() == 4:  # [T, K/2, 16, 2] -> [*ids, K/2, 2]
+            return tiles[tile, :, lane, :].flatten(-2)[..., :k]
+        return tiles[tile, :, lane]  # [T, K, 16] -> [*ids, K]
 
     def _tiled(self, x: torch.Tensor) -> torch.Tensor | None:
         """``x`` through the decode tiles; ``None`` when they cannot serve it (torch's
@@ -176,6 +210,7 @@ def fuse(
     modules: list[torch.nn.Linear],
     quantization: Quantization = Quantization.NONE,
     tiled: bool = False,
+    pack: bool = True,
 ) -> FrozenLinear | QuantLinear:
     """One linear for several that read the same input (q/k/v, gate/up): one kernel call.
 
@@ -201,7 +236,7 @@ def fuse(
                 for m, b in zip(modules, biases, strict=True)
             ]
         )
-    return FrozenLinear(weight, bias, quantization, tiled)
+    return FrozenLinear(weight, bias, quantization, tiled, pack)
 
 
 def _quant_fuse(modules: list[torch.nn.Linear], packed: list[object]) -> QuantLinear:

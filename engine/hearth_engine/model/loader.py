@@ -12,6 +12,7 @@ from typing import Any
 
 from .errors import ModelLoadError
 from .layer_types import check_layer_types
+from .mapped import copy_mapped_weights
 from .prepare.default import ModelPrepareError, prepare_default_model
 from .prepare.gguf import prepare_gguf_model, renders_tools
 from .prepare.tiny import prepare_tiny_model, prepare_tiny_tools_model
@@ -191,6 +192,9 @@ def load_model(
             "--chat-template FILE)"
         )
     model.to(device).eval()
+    copied = copy_mapped_weights(model, path)  # so that the files' mapping can go
+    if copied:
+        _LOGGER.debug("Copied %d MiB of mapped weights into memory", copied >> 20)
     if str(dtype) == "torch.float64" and _has_experts(config):
         # transformers' default grouped-matmul experts take no float64 (the exactness
         # tests' dtype); its eager loop over experts does.

@@ -159,7 +159,8 @@ class ModelRunner:
             raise ModelLoadError(f"--quantize int8: {problem}")
         self.lean: LeanDecoder | None = None
         if pick_lean(self.model, forward, quantization):
-            self.lean = LeanDecoder(self.model, quantization)
+            compiles = wants_compile(compile_mode, self.layout)
+            self.lean = LeanDecoder(self.model, quantization, share_embedding=not compiles)
         # The compiled decode step (step_compiler.py); ``start_compile`` starts it.
         self.compiler: StepCompiler | None = None
         if self.lean is not None and wants_compile(compile_mode, self.layout):

@@ -16,6 +16,7 @@ from importlib import metadata
 from statistics import median
 from typing import TYPE_CHECKING, Any
 
+import psutil
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -37,6 +38,11 @@ def engine_version() -> str:
         return metadata.version("hearth-engine")
     except metadata.PackageNotFoundError:
         return "unknown"
+
+
+def _rss() -> int:
+    """This process's resident memory in bytes (what a small box has to spare for it)."""
+    return int(psutil.Process().memory_info().rss)
 
 
 def _rate(part: float, whole: float, digits: int = 6) -> float:
@@ -95,6 +101,8 @@ def engine_stats(engine: Engine) -> dict[str, Any]:
         "kv_peak_bytes": kv.peak_bytes,  # cache + snapshots + buffers, the most at once
         "kv_pool_free_bytes": usage.pool_free_bytes,
         "kv_bytes_per_token": engine.info.bytes_per_token,
+        "kv_cache_budget_rule": engine.budget_rule,  # how the capacity was chosen
+        "process_rss_bytes": _rss(),
         # Hybrid models: recurrent-state snapshots at prefix boundaries (0 for others).
         "state_snapshots": kv.snapshots.count if kv.snapshots is not None else 0,
         "state_snapshot_bytes": kv.snapshots.nbytes if kv.snapshots is not None else 0,

@@ -33,7 +33,12 @@ from typing import Any, TypeVar
 from ..cache.radix import CacheFullError, PinTooLargeError
 from ..config import EngineConfig, default_kv_budget
 from ..constraints.mask import Constraint, Masker
-from ..model.hardware import on_passing_thread, set_threads, tune_cpu_allocator
+from ..model.hardware import (
+    on_passing_thread,
+    release_free_memory,
+    set_threads,
+    tune_cpu_allocator,
+)
 from ..model.huge_pages import back_with_huge_pages
 from ..model.runner import ModelRunner
 from .detok import TextStream
@@ -99,7 +104,11 @@ class Engine(WorkerLoop):
         self.started_at = time.time()
         budget = config.kv_cache_bytes
         if budget is None:
-            budget = default_kv_budget(runner.layout.device.type)
+            chosen = default_kv_budget(runner.layout.device.type)
+            budget, self.budget_rule = chosen.bytes, chosen.rule
+            _LOGGER.info("KV budget %d MiB: %s", budget >> 20, chosen.rule)
+        else:
+            self.budget_rule = "--kv-cache-mb"
         self.namespace = f"{self.info.namespace}:{config.cache_salt}"
         self.counters = Counters()
         self.scheduler = Scheduler(config.max_running, config.chunk_tokens, config.max_queue)
@@ -147,9 +156,10 @@ class Engine(WorkerLoop):
         return on_passing_thread(build)
 
     def start(self) -> None:
-        """Restore stored pins (on a passing thread), put the weights and restored KV on
-        huge pages, then start the worker thread."""
+        """Restore stored pins (on a passing thread), give back what loading freed, put
+        the weights and restored KV on huge pages, then start the worker thread."""
         on_passing_thread(self.pins.restore_all)
+        release_free_memory()  # load-time copies; before the huge pages, not splitting them
         started = time.monotonic()
         huge = back_with_huge_pages()
         if huge:
