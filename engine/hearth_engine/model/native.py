@@ -12,7 +12,8 @@ One extension module, ``hearth_native`` (``kernels/``):
   costs ~17 us, and the weights stream faster;
 * ``quant_linear.cpp``: linears from 4- and 8-bit weights that stay packed (GGUF's
   Q4_0/Q4_K/Q5_K/Q6_K/Q8_0 and ``--quantize int4``; ``model/quant/``): decode rows
-  through AVX-512 VNNI integer dots, prefill through a dequantized scratch matrix;
+  through AVX-512 VNNI integer dots (AVX2, Arm's SDOT: ``quant_neon.h``, or generic
+  code elsewhere), prefill through a dequantized scratch matrix;
 * ``layer_ops.cpp``: a decode step's RMSNorm and rotary embedding, one call each
   (``decoder.py``), with torch's roundings;
 * ``decode_step.cpp``: a one-token step's decoder layers in one call, with the kernels
@@ -80,6 +81,7 @@ HEADERS = tuple(
     for f in (
         "hearth_native.h",
         "quant_linear.h",
+        "quant_neon.h",
         "decode_step.h",
         "vec.h",
         "attention_amx.h",
