@@ -504,8 +504,8 @@ inline void group_dots(const uint8_t* wg, const QuantRows& xr, int64_t row0, con
   group_dots_avx2<Bits, MB>(wg, xr.q.data() + row0 * sh.k_pad, sh.k_pad, g * sh.group, sh.group,
                             dots);
 #elif defined(HEARTH_QDOT)
-  quant_neon::group_dots<Bits, MB>(wg, xr.q.data() + row0 * sh.k_pad, sh.k_pad, g * sh.group,
-                                   sh.group, dots);
+  hearth::quant_neon::group_dots<Bits, MB>(wg, xr.q.data() + row0 * sh.k_pad, sh.k_pad,
+                                           g * sh.group, sh.group, dots);
 #else
   group_dots_generic<Bits, MB>(wg, xr.q.data() + row0 * sh.k_pad, sh.k_pad, g * sh.group,
                                sh.group, dots);
