@@ -33,7 +33,7 @@ PACKAGES=(python3.11-minimal libpython3.11-minimal libpython3.11-stdlib python3.
 # host and are the same Python on every machine.
 TESTS=(tests/engine/test_native.py tests/engine/test_quant_kernels.py
   tests/engine/test_tiled_linear.py tests/engine/test_native_step.py)
-DESELECT="not lock and not build_held_elsewhere and not without_a_compiler"
+DESELECT="not killed_build and not build_held_elsewhere and not without_a_compiler"
 PLATFORMS=(--platform manylinux_2_28_aarch64 --platform manylinux2014_aarch64
   --platform manylinux_2_17_aarch64 --platform linux_aarch64)
 
@@ -69,14 +69,24 @@ make_sysroot() {
   rm -rf "$root.tmp/debs"
   local inc="$root.tmp/usr/include"
   cp --remove-destination "$inc/aarch64-linux-gnu/python3.11/pyconfig.h" "$inc/python3.11/pyconfig.h"
-  # sys.executable: a child Python (subprocess tests) starts under qemu too, as binfmt_misc
-  # may not be there to do it. The wrapper sits beside python3.11, so the stdlib is found.
-  printf '#!/bin/sh\nexec %s -L "%s" -0 "$0" "%s/usr/bin/python3.11" "$@"\n' \
-    "$QEMU" "$root" "$root" >"$root.tmp/usr/bin/python3.11-emulated"
-  chmod +x "$root.tmp/usr/bin/python3.11-emulated"
   rm -rf "$root" && mv "$root.tmp" "$root"
-  # the wrapper names the final root: check it once there
+  write_wrapper "$root"
   "$root/usr/bin/python3.11-emulated" -c 'import platform; assert platform.machine() == "aarch64"'
+}
+
+# python3.11-emulated, the interpreter the tests see as sys.executable: a child Python
+# (subprocess tests) starts under qemu too, as binfmt_misc may not be there to do it. It
+# sits beside python3.11, so the stdlib is found, and puts $HEARTH_AARCH64_SITE (the
+# aarch64 packages) last on the path, as a venv's site-packages would be, so a child whose
+# PYTHONPATH names only the engine still finds torch.
+write_wrapper() {
+  local root=$1
+  cat >"$root/usr/bin/python3.11-emulated" <<WRAPPER
+#!/bin/sh
+[ -n "\$HEARTH_AARCH64_SITE" ] && export PYTHONPATH="\${PYTHONPATH:+\$PYTHONPATH:}\$HEARTH_AARCH64_SITE"
+exec $QEMU -L "$root" -0 "\$0" "$root/usr/bin/python3.11" "\$@"
+WRAPPER
+  chmod +x "$root/usr/bin/python3.11-emulated"
 }
 
 # The aarch64 torch wheel and the tests' packages, at the engine venv's versions.
@@ -109,7 +119,8 @@ build_kernels() {
   local sources=(module decode_attention prefix_attention decode_linear quant_linear layer_ops decode_step)
   # shellcheck disable=SC2086  # cflags is a word list
   printf '%s\n' "${sources[@]}" | xargs -P "$(nproc)" -I{} sh -c \
-    "$CXX_A64 $(echo $cflags) -c '$KERNELS/{}.cpp' -o '$out.tmp/{}.o' || exit 255"
+    "$CXX_A64 $(echo $cflags) -c '$KERNELS/{}.cpp' -o '$out.tmp/{}.o' || exit 255" ||
+    die "the kernels did not compile for aarch64 (-march=$MARCH): the compiler's messages are above"
   "$CXX_A64" "$out.tmp"/*.o -shared -fopenmp -L"$site/torch/lib" -lc10 -ltorch_cpu -ltorch \
     -ltorch_python -o "$out.tmp/hearth_native.so"
   echo "$cflags" | tr -s ' \n' ' ' >"$out.tmp/flags.txt"
@@ -124,8 +135,9 @@ main() {
 
   root="$BASE/sysroot-$(key_of "$codename" "${PACKAGES[@]}" "$(cat /etc/apt/sources.list.d/*.sources \
     /etc/apt/sources.list 2>/dev/null)")"
-  [[ -x "$root/usr/bin/python3.11-emulated" ]] ||
+  [[ -x "$root/usr/bin/python3.11" ]] ||
     step "an arm64 Python 3.11 root under $root (Debian packages)" "10-30 s" make_sysroot "$root"
+  write_wrapper "$root"
 
   local venv_torch
   venv_torch=$("$PY" -c 'from importlib.metadata import version; print(version("torch"))')
@@ -148,7 +160,7 @@ main() {
     "$site/torch/utils/cpp_extension.py" | head -1)
   std=${std:-c++17}
   [[ -s "$site/abi.txt" ]] || step "asking the aarch64 torch its C++ ABI (emulated)" "20-60 s" \
-    sh -c "PYTHONPATH='$site' '$root/usr/bin/python3.11-emulated' -c \
+    sh -c "HEARTH_AARCH64_SITE='$site' '$root/usr/bin/python3.11-emulated' -c \
       'import torch; print(int(torch._C._GLIBCXX_USE_CXX11_ABI))' >'$site/abi.txt'"
   abi=$(cat "$site/abi.txt")
 
@@ -166,8 +178,8 @@ main() {
   ((${#args[@]})) || args=("${TESTS[@]}" -k "$DESELECT")
   log "pytest ${args[*]} under qemu (aarch64, torch $torch): minutes"
   cd "$ROOT"
-  HEARTH_NATIVE_MODULE="$build/hearth_native.so" \
-    PYTHONPATH="$site:$ROOT/engine:$ROOT:$ROOT/bench" \
+  HEARTH_NATIVE_MODULE="$build/hearth_native.so" HEARTH_AARCH64_SITE="$site" \
+    PYTHONPATH="$ROOT/engine:$ROOT:$ROOT/bench" \
     "$root/usr/bin/python3.11-emulated" -m pytest -p no:cacheprovider "${args[@]}"
   log "aarch64 check done in $((SECONDS - t0)) s"
 }
