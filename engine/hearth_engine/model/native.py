@@ -12,7 +12,8 @@ One extension module, ``hearth_native`` (``kernels/``):
   costs ~17 us, and the weights stream faster;
 * ``quant_linear.cpp``: linears from 4- and 8-bit weights that stay packed (GGUF's
   Q4_0/Q4_K/Q5_K/Q6_K/Q8_0 and ``--quantize int4``; ``model/quant/``): decode rows
-  through AVX-512 VNNI integer dots, prefill through a dequantized scratch matrix;
+  through AVX-512 VNNI integer dots (AVX2, Arm's SDOT: ``quant_neon.h``, or generic
+  code elsewhere), prefill through a dequantized scratch matrix;
 * ``layer_ops.cpp``: a decode step's RMSNorm and rotary embedding, one call each
   (``decoder.py``), with torch's roundings;
 * ``decode_step.cpp``: a one-token step's decoder layers in one call, with the kernels
@@ -29,7 +30,13 @@ host has no build yet builds it on a background thread (``prepare``) and uses to
 kernels until it is ready; ``scripts/setup`` builds it ahead, and a built one is loaded
 at start (a file import: no compiler needed). A failed build (no C++ compiler, no ninja,
 a torch without headers) or load is logged in one line, and torch's kernels serve from
-then on. ``HEARTH_NATIVE=0`` turns it off.
+then on. ``HEARTH_NATIVE=0`` turns it off; ``HEARTH_NATIVE_MODULE=<file.so>`` loads that
+build instead (the aarch64 check under emulation: docs/development.md).
+
+The same sources build on x86 (AVX2, AVX-512, AMX paths where the compiler targets them)
+and on aarch64, where every kernel takes its generic vector path (GCC vector extensions,
+which it lowers to NEON); ``prefix_attention`` refuses there as on x86 CPUs without
+AVX512-BF16, and its caller uses torch.
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ import hashlib
 import importlib.util
 import logging
 import os
+import platform
 import shutil
 import sys
 import threading
@@ -73,6 +81,7 @@ HEADERS = tuple(
     for f in (
         "hearth_native.h",
         "quant_linear.h",
+        "quant_neon.h",
         "decode_step.h",
         "vec.h",
         "attention_amx.h",
@@ -81,17 +90,36 @@ HEADERS = tuple(
 )
 ENV_SWITCH = "HEARTH_NATIVE"
 AMX_SWITCH = "HEARTH_AMX"  # "0": no AMX tiles in attention (decode: vectors; prefill: torch)
-# The host's instruction set, and the float rules that let the dot product vectorise
-# (reassociation only: infinities and NaNs keep their meaning).
-CFLAGS = (
-    "-O3",
-    "-march=native",
+# A module built elsewhere (scripts/lib/aarch64_check.sh cross-compiles one), loaded
+# instead of the host's build: for checks only, as nothing verifies it fits this torch.
+PREBUILT = "HEARTH_NATIVE_MODULE"
+# The host's instruction set, by ``platform.machine()``: GCC spells it -march=native on
+# x86 and -mcpu=native on Arm (the CPU's own tuning and extensions: dotprod on an A55 or
+# A76, not on a Pi 4's A72); elsewhere the compiler's default.
+ARCH_FLAGS = {
+    "x86_64": ("-march=native",),
+    "amd64": ("-march=native",),
+    "aarch64": ("-mcpu=native",),
+    "arm64": ("-mcpu=native",),
+}
+# The float rules that let the dot product vectorise (reassociation only: infinities and
+# NaNs keep their meaning).
+MATH_FLAGS = (
     "-fopenmp",
     "-fno-math-errno",
     "-fno-trapping-math",
     "-fno-signed-zeros",
     "-fassociative-math",
 )
+
+
+def compile_flags(machine: str | None = None) -> tuple[str, ...]:
+    """The C++ flags for ``machine`` (default: this one's ``platform.machine()``)."""
+    arch = ARCH_FLAGS.get((machine or platform.machine()).lower(), ())
+    return ("-O3", *arch, *MATH_FLAGS)
+
+
+CFLAGS = compile_flags()
 STALE_LOCK_S = 900.0  # the longest wait for another process's build (one takes a minute)
 LOCK_POLL_S = 1.0  # how often a build lock held by another process is tried again
 DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -138,8 +166,9 @@ def load() -> ModuleType | None:
         if _STATE.module is not None or _STATE.error is not None:
             return _STATE.module
         started = time.monotonic()
+        prebuilt = os.environ.get(PREBUILT)
         try:
-            module = _load_or_build(build_dir())
+            module = _import(Path(prebuilt)) if prebuilt else _load_or_build(build_dir())
         except Exception as err:  # noqa: BLE001 - any build or load failure means "skip"
             text = str(err).strip()
             reason = text.splitlines()[-1] if text else type(err).__name__
@@ -236,6 +265,8 @@ def _import(path: Path) -> ModuleType:
 
 def is_built() -> bool:
     """Whether this host's build is in the cache (loading it then takes a second)."""
+    if os.environ.get(PREBUILT):
+        return enabled()
     return enabled() and any(build_dir().glob(f"{NAME}*.so"))
 
 

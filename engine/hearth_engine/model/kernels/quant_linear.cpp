@@ -20,8 +20,8 @@
 // Decode (<= 16 rows, QuantPlan):
 // * the integer path (bfloat16 and float32 inputs): each row is quantized per group to
 //   int8 (scale = max|x| / 127, round half to even), the group's dot products are exact
-//   int32 sums (vpdpbusd with AVX-512 VNNI, vpmaddubsw + vpmaddwd with AVX2, or the same
-//   integers from generic vector code; 6-bit: of the stored codes, less 32 x the group's
+//   int32 sums (vpdpbusd with AVX-512 VNNI, vpmaddubsw + vpmaddwd with AVX2, SDOT on Arm
+//   CPUs with the dot-product extension, or the same integers from generic vector code; 6-bit: of the stored codes, less 32 x the group's
 //   input sum), then y += s * (x_scale * dot) + z * sum(x) in
 //   float32. That is what llama.cpp does with its q8 activations; the error it adds is
 //   measured in the tests (``emulate``). On a 2-core AVX2 EPYC it read a 1536 x 8960
@@ -47,6 +47,7 @@
 #elif defined(__AVX2__) && !defined(HEARTH_QUANT_GENERIC)
 #define HEARTH_QAVX2 1
 #endif
+#include "quant_neon.h"  // HEARTH_QDOT: Arm's SDOT (aarch64 with the dot-product extension)
 
 #include <algorithm>
 #include <type_traits>
@@ -502,6 +503,9 @@ inline void group_dots(const uint8_t* wg, const QuantRows& xr, int64_t row0, con
 #elif defined(HEARTH_QAVX2)
   group_dots_avx2<Bits, MB>(wg, xr.q.data() + row0 * sh.k_pad, sh.k_pad, g * sh.group, sh.group,
                             dots);
+#elif defined(HEARTH_QDOT)
+  hearth::quant_neon::group_dots<Bits, MB>(wg, xr.q.data() + row0 * sh.k_pad, sh.k_pad,
+                                           g * sh.group, sh.group, dots);
 #else
   group_dots_generic<Bits, MB>(wg, xr.q.data() + row0 * sh.k_pad, sh.k_pad, g * sh.group,
                                sh.group, dots);
