@@ -4,7 +4,8 @@ Two clients raise them: the pin API client (``api.HearthError``) and the ``opena
 for chat (``openai.OpenAIError``: ``APIConnectionError``, ``AuthenticationError``,
 ``APIStatusError``, an ``APIError`` sent inside a stream). ``error_key`` gives both the
 same translation keys: ``exceptions.<key>`` for a raised error (an action, an AI Task),
-``spoken.<key>`` for what a conversation agent says.
+``common.spoken_<key>`` for what a conversation agent says (hassfest allows free
+strings only under ``common``).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from .const import DOMAIN
 # What a request to the server can raise (for ``except``).
 BACKEND_ERRORS: tuple[type[Exception], ...] = (HearthError, openai.OpenAIError)
 _BUSY = (429, 503)
-SPOKEN = "spoken"  # the translation category of what an agent says
+COMMON = "common"  # the translation category of what an agent says (``spoken_<key>``)
 
 
 def is_auth_error(err: Exception) -> bool:
@@ -48,7 +49,7 @@ def error_code(err: Exception) -> str | None:
 
 
 def error_key(err: Exception) -> str:
-    """Translation key of a server error (the same under ``exceptions`` and ``spoken``)."""
+    """Translation key of a server error (``exceptions.<key>``, ``common.spoken_<key>``)."""
     if is_auth_error(err):
         return "invalid_auth"
     if isinstance(err, HearthConnectionError | openai.APIConnectionError):
@@ -77,10 +78,10 @@ def as_ha_error(err: Exception) -> HomeAssistantError:
 
 
 async def async_spoken(hass: HomeAssistant, language: str | None, key: str, error: str = "") -> str:
-    """What an agent says for ``key`` (``spoken`` in strings.json) in ``language``,
+    """What an agent says for ``key`` (``common.spoken_<key>`` in strings.json) in ``language``,
     English where that language lacks it."""
     for lang in dict.fromkeys((language or "en", "en")):
-        strings = await translation.async_get_translations(hass, lang, SPOKEN, {DOMAIN})
-        if template := strings.get(f"component.{DOMAIN}.{SPOKEN}.{key}.message"):
+        strings = await translation.async_get_translations(hass, lang, COMMON, {DOMAIN})
+        if template := strings.get(f"component.{DOMAIN}.{COMMON}.spoken_{key}"):
             return template.format(error=error)
     raise KeyError(f"no spoken message {key!r}")
