@@ -13,6 +13,7 @@ from homeassistant.helpers.entity import Entity
 from homeassistant.helpers.update_coordinator import CoordinatorEntity
 
 from .api import RequestUsage
+from .chat import EngineStalled
 from .const import (
     CONF_MAX_HISTORY,
     CONF_MAX_TOKENS,
@@ -238,6 +239,7 @@ class HearthLLMEntity(Entity):
         stats.requests += 1
         if error is not None:
             stats.errors += 1
+            stats.stalls += isinstance(error, EngineStalled)
             stats.last_error = describe(error)
         if turn.requests:
             stats.last_turn = data.last_turn = turn
