@@ -97,7 +97,10 @@ AGENT_SENSORS: tuple[HearthAgentSensorEntityDescription, ...] = (
         translation_key="agent_errors",
         state_class=SensorStateClass.TOTAL_INCREASING,
         value_fn=lambda view: view.stats.errors,
-        attributes_fn=lambda view: {"last_error": view.stats.last_error},
+        attributes_fn=lambda view: {
+            "last_error": view.stats.last_error,
+            "stalls": view.stats.stalls,
+        },
     ),
 )
 

@@ -15,6 +15,7 @@ from .backend import Backend
 from .backend_hearth import HearthBackend
 from .backend_openai import OpenAIBackend
 from .chat import ChatClient, async_create_chat_client
+from .const import DEFAULT_STALL_TIMEOUT
 from .server_info import ServerInfo, ServerKind, async_probe
 
 type BackendClass = Callable[[ServerInfo, HearthClient, ChatClient], Backend]
@@ -27,8 +28,14 @@ def backend_class(kind: ServerKind) -> BackendClass:
     return BACKENDS.get(kind, OpenAIBackend)
 
 
-async def async_connect(hass: HomeAssistant, client: HearthClient, api_key: str | None) -> Backend:
-    """Probe ``client``'s server and return its backend (raises ``HearthError``)."""
+async def async_connect(
+    hass: HomeAssistant,
+    client: HearthClient,
+    api_key: str | None,
+    stall: float = DEFAULT_STALL_TIMEOUT,
+) -> Backend:
+    """Probe ``client``'s server and return its backend (raises ``HearthError``);
+    ``stall``: the most seconds a streamed reply may send nothing."""
     info = await async_probe(client)
-    chat = await async_create_chat_client(hass, client.url, api_key, info.model)
+    chat = await async_create_chat_client(hass, client.url, api_key, info.model, stall)
     return backend_class(info.kind)(info, client, chat)

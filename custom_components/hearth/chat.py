@@ -22,7 +22,7 @@ import openai
 from homeassistant.core import HomeAssistant
 from homeassistant.helpers.httpx_client import get_async_client
 
-from .const import CHAT_READ_TIMEOUT, PIN_TIMEOUT, REQUEST_TIMEOUT
+from .const import DEFAULT_STALL_TIMEOUT, PIN_TIMEOUT, REQUEST_TIMEOUT
 
 # Request fields the SDK's ``chat.completions.create`` takes by name; any other field
 # of a request body is a server extension and goes through ``extra_body``.
@@ -40,19 +40,41 @@ SDK_FIELDS = frozenset(
         "top_p",
     }
 )
-STREAM_TIMEOUT = httpx.Timeout(CHAT_READ_TIMEOUT, connect=REQUEST_TIMEOUT)
 PRIMING_TIMEOUT = httpx.Timeout(PIN_TIMEOUT, connect=REQUEST_TIMEOUT)
 _READER_CLOSE_STEPS = 16  # event loop steps: two per nested generator, and spare
 _NO_KEY = "no-key"  # the SDK needs a key; a keyless server gets no Authorization header
 
 
+class EngineStalled(openai.APITimeoutError):
+    """The server sent nothing for ``stall`` seconds: not its first token, not the next."""
+
+    def __init__(self, request: httpx.Request, stall: float) -> None:
+        openai.APIConnectionError.__init__(
+            self, message=f"no reply for {stall:g} s: the server stalled", request=request
+        )
+        self.stall = stall
+
+
+def _stalled(err: httpx.TimeoutException) -> bool:
+    """A read timeout (nothing came), not a failed connect."""
+    return isinstance(err, httpx.ReadTimeout)
+
+
 class ChatClient:
     """``/v1/chat/completions`` of one server, through an ``AsyncOpenAI`` client."""
 
-    def __init__(self, client: openai.AsyncOpenAI, model: str | None, keyed: bool) -> None:
-        """Use ``client``; ``model``: the served model's id (any id where unknown)."""
+    def __init__(
+        self,
+        client: openai.AsyncOpenAI,
+        model: str | None,
+        keyed: bool,
+        stall: float = DEFAULT_STALL_TIMEOUT,
+    ) -> None:
+        """Use ``client``; ``model``: the served model's id (any id where unknown);
+        ``stall``: the most seconds a streamed reply may send nothing."""
         self._client = client
         self._model = model or "default"
+        self.stall = stall
         # Without a key no Authorization header is sent (the SDK would send its own).
         self._headers: dict[str, Any] = {} if keyed else {"Authorization": openai.Omit()}
 
@@ -69,18 +91,27 @@ class ChatClient:
 
         An error the server sends inside the stream raises ``openai.APIError``. A
         stream that breaks off (the server died, the connection dropped) raises
-        ``openai.APIConnectionError`` and one that stalls ``openai.APITimeoutError``,
+        ``openai.APIConnectionError`` and one that sends nothing for ``stall`` seconds
+        (before its first chunk or between two) ``EngineStalled``,
         as a failed connect does: the SDK wraps transport errors only until the
         response starts, not while its body streams.
         """
-        stream = await self._client.chat.completions.create(
-            **self._arguments(body), stream=True, timeout=STREAM_TIMEOUT
-        )
+        timeout = httpx.Timeout(self.stall, connect=REQUEST_TIMEOUT)
+        try:
+            stream = await self._client.chat.completions.create(
+                **self._arguments(body), stream=True, timeout=timeout
+            )
+        except openai.APITimeoutError as err:
+            if isinstance(err.__cause__, httpx.TimeoutException) and _stalled(err.__cause__):
+                raise EngineStalled(err.request, self.stall) from err
+            raise
         try:
             async with stream:  # closed when the reader stops early, too
                 async for chunk in stream:
                     yield chunk.model_dump(exclude_none=True)
         except httpx.TimeoutException as err:
+            if _stalled(err):
+                raise EngineStalled(stream.response.request, self.stall) from err
             raise openai.APITimeoutError(request=stream.response.request) from err
         except httpx.TransportError as err:
             raise openai.APIConnectionError(
@@ -102,7 +133,11 @@ class ChatClient:
 
 
 async def async_create_chat_client(
-    hass: HomeAssistant, url: str, api_key: str | None, model: str | None
+    hass: HomeAssistant,
+    url: str,
+    api_key: str | None,
+    model: str | None,
+    stall: float = DEFAULT_STALL_TIMEOUT,
 ) -> ChatClient:
     """A chat client for the server at ``url`` on Home Assistant's httpx client.
 
@@ -117,4 +152,4 @@ async def async_create_chat_client(
         max_retries=0,
     )
     await hass.async_add_executor_job(client.platform_headers)
-    return ChatClient(client, model, keyed=bool(api_key))
+    return ChatClient(client, model, keyed=bool(api_key), stall=stall)

@@ -68,7 +68,21 @@ MAX_TOOL_ITERATIONS: Final = 10
 SCAN_INTERVAL: Final = timedelta(seconds=10)
 REQUEST_TIMEOUT: Final = 10.0  # seconds, for the small JSON routes
 PIN_TIMEOUT: Final = 600.0  # seconds: a cold multi-thousand-token prefill on a CPU
-CHAT_READ_TIMEOUT: Final = 300.0  # seconds between two stream chunks (covers prefill)
+# A reply that sends nothing for this long (its first token included: Hearth's engine
+# answers the request once the first token is decoded) has stalled; the turn ends with a
+# spoken sentence (``engine_stalled``). Why 25 s: a warm turn's first token is the suffix
+# only (docs/models.md: 0.30 s for 32 tokens on a cached 2k prefix, 0.5B shape, 2 CPU
+# threads; a 1.5B model about 3x that, and a few hundred suffix tokens about 3-10 s) and
+# a decode step of a 1.5B model on such a CPU about 0.5 s, so 25 s is far past any sane
+# gap. A *cold* 6k-token house prefill of a 1.5B model on 2 threads (about 3 x 16 s for
+# 4k tokens of the 0.5B shape, so roughly 60-70 s) does not fit: the engine pins the
+# house before turns (PIN_TIMEOUT covers that), and a turn that finds no pin then ends
+# with "stalled" rather than holding the user for a minute. The Assist pipeline itself
+# gives up far sooner than the old 300 s.
+# TODO: an entry option in the options flow (config_flow.py); until then entry.options
+# ``stall_timeout`` is read when set.
+CONF_STALL_TIMEOUT: Final = "stall_timeout"
+DEFAULT_STALL_TIMEOUT: Final = 25.0
 
 # A burst of registry changes is merged into one re-pin, but a re-pin is never
 # postponed by more than this many debounce periods.

@@ -21,7 +21,7 @@ from homeassistant.helpers.update_coordinator import DataUpdateCoordinator, Upda
 from .api import HearthClient
 from .backend import Backend, EngineStatus
 from .backends import async_connect
-from .const import DOMAIN, LOGGER, SCAN_INTERVAL
+from .const import CONF_STALL_TIMEOUT, DEFAULT_STALL_TIMEOUT, DOMAIN, LOGGER, SCAN_INTERVAL
 from .errors import BACKEND_ERRORS, describe, is_auth_error
 from .server_stats import RequestWindow
 
@@ -59,7 +59,8 @@ class HearthCoordinator(DataUpdateCoordinator[EngineStatus]):
         """Probe the server once (a reload probes again: it may have been replaced)."""
         api_key = self.config_entry.data.get(CONF_API_KEY)
         async with self._translated_errors():
-            self._backend = await async_connect(self.hass, self.client, api_key)
+            stall = float(self.config_entry.options.get(CONF_STALL_TIMEOUT, DEFAULT_STALL_TIMEOUT))
+            self._backend = await async_connect(self.hass, self.client, api_key, stall)
         info = self._backend.info
         LOGGER.debug("%s at %s: %s", info.name, self.client.url, info.as_dict())
 

@@ -11,8 +11,8 @@ TTFT now, median and p95, decode speed, the last hour of TTFT), *is it hitting, 
 re-pin* (the cache's section: hit rate and its last hour, KV use, re-pins, evictions), and
 per agent, by the agent's own name, its pin's state and TTFT over the last hour. Cards show
 an entity's own name without the device name in front (``name: {type: entity}``), and the
-few words of its own (headings, graph titles, short names) come from the ``dashboard``
-translations, so it reads in the install's language.
+few words of its own (headings, graph titles, short names) come from the ``common``
+translations (``dashboard_<key>``), so it reads in the install's language.
 """
 
 from __future__ import annotations
@@ -38,16 +38,14 @@ Card = dict[str, Any]
 
 
 class _Words:
-    """The dashboard's own words in the install's language (``dashboard`` translations)."""
+    """The dashboard's own words in the install's language (``common.dashboard_<key>``)."""
 
     def __init__(self, hass: HomeAssistant) -> None:
-        self._strings = async_get_cached_translations(
-            hass, hass.config.language, "dashboard", DOMAIN
-        )
+        self._strings = async_get_cached_translations(hass, hass.config.language, "common", DOMAIN)
 
     def get(self, key: str, **placeholders: str) -> str | None:
         """The translated text, None where the translations lack it."""
-        text = self._strings.get(f"component.{DOMAIN}.dashboard.{key}")
+        text = self._strings.get(f"component.{DOMAIN}.common.dashboard_{key}")
         return text.format(**placeholders) if text is not None else None
 
 

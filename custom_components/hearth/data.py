@@ -70,6 +70,7 @@ class AgentStats:
 
     requests: int = 0  # user turns the agent handled
     errors: int = 0  # turns that ended in an engine error
+    stalls: int = 0  # of those, turns the engine stopped answering (the stall time)
     last_error: str | None = None
     last_turn: TurnUsage | None = None
 

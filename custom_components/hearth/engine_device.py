@@ -7,6 +7,8 @@ updated from the coordinator rather than frozen at set-up.
 
 from __future__ import annotations
 
+from urllib.parse import urlsplit, urlunsplit
+
 from homeassistant.core import CALLBACK_TYPE, HomeAssistant, callback
 from homeassistant.helpers import device_registry as dr
 
@@ -14,9 +16,22 @@ from .const import DOMAIN
 from .data import HearthConfigEntry
 
 
+def public_url(url: str) -> str:
+    """``url`` without the user name and password it may carry (shown on the device page)."""
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"  # an IPv6 address
+    netloc = f"{host}:{parts.port}" if parts.port is not None else host
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
 def engine_device_info(entry: HearthConfigEntry) -> dr.DeviceInfo:
     """The service device of an engine entry: the entry's title, the served model, and
-    the software serving it (Hearth, or llama.cpp, vLLM, SGLang...)."""
+    the software serving it (Hearth, or llama.cpp, vLLM, SGLang...); its configuration
+    URL without credentials."""
     data = entry.runtime_data
     status = data.coordinator.data
     return dr.DeviceInfo(
@@ -25,7 +40,7 @@ def engine_device_info(entry: HearthConfigEntry) -> dr.DeviceInfo:
         manufacturer=data.backend.manufacturer,
         model=status.model if status else None,
         sw_version=status.version if status else None,
-        configuration_url=data.client.url,
+        configuration_url=public_url(data.client.url),
         entry_type=dr.DeviceEntryType.SERVICE,
     )
 

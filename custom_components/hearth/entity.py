@@ -13,6 +13,7 @@ from homeassistant.helpers.entity import Entity
 from homeassistant.helpers.update_coordinator import CoordinatorEntity
 
 from .api import RequestUsage
+from .chat import EngineStalled
 from .const import (
     CONF_MAX_HISTORY,
     CONF_MAX_TOKENS,
@@ -174,6 +175,7 @@ class HearthLLMEntity(Entity):
         policy = turn.policy
         requests: list[RequestUsage] = []
         client_ttfts: list[float | None] = []
+        first_speech: list[float | None] = []
         seen_calls: set[str] = set()
         error: Exception | None = None
         try:
@@ -196,12 +198,14 @@ class HearthLLMEntity(Entity):
                     refuse=turn.refusal,
                     instead=failure,
                     asks=turn.asks,
+                    early=not policy.command,  # a command ends with what HA reports
                 )
                 async for _content in chat_log.async_add_delta_content_stream(
                     self.entity_id, stream
                 ):
                     pass
                 client_ttfts.append(reply.client_ttft_ms)
+                first_speech.append(reply.first_speech_ms)
                 if reply.usage is not None:
                     requests.append(reply.usage)
                 if not chat_log.unresponded_tool_results:
@@ -224,6 +228,8 @@ class HearthLLMEntity(Entity):
                         "context_lines": len(plan.context.splitlines()),
                         **policy.as_trace(),
                         "client_ttft_ms": client_ttfts,
+                        # per request: when its first word reached the chat log (ms)
+                        "first_speech_ms": first_speech,
                         **usage.as_dict(),
                     }
                 }
@@ -238,6 +244,7 @@ class HearthLLMEntity(Entity):
         stats.requests += 1
         if error is not None:
             stats.errors += 1
+            stats.stalls += isinstance(error, EngineStalled)
             stats.last_error = describe(error)
         if turn.requests:
             stats.last_turn = data.last_turn = turn

@@ -4,7 +4,8 @@ Two clients raise them: the pin API client (``api.HearthError``) and the ``opena
 for chat (``openai.OpenAIError``: ``APIConnectionError``, ``AuthenticationError``,
 ``APIStatusError``, an ``APIError`` sent inside a stream). ``error_key`` gives both the
 same translation keys: ``exceptions.<key>`` for a raised error (an action, an AI Task),
-``spoken.<key>`` for what a conversation agent says.
+``common.spoken_<key>`` for what a conversation agent says (hassfest allows free
+strings only under ``common``).
 """
 
 from __future__ import annotations
@@ -15,12 +16,28 @@ from homeassistant.exceptions import HomeAssistantError
 from homeassistant.helpers import translation
 
 from .api import HearthAuthError, HearthConnectionError, HearthError, HearthResponseError
+from .chat import EngineStalled
 from .const import DOMAIN
+from .intents_data import async_language_data
 
 # What a request to the server can raise (for ``except``).
 BACKEND_ERRORS: tuple[type[Exception], ...] = (HearthError, openai.OpenAIError)
 _BUSY = (429, 503)
-SPOKEN = "spoken"  # the translation category of what an agent says
+# What Home Assistant's own Assist says (home-assistant-intents, ``responses.errors``)
+# that fits an error of ours, for a language we have no strings for: a failure of the
+# engine is HA's "an unexpected error occurred", a reply that was not speech its "I
+# could not understand that". ``action_done`` has no such sentence.
+HA_ERRORS: dict[str, str] = {
+    "cannot_connect": "handle_error",
+    "context_length_exceeded": "handle_error",
+    "engine_busy": "handle_error",
+    "engine_error": "handle_error",
+    "engine_stalled": "handle_error",
+    "invalid_auth": "handle_error",
+    "tool_loop_limit": "handle_error",
+    "markup_only": "no_intent",
+}
+COMMON = "common"  # the translation category of what an agent says (``spoken_<key>``)
 
 
 def is_auth_error(err: Exception) -> bool:
@@ -48,9 +65,11 @@ def error_code(err: Exception) -> str | None:
 
 
 def error_key(err: Exception) -> str:
-    """Translation key of a server error (the same under ``exceptions`` and ``spoken``)."""
+    """Translation key of a server error (``exceptions.<key>``, ``common.spoken_<key>``)."""
     if is_auth_error(err):
         return "invalid_auth"
+    if isinstance(err, EngineStalled):
+        return "engine_stalled"  # before cannot_connect: it is an APITimeoutError too
     if isinstance(err, HearthConnectionError | openai.APIConnectionError):
         return "cannot_connect"  # includes openai.APITimeoutError
     if error_code(err) == "context_length_exceeded":
@@ -77,10 +96,27 @@ def as_ha_error(err: Exception) -> HomeAssistantError:
 
 
 async def async_spoken(hass: HomeAssistant, language: str | None, key: str, error: str = "") -> str:
-    """What an agent says for ``key`` (``spoken`` in strings.json) in ``language``,
-    English where that language lacks it."""
-    for lang in dict.fromkeys((language or "en", "en")):
-        strings = await translation.async_get_translations(hass, lang, SPOKEN, {DOMAIN})
-        if template := strings.get(f"component.{DOMAIN}.{SPOKEN}.{key}.message"):
-            return template.format(error=error)
-    raise KeyError(f"no spoken message {key!r}")
+    """What an agent says for ``key`` (``common.spoken_<key>`` in strings.json) in
+    ``language``: our own translation where there is one (the language, or its base:
+    ``de`` for ``de-CH``), else the sentence Home Assistant's own Assist speaks for such
+    a failure in that language (``HA_ERRORS``), else English."""
+    language = language or hass.config.language or "en"
+    english = await _async_strings(hass, "en")
+    name = f"component.{DOMAIN}.{COMMON}.spoken_{key}"
+    if name not in english:
+        raise KeyError(f"no spoken message {key!r}")
+    for lang in dict.fromkeys((language, language.split("-")[0])):
+        if lang == "en":
+            break
+        ours = (await _async_strings(hass, lang)).get(name)
+        if ours is not None and ours != english[name]:  # HA fills gaps with English
+            return ours.format(error=error)
+    if language.split("-")[0] != "en" and (ha_key := HA_ERRORS.get(key)) is not None:
+        data = await async_language_data(hass, language)
+        if data is not None and (said := data.errors.get(ha_key)):
+            return said
+    return english[name].format(error=error)
+
+
+async def _async_strings(hass: HomeAssistant, language: str) -> dict[str, str]:
+    return await translation.async_get_translations(hass, language, COMMON, {DOMAIN})

@@ -37,12 +37,14 @@ _RANGE_VALUES = {"percentage": 40, "temperature": 21}
 @dataclass(frozen=True, slots=True)
 class LanguageData:
     """One language's intents: ``intents`` (hassil, parsed), ``responses`` (intent ->
-    response key -> HA's Jinja template of what it speaks) and ``language`` (the
+    response key -> HA's Jinja template of what it speaks), ``errors`` (what Assist
+    says when it fails: ``handle_error``, ``no_intent``...) and ``language`` (the
     package's variant: ``de`` for ``de-DE``)."""
 
     language: str
     intents: Intents
     responses: Mapping[str, Mapping[str, str]]
+    errors: Mapping[str, str] = field(default_factory=dict)
     load_ms: float = 0.0
     # Sentences said so far (sentences.say): the same house asks for the same ones.
     said: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
@@ -89,7 +91,8 @@ def load_language_data(language: str) -> LanguageData | None:
         for block in intent.data:
             _ = block.sentences
     responses = (raw.get("responses") or {}).get("intents") or {}
-    data = LanguageData(chosen, intents, responses)
+    errors = (raw.get("responses") or {}).get("errors") or {}
+    data = LanguageData(chosen, intents, responses, errors)
     said_by(data)  # the words of every intent (hints read them), counted once here
     load_ms = round((time.perf_counter() - started) * 1000, 1)
     LOGGER.debug("Loaded Home Assistant's intents for %s in %s ms", chosen, load_ms)

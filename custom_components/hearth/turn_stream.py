@@ -1,8 +1,12 @@
 """One streamed reply of the engine as chat log deltas: its words, its tool calls.
 
-The words are held to the end of the reply and spoken only if they are speech
-(speech.py: no tool markup, code, JSON or HTML); otherwise the turn says ``fallback``
-(None: the reply is not speech, such as an AI Task's structured data, and is kept).
+Words are spoken only if they are speech (speech.py: no tool markup, code, JSON or
+HTML); otherwise the turn says ``fallback`` (None: the reply is not speech, such as an
+AI Task's structured data, and is kept). With ``early`` (an answer or a question, not a
+command, and no failure to report) they reach the chat log as they are decoded, as far
+as nothing after them can make them markup (speech_stream.py), until a tool call
+starts; otherwise they are held to the end of the reply, so that a command ends with
+what Home Assistant reports and nothing said before it contradicts it.
 A call the turn already made (same tool, same arguments: small models repeat
 themselves, adding the same item ten times) is not run again; when nothing new is left,
 the reply is ``repeat_speech`` (what Home Assistant reported of the last calls). After
@@ -29,6 +33,7 @@ from homeassistant.util.ulid import ulid_now
 from .api import RequestUsage
 from .prompt import HearthNative
 from .speech import MarkupFilter, speakable
+from .speech_stream import SpeechStream
 
 Resolve = Callable[[str, dict[str, Any]], dict[str, Any]]
 Refuse = Callable[[str, dict[str, Any]], str | None]  # why a call is not run (None: it is)
@@ -45,11 +50,16 @@ class Reply:
     timings: Mapping[str, Any] | None = None  # llama.cpp's per-request figures
     finish_reason: str | None = None
     client_ttft_ms: float | None = None
+    first_speech_ms: float | None = None  # when its first word reached the chat log
     repeated: bool = False  # it only repeated calls the turn had made
 
     def first_output(self) -> None:
         if self.client_ttft_ms is None:
             self.client_ttft_ms = round((time.monotonic() - self.started) * 1000, 3)
+
+    def first_speech(self) -> None:
+        if self.first_speech_ms is None:
+            self.first_speech_ms = round((time.monotonic() - self.started) * 1000, 3)
 
     def add_tool_call_delta(self, delta: Mapping[str, Any]) -> None:
         """Merge a (possibly partial, OpenAI-style) tool call delta by index."""
@@ -154,12 +164,14 @@ async def transform_stream(
     refuse: Refuse | None = None,
     instead: str | None = None,
     asks: Callable[[str], bool] | None = None,
+    early: bool = False,
 ) -> AsyncGenerator[
     conversation.AssistantContentDeltaDict | conversation.ToolResultContentDeltaDict
 ]:
     """Engine chunks as chat log deltas; the raw message ends up in ``native``."""
     speech = MarkupFilter()
     said: list[str] = []
+    spoken = SpeechStream(early and fallback is not None and instead is None)
     yield {"role": "assistant"}
     async with aclosing(chunks):
         async for chunk in chunks:
@@ -173,12 +185,17 @@ async def transform_stream(
                     reply.first_output()
                     reply.content += text
                     said.append(speech.feed(text))
+                    if now := spoken.feed(said[-1]):
+                        reply.first_speech()
+                        yield {"content": now}
                 for call in delta.get("tool_calls") or ():
                     reply.first_output()
                     reply.add_tool_call_delta(call)
+                    spoken.stop()
                 if finish := choice.get("finish_reason"):
                     reply.finish_reason = finish
     said.append(speech.finish())
+    spoken.feed(said[-1])
     made = reply.raw_tool_calls()
     raw_calls = [call for call in made if call_key(call) not in seen_calls]
     seen_calls.update(call_key(call) for call in raw_calls)
@@ -195,7 +212,12 @@ async def transform_stream(
         text = fallback  # nothing to say (or only markup): never silence
     elif not raw_calls and instead and not (asks and asks(text)):
         text = instead  # after an error, what went wrong; a question for the user stays
-    if text.strip():
+    if spoken.said:  # the start was said already: only what may follow it
+        text = f" {text}" if reply.repeated else spoken.rest()  # HA's report of the calls
+        if text.strip():
+            yield {"content": text.rstrip()}
+    elif text.strip():
+        reply.first_speech()
         yield {"content": text.strip()}
     refused: list[conversation.ToolResultContentDeltaDict] = []
     if raw_calls:

@@ -157,8 +157,15 @@ def agent_options(**overrides: Any) -> dict[str, Any]:
     return {**RECOMMENDED_CONVERSATION_OPTIONS, **off, **overrides}
 
 
-def make_entry(url: str, api_key: str | None = None, **options: Any) -> MockConfigEntry:
-    """A Hearth entry with the default conversation agent ("Hearth")."""
+def make_entry(
+    url: str,
+    api_key: str | None = None,
+    *,
+    entry_options: dict[str, Any] | None = None,
+    **options: Any,
+) -> MockConfigEntry:
+    """A Hearth entry with the default conversation agent ("Hearth"); ``options``: the
+    agent's, ``entry_options``: the entry's."""
     data = {CONF_URL: url}
     if api_key:
         data[CONF_API_KEY] = api_key
@@ -166,6 +173,7 @@ def make_entry(url: str, api_key: str | None = None, **options: Any) -> MockConf
         domain=DOMAIN,
         title="Hearth",
         data=data,
+        options=entry_options or {},
         unique_id=url,
         subentries_data=[
             ConfigSubentryData(

@@ -14,15 +14,12 @@ import asyncio
 import json
 from collections.abc import AsyncIterator
 from typing import Any
-from unittest.mock import patch
 
-import httpx
 import pytest
 from aiohttp import web
 from homeassistant.core import HomeAssistant
 from pytest_homeassistant_custom_component.common import MockConfigEntry
 
-from custom_components.hearth import chat
 from custom_components.hearth.const import CONF_REPIN_DEBOUNCE, DOMAIN, SERVICE_CLEAR_CACHE
 from custom_components.hearth.server_info import ServerKind
 
@@ -261,11 +258,11 @@ async def test_a_server_that_dies_mid_stream_is_a_spoken_error(
 async def test_a_stream_that_stalls_is_a_spoken_timeout(
     hass: HomeAssistant, house: None, vllm: FakeServer
 ) -> None:
-    """A server that hangs mid-reply longer than the read timeout: a spoken error.
-    (The timeout is shortened for the test; the real one is CHAT_READ_TIMEOUT.)"""
-    await _entry(hass, vllm)
+    """A server that hangs mid-reply longer than the stall time: a spoken error.
+    (The stall time is shortened for the test; the default is DEFAULT_STALL_TIMEOUT.)"""
+    entry = await _entry(hass, vllm)
     vllm.stalls_mid_stream = 2.0
-    with patch.object(chat, "STREAM_TIMEOUT", httpx.Timeout(0.3)):
-        result = await converse(hass, "hello")
+    entry.runtime_data.backend.chat.stall = 0.3
+    result = await converse(hass, "hello")
     assert result.response.response_type.value == "error"
-    assert speech(result)
+    assert speech(result) == "Sorry, the Hearth engine stopped answering. Try again in a moment."
