@@ -52,6 +52,9 @@ async def async_validate(
     except HearthError as err:
         LOGGER.warning("Unexpected answer from the server at %s: %s", url, err)
         return "unknown", None
+    except Exception:  # noqa: BLE001 - a bug of ours: logged with its traceback, as core does
+        LOGGER.exception("Unexpected exception while probing %s", url)
+        return "unknown", None
     return None, backend
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from unittest.mock import patch
 
+import pytest
 from homeassistant.components.conversation import ConversationEntityFeature
 from homeassistant.config_entries import SOURCE_USER, ConfigEntryState
 from homeassistant.const import CONF_API_KEY, CONF_LLM_HASS_API, CONF_NAME, CONF_PROMPT, CONF_URL
@@ -115,6 +116,19 @@ async def test_user_flow_unknown_error(
     ):
         result = await hass.config_entries.flow.async_configure(flow_id, {CONF_URL: engine.url})
     assert result["errors"] == {"base": "unknown"}
+
+
+async def test_user_flow_unexpected_exception_is_logged(
+    hass: HomeAssistant, house: None, engine: EngineProcess, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A bug while probing shows "unknown" and logs its traceback. Mocked: a bug of ours
+    is what this stands in for."""
+    flow_id = await _start(hass)
+    with patch.object(HearthClient, "async_models", side_effect=RuntimeError("bug")):
+        result = await hass.config_entries.flow.async_configure(flow_id, {CONF_URL: engine.url})
+    assert result["errors"] == {"base": "unknown"}
+    assert "Unexpected exception while probing" in caplog.text
+    assert "RuntimeError: bug" in caplog.text
 
 
 async def test_reauth(hass: HomeAssistant, house: None, keyed: EngineProcess) -> None:
