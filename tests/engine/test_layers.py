@@ -33,9 +33,10 @@ LAYERS: dict[str, int] = {
     "model": 1,
     "cache": 1,
     "config": 0,
+    "kv_budget": -1,  # the default KV budget from the box's memory: config's, stdlib only
 }
 # Modules whose whole import closure must stay clear of these libraries.
-TORCH_FREE = ("hearth_engine.cache.radix", "hearth_engine.cache.budget")
+TORCH_FREE = ("hearth_engine.cache.radix", "hearth_engine.cache.budget", "hearth_engine.kv_budget")
 HEAVY = frozenset({"torch", "transformers", "safetensors", "numpy"})
 
 
