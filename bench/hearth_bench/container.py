@@ -10,13 +10,14 @@ container made on first start. Standard library only.
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
+
+from .server import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 IMAGE_SCRIPT = ROOT / "scripts" / "image"
@@ -49,12 +50,6 @@ def build_image() -> str:
     return done.stdout.strip().splitlines()[-1]
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 class ContainerEngine:
     """One engine container; ``start`` returns once it answers ``/health``."""
 
@@ -70,7 +65,7 @@ class ContainerEngine:
         self.data = data
         self.env = env or {}
         self.kernels = kernels  # a kernel cache shared between runs (benchmarks)
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.id = ""
 
