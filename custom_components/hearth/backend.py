@@ -60,7 +60,7 @@ class Backend(Protocol):
     chat: ChatClient  # ``/v1/chat/completions`` (the openai SDK)
 
     @property
-    def manufacturer(self) -> str:
+    def manufacturer(self) -> str | None:
         """Who makes the serving software (the engine device's manufacturer)."""
 
     @property
@@ -83,8 +83,8 @@ class Backend(Protocol):
     def reports(self, stat: str, status: EngineStatus) -> bool:
         """Whether the server reports the figure ``stat`` (else its sensor is unavailable)."""
 
-    def features(self) -> str:
-        """What the server offers, in a few English words (config flow, diagnostics)."""
+    def features(self) -> tuple[str, ...]:
+        """What the server offers, as keys (``common.feature_<key>``, ``names.py``)."""
 
     async def async_poll(self, fetched_at: float, requests: RequestWindow) -> EngineStatus:
         """Whether the server is alive, and its figures (raises a client error if not)."""

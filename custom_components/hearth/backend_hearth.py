@@ -51,9 +51,9 @@ class HearthBackend:
         """The engine reports every figure the sensors show."""
         return True
 
-    def features(self) -> str:
+    def features(self) -> tuple[str, ...]:
         """What a Hearth engine offers."""
-        return "pinned house prefixes, cache and latency counters"
+        return ("pins", "counters")
 
     async def async_poll(self, fetched_at: float, requests: RequestWindow) -> EngineStatus:
         """``/health``, ``/v1/stats`` and ``/v1/prefixes``.

@@ -35,9 +35,9 @@ class OpenAIBackend:
         self.chat = chat
 
     @property
-    def manufacturer(self) -> str:
-        """The serving software's name (llama.cpp server, vLLM, ...)."""
-        return self.info.name
+    def manufacturer(self) -> str | None:
+        """Who makes the serving software (llama.cpp, vLLM...; None: not known)."""
+        return self.info.maker
 
     def request_extensions(self, values: Mapping[str, Any] | None) -> dict[str, Any]:
         """No grammar values (not understood); llama.cpp's ``cache_prompt``."""
@@ -47,14 +47,14 @@ class OpenAIBackend:
         """Only what the server's metrics or usage gave (``server_stats.py``)."""
         return stat in status.stats
 
-    def features(self) -> str:
+    def features(self) -> tuple[str, ...]:
         """Priming, and what the probe found."""
-        found = ["priming of the house prefix after each change"]
+        found = ["priming"]
         if self.info.metrics:
-            found.append("Prometheus metrics")
+            found.append("metrics")
         if self.info.slots:
-            found.append(f"{self.info.slots} slots")
-        return ", ".join(found)
+            found.append("slots")
+        return tuple(found)
 
     async def async_poll(self, fetched_at: float, requests: RequestWindow) -> EngineStatus:
         """Alive (``/health``, else ``/v1/models``), and what its metrics say."""

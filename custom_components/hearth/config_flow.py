@@ -61,6 +61,7 @@ from .engine_entry import (
     engine_data,
     normalize_url,
 )
+from .names import address, async_strings, distinct, hearth_titles
 from .prefix import llm_api_ids
 
 STEP_USER_SCHEMA = probatio.Schema(
@@ -106,7 +107,7 @@ class HearthConfigFlow(HassioDiscoveryFlow, domain=DOMAIN):
                 self._abort_if_unique_id_configured()
                 if async_entry_for_url(self.hass, url) is not None:  # e.g. the add-on's
                     return self.async_abort(reason="already_configured")
-                return async_create_engine_entry(self, url, api_key, server)
+                return await async_create_engine_entry(self, url, api_key, server)
             errors["base"] = error
         return self.async_show_form(
             step_id="user",
@@ -210,14 +211,25 @@ class _OptionsSubentryFlow(ConfigSubentryFlow):
 
     recommended: Mapping[str, Any]
     default_name: str
+    default_name_key: str | None = None  # ``common.<key>``: the default name translated
     numbers: tuple[tuple[str, type], ...]  # (key, cast): NumberSelector answers floats
 
     @property
     def _is_new(self) -> bool:
         return self.source == "user"
 
-    def _schema(self, options: Mapping[str, Any]) -> probatio.Schema:
+    def _schema(self, options: Mapping[str, Any], name: str) -> probatio.Schema:
         raise NotImplementedError
+
+    async def _async_default_name(self) -> str:
+        """The default name in the install's language, unless another Hearth device
+        has it (then with the server's address)."""
+        name = self.default_name
+        if self.default_name_key is not None:
+            name = (await async_strings(self.hass)).get(
+                f"component.{DOMAIN}.common.{self.default_name_key}", name
+            )
+        return distinct(name, address(self._get_entry().data[CONF_URL]), hearth_titles(self.hass))
 
     async def async_step_set_options(
         self, user_input: dict[str, Any] | None = None
@@ -227,7 +239,10 @@ class _OptionsSubentryFlow(ConfigSubentryFlow):
             options: Mapping[str, Any] = (
                 self.recommended if self._is_new else self._get_reconfigure_subentry().data
             )
-            return self.async_show_form(step_id="set_options", data_schema=self._schema(options))
+            name = await self._async_default_name() if self._is_new else self.default_name
+            return self.async_show_form(
+                step_id="set_options", data_schema=self._schema(options, name)
+            )
         data = dict(user_input)
         title = str(data.pop(CONF_NAME, self.default_name))
         for key, cast in self.numbers:
@@ -250,8 +265,8 @@ class ConversationFlowHandler(_OptionsSubentryFlow):
     default_name = DEFAULT_CONVERSATION_NAME
     numbers = _NUMBER_OPTIONS
 
-    def _schema(self, options: Mapping[str, Any]) -> probatio.Schema:
-        return agent_options_schema(self.hass, options, is_new=self._is_new)
+    def _schema(self, options: Mapping[str, Any], name: str) -> probatio.Schema:
+        return agent_options_schema(self.hass, options, is_new=self._is_new, name=name)
 
 
 class AITaskFlowHandler(_OptionsSubentryFlow):
@@ -260,10 +275,11 @@ class AITaskFlowHandler(_OptionsSubentryFlow):
 
     recommended = RECOMMENDED_AI_TASK_OPTIONS
     default_name = DEFAULT_AI_TASK_NAME
+    default_name_key = "default_ai_task_name"
     numbers = ((CONF_TEMPERATURE, float), (CONF_MAX_TOKENS, int))
 
-    def _schema(self, options: Mapping[str, Any]) -> probatio.Schema:
-        return ai_task_options_schema(options, is_new=self._is_new)
+    def _schema(self, options: Mapping[str, Any], name: str) -> probatio.Schema:
+        return ai_task_options_schema(options, is_new=self._is_new, name=name)
 
 
 def _temperature_selector() -> NumberSelector:
@@ -278,11 +294,13 @@ def _max_tokens_selector() -> NumberSelector:
     )
 
 
-def ai_task_options_schema(options: Mapping[str, Any], *, is_new: bool) -> probatio.Schema:
+def ai_task_options_schema(
+    options: Mapping[str, Any], *, is_new: bool, name: str = DEFAULT_AI_TASK_NAME
+) -> probatio.Schema:
     """Form of an AI Task's options, pre-filled with ``options``."""
     schema: dict[Any, Any] = {}
     if is_new:
-        schema[probatio.Required(CONF_NAME, default=DEFAULT_AI_TASK_NAME)] = str
+        schema[probatio.Required(CONF_NAME, default=name)] = str
 
     def suggested(key: str) -> dict[str, Any]:
         return {"suggested_value": options.get(key, RECOMMENDED_AI_TASK_OPTIONS[key])}
@@ -297,12 +315,16 @@ def ai_task_options_schema(options: Mapping[str, Any], *, is_new: bool) -> proba
 
 
 def agent_options_schema(
-    hass: HomeAssistant, options: Mapping[str, Any], *, is_new: bool
+    hass: HomeAssistant,
+    options: Mapping[str, Any],
+    *,
+    is_new: bool,
+    name: str = DEFAULT_CONVERSATION_NAME,
 ) -> probatio.Schema:
     """Form of an agent's options, pre-filled with ``options``."""
     schema: dict[Any, Any] = {}
     if is_new:
-        schema[probatio.Required(CONF_NAME, default=DEFAULT_CONVERSATION_NAME)] = str
+        schema[probatio.Required(CONF_NAME, default=name)] = str
 
     def suggested(key: str) -> dict[str, Any]:
         return {"suggested_value": options.get(key, RECOMMENDED_CONVERSATION_OPTIONS[key])}

@@ -98,7 +98,7 @@ class HassioDiscoveryFlow(ConfigFlow):
                 return self.async_abort(reason="already_configured")
             error, server = await async_validate(self.hass, url, api_key)
             if error is None and server is not None:
-                return async_create_engine_entry(self, url, api_key, server)
+                return await async_create_engine_entry(self, url, api_key, server)
             # The add-on may still be loading its model: the form stays, to try again.
             errors["base"] = error or "unknown"
         self._set_confirm_only()

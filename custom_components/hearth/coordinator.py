@@ -62,7 +62,7 @@ class HearthCoordinator(DataUpdateCoordinator[EngineStatus]):
             stall = float(self.config_entry.options.get(CONF_STALL_TIMEOUT, DEFAULT_STALL_TIMEOUT))
             self._backend = await async_connect(self.hass, self.client, api_key, stall)
         info = self._backend.info
-        LOGGER.debug("%s at %s: %s", info.name, self.client.url, info.as_dict())
+        LOGGER.debug("%s at %s: %s", info.kind.value, self.client.url, info.as_dict())
 
     async def _async_update_data(self) -> EngineStatus:
         async with self._translated_errors():

@@ -120,11 +120,8 @@ def _engine_section(ids: _Ids, words: _Words, name: str) -> Card:
     return {
         "type": "grid",
         "cards": [
-            _heading(
-                words.get("engine", name=name) or name,
-                "mdi:server",
-                ids.engine("engine_connected", "binary_sensor"),
-            ),
+            # The engine device's name says what it is ("Hearth engine").
+            _heading(name, "mdi:server", ids.engine("engine_connected", "binary_sensor")),
             *_tile(ids.engine("last_ttft")),
             *_tile(ids.engine("ttft_median")),
             *_tile(ids.engine("ttft_p95")),

@@ -59,7 +59,7 @@ async def async_get_config_entry_diagnostics(
         "engine": {
             "connected": data.coordinator.last_update_success,
             "server": backend.info.as_dict(),
-            "features": backend.features(),
+            "features": list(backend.features()),
             "stats": {k: status.stats[k] for k in STATS if k in status.stats} if status else None,
             "pins": {
                 name: {key: pin.get(key) for key in PIN_FIELDS}

@@ -22,6 +22,7 @@ from .const import (
     RECOMMENDED_CONVERSATION_OPTIONS,
     SUBENTRY_CONVERSATION,
 )
+from .names import address, async_strings, distinct, features_text, hearth_titles, server_name
 
 
 def normalize_url(url: str) -> str:
@@ -73,25 +74,33 @@ def async_entry_for_url(hass: HomeAssistant, url: str) -> ConfigEntry | None:
     )
 
 
-@callback
-def async_create_engine_entry(
+async def async_create_engine_entry(
     flow: ConfigFlow, url: str, api_key: str | None, server: Backend
 ) -> ConfigFlowResult:
-    """Create the engine entry with the default conversation agent; say what was found."""
+    """Create the engine entry with the default conversation agent; say what was found.
+
+    The entry's title (its engine device's name) is the kind of server in the install's
+    language, and the agent is "Hearth"; a name another Hearth device has already gets
+    the server's address (``names.distinct``)."""
+    strings = await async_strings(flow.hass)
+    kind = server_name(strings, server.info.kind)
+    taken = hearth_titles(flow.hass)
+    title = distinct(kind, address(url), taken)
+    agent = distinct(DEFAULT_CONVERSATION_NAME, address(url), [*taken, title])
     return flow.async_create_entry(
-        title=server.manufacturer,  # the engine device's name: "Hearth", "vLLM"...
+        title=title,
         data=engine_data(url, api_key),
         description="detected",
         description_placeholders={
-            "server": server.info.name,
+            "server": kind,
             "model": server.info.model or "?",
-            "features": server.features(),
+            "features": features_text(strings, server.features(), server.info.slots),
         },
         subentries=[
             {
                 "subentry_type": SUBENTRY_CONVERSATION,
                 "data": RECOMMENDED_CONVERSATION_OPTIONS,
-                "title": DEFAULT_CONVERSATION_NAME,
+                "title": agent,
                 "unique_id": None,
             }
         ],

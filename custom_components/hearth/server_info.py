@@ -36,12 +36,14 @@ class ServerKind(StrEnum):
     OPENAI = "openai"  # another OpenAI-compatible server
 
 
-KIND_NAMES = {
-    ServerKind.HEARTH: "Hearth engine",
-    ServerKind.LLAMA_CPP: "llama.cpp server",
+# Who makes each kind's software (the engine device's manufacturer): product names, not
+# translated. The kinds in words are translated (``names.py``, ``common.server_<kind>``).
+MAKERS: dict[ServerKind, str | None] = {
+    ServerKind.HEARTH: "Hearth",
+    ServerKind.LLAMA_CPP: "llama.cpp",
     ServerKind.VLLM: "vLLM",
     ServerKind.SGLANG: "SGLang",
-    ServerKind.OPENAI: "OpenAI-compatible server",
+    ServerKind.OPENAI: None,  # unknown
 }
 # Prefixes of the metric names each server exports on /metrics.
 _METRIC_PREFIXES = (
@@ -64,9 +66,9 @@ class ServerInfo:
     extensions: frozenset[str] = frozenset()  # what a Hearth engine's ``hearth`` field takes
 
     @property
-    def name(self) -> str:
-        """The kind in words."""
-        return KIND_NAMES[self.kind]
+    def maker(self) -> str | None:
+        """Who makes the serving software (None: not known)."""
+        return MAKERS[self.kind]
 
     def as_dict(self) -> dict[str, Any]:
         """For diagnostics."""

@@ -54,7 +54,7 @@ async def _async_clear_cache(call: ServiceCall) -> ServiceResponse:
         raise ServiceValidationError(
             translation_domain=DOMAIN,
             translation_key="cache_clear_unsupported",
-            translation_placeholders={"server": backend.info.name, "title": entry.title},
+            translation_placeholders={"title": entry.title},
         )
     try:
         freed = await backend.async_clear_cache()

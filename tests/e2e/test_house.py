@@ -27,9 +27,9 @@ from hearth_bench.stack import Stack
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
 AGENT = "conversation.hearth"
-RE_PINS = "sensor.hearth_prefix_re_pins"
-LAST_TTFT = "sensor.hearth_last_ttft"
-HIT_RATE = "sensor.hearth_cache_hit_rate"
+RE_PINS = "sensor.hearth_engine_prefix_re_pins"
+LAST_TTFT = "sensor.hearth_engine_last_ttft"
+HIT_RATE = "sensor.hearth_engine_cache_hit_rate"
 CONNECTED = "binary_sensor.hearth_engine_connected"
 
 

@@ -164,14 +164,15 @@ def make_entry(
     entry_options: dict[str, Any] | None = None,
     **options: Any,
 ) -> MockConfigEntry:
-    """A Hearth entry with the default conversation agent ("Hearth"); ``options``: the
-    agent's, ``entry_options``: the entry's."""
+    """A Hearth entry as the config flow makes it ("Hearth engine" with the default
+    conversation agent "Hearth"); ``options``: the agent's, ``entry_options``: the
+    entry's."""
     data = {CONF_URL: url}
     if api_key:
         data[CONF_API_KEY] = api_key
     return MockConfigEntry(
         domain=DOMAIN,
-        title="Hearth",
+        title="Hearth engine",
         data=data,
         options=entry_options or {},
         unique_id=url,

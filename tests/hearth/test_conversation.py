@@ -78,7 +78,7 @@ async def test_turns_reuse_the_cache(hass: HomeAssistant, entry: MockConfigEntry
     # Not only the house prefix: all of turn 1 (prompt and reply) came from the cache.
     assert turn2["cached_tokens"] >= turn1["prompt_tokens"]
 
-    state = hass.states.get("sensor.hearth_last_ttft")
+    state = hass.states.get("sensor.hearth_engine_last_ttft")
     assert state is not None
     assert float(state.state) == round(turn2["ttft_ms"], 3)
     assert state.attributes["prompt_tokens"] == turn2["prompt_tokens"]

@@ -89,7 +89,7 @@ async def test_dashboard_reads_at_a_glance(hass: HomeAssistant, entry: MockConfi
     dr.async_get(hass).async_update_device(device.id, name_by_user="Kitchen helper")
     dashboard = await _dashboard(hass)
 
-    assert _headings(dashboard) == ["Hearth engine", "Hearth cache", "Kitchen helper agent"]
+    assert _headings(dashboard) == ["Hearth engine", "Hearth engine cache", "Kitchen helper agent"]
     cards = _cards(dashboard)
     tiles = [card for card in cards if card["type"] in ("tile", "gauge")]
     assert tiles
@@ -133,7 +133,7 @@ async def test_dashboard_follows_any_install(
     assert "sensor.hearth_prefix_pin_2" in shown  # the second engine's agent
     headings = _headings(await _dashboard(hass))
     assert len(headings) == 6
-    assert headings[0].startswith("Hearth (") and headings[0] != headings[3]  # host and port
+    assert headings[0].startswith("Hearth engine (") and headings[0] != headings[3]  # host and port
 
     assert all(hass.states.get(entity_id) is not None for entity_id in shown)
 

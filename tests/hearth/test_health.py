@@ -31,7 +31,7 @@ from .common import EngineProcess, async_setup_entry, make_entry
 
 CONNECTED = "binary_sensor.hearth_engine_connected"
 AGENT = "conversation.hearth"
-KV_USAGE = "sensor.hearth_kv_cache_usage"
+KV_USAGE = "sensor.hearth_engine_kv_cache_usage"
 
 
 class HealthProxy:
@@ -122,7 +122,11 @@ async def test_the_engine_device_follows_the_engine_and_the_entry(
     devices = dr.async_get(hass)
     device = devices.async_get_device_by_identifier((DOMAIN, entry.entry_id), entry.entry_id)
     assert device is not None
-    assert (device.name, device.manufacturer, device.model) == ("Hearth", "Hearth", "tiny-tools")
+    assert (device.name, device.manufacturer, device.model) == (
+        "Hearth engine",
+        "Hearth",
+        "tiny-tools",
+    )
     proxy.stats = {"version": "9.9.9", "model": "another-model"}
     hass.config_entries.async_update_entry(entry, title="Attic engine")
     await _poll(hass)

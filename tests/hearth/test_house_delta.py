@@ -30,7 +30,7 @@ from custom_components.hearth.prefix import HousePrefix
 
 from .common import KITCHEN_LIGHT, EngineProcess, PutSpy, converse, hearth_traces
 
-REPINS = "sensor.hearth_prefix_re_pins"
+REPINS = "sensor.hearth_engine_prefix_re_pins"
 TOOLS = ({"type": "function", "function": {"name": "HassTurnOn", "parameters": {}}},)
 
 

@@ -133,10 +133,10 @@ async def test_tool_loop_streams_with_a_warm_prefix(
     assert requests and _reuse(requests[0]) >= REUSE_GOAL, requests[0]
     await llama_entry.runtime_data.coordinator.async_refresh()
     await hass.async_block_till_done()
-    hit_rate = float(hass.states.get("sensor.hearth_cache_hit_rate").state)
+    hit_rate = float(hass.states.get("sensor.hearth_engine_cache_hit_rate").state)
     assert hit_rate >= REUSE_GOAL * 100
-    assert float(hass.states.get("sensor.hearth_ttft_median").state) > 0
-    assert float(hass.states.get("sensor.hearth_prompt_tokens").state) >= sum(
+    assert float(hass.states.get("sensor.hearth_engine_ttft_median").state) > 0
+    assert float(hass.states.get("sensor.hearth_engine_prompt_tokens").state) >= sum(
         r["prompt_tokens"] for r in requests
     )
     for unreported in ("kv_cache_used", "evictions", "pinned_prefix_tokens"):

@@ -25,7 +25,7 @@ from .common import async_setup_entry, make_entry
 from .test_other_servers import VLLM_METRICS, FakeServer
 
 CONNECTED = "binary_sensor.hearth_engine_connected"
-KV_USAGE = "sensor.hearth_kv_cache_usage"
+KV_USAGE = "sensor.hearth_engine_kv_cache_usage"
 
 
 class NoHealthServer(FakeServer):

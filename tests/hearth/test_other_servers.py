@@ -132,9 +132,9 @@ async def test_vllm_is_primed_and_its_figures_shown(
     entry = await _entry(hass, vllm)
     server = entry.runtime_data.backend.info
     assert server is not None and server.kind is ServerKind.VLLM and server.metrics
-    device = hass.states.get("sensor.hearth_kv_cache_usage")
+    device = hass.states.get("sensor.hearth_engine_kv_cache_usage")
     assert device is not None and float(device.state) == 25.0
-    assert float(hass.states.get("sensor.hearth_reused_tokens").state) == 8000
+    assert float(hass.states.get("sensor.hearth_engine_reused_tokens").state) == 8000
 
     (priming,) = vllm.bodies
     assert priming["max_tokens"] == 1 and not priming["stream"]
@@ -150,7 +150,7 @@ async def test_vllm_is_primed_and_its_figures_shown(
     assert not {"hearth", "cache_prompt", "id_slot"} & set(request)
     await entry.runtime_data.coordinator.async_refresh()
     await hass.async_block_till_done()
-    assert float(hass.states.get("sensor.hearth_cache_hit_rate").state) > 50
+    assert float(hass.states.get("sensor.hearth_engine_cache_hit_rate").state) > 50
     for unreported in ("kv_cache_used", "evictions", "prefill_throughput"):
         assert hass.states.get(f"sensor.hearth_{unreported}").state == "unavailable"
 
@@ -192,7 +192,7 @@ async def test_sglang_and_a_plain_openai_server(
         entry = await _entry(hass, sglang)
         info = entry.runtime_data.backend.info
         assert info is not None and info.kind is ServerKind.SGLANG
-        assert float(hass.states.get("sensor.hearth_kv_cache_usage").state) == 10.0
+        assert float(hass.states.get("sensor.hearth_engine_kv_cache_usage").state) == 10.0
         assert await hass.config_entries.async_unload(entry.entry_id)
         other = await _entry(hass, plain)
         info = other.runtime_data.backend.info

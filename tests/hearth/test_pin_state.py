@@ -50,7 +50,7 @@ PIN = "sensor.hearth_prefix_pin"
 TTFT = "sensor.hearth_ttft"
 REQUESTS = "sensor.hearth_requests"
 ERRORS = "sensor.hearth_errors"
-REPINS = "sensor.hearth_prefix_re_pins"
+REPINS = "sensor.hearth_engine_prefix_re_pins"
 
 
 def _agent(entry: MockConfigEntry) -> str:

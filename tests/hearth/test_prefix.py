@@ -38,7 +38,7 @@ from .common import (
     speech,
 )
 
-REPINS = "sensor.hearth_prefix_re_pins"
+REPINS = "sensor.hearth_engine_prefix_re_pins"
 
 
 def _agent(entry: MockConfigEntry) -> str:
@@ -251,7 +251,7 @@ async def test_engine_restart(
     name = pin_name(_agent(entry))
     assert name in engine.pins()
     assert hass.states.get("binary_sensor.hearth_engine_connected").state == "on"
-    assert hass.states.get("sensor.hearth_kv_cache_used").state != "unavailable"
+    assert hass.states.get("sensor.hearth_engine_kv_cache_used").state != "unavailable"
 
     engine.stop()
     await _advance(hass, 11)
@@ -265,7 +265,7 @@ async def test_engine_restart(
     assert engine.pins() == {}
     await _advance(hass, 11)
     assert hass.states.get("binary_sensor.hearth_engine_connected").state == "on"
-    assert hass.states.get("sensor.hearth_kv_cache_used").state != "unavailable"
+    assert hass.states.get("sensor.hearth_engine_kv_cache_used").state != "unavailable"
     assert name in engine.pins()
     assert hass.states.get(REPINS).state == "1"
 

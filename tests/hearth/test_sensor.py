@@ -32,8 +32,8 @@ SENSORS = (
 AGENT_SENSORS = ("prefix_pin", "ttft", "requests", "errors")
 # Change on every request: disabled by default (the recorder would store each value).
 DISABLED_BY_DEFAULT = {
-    "sensor.hearth_prompt_tokens",
-    "sensor.hearth_reused_tokens",
+    "sensor.hearth_engine_prompt_tokens",
+    "sensor.hearth_engine_reused_tokens",
     "sensor.hearth_requests",
 }
 
@@ -81,7 +81,8 @@ async def test_entities(
     assert [e.entity_id for e in entities] == sorted(
         [
             "binary_sensor.hearth_engine_connected",
-            *(f"sensor.hearth_{key}" for key in SENSORS + AGENT_SENSORS),
+            *(f"sensor.hearth_engine_{key}" for key in SENSORS),
+            *(f"sensor.hearth_{key}" for key in AGENT_SENSORS),
         ]
     )
     assert [_describe(hass, e) for e in entities] == snapshot
@@ -90,7 +91,7 @@ async def test_entities(
         (DOMAIN, entry.entry_id), entry.entry_id
     )
     assert device is not None
-    assert device.name == "Hearth"
+    assert device.name == "Hearth engine"
     assert device.entry_type is dr.DeviceEntryType.SERVICE
     assert device.model == "tiny-tools"
     agent_device = dr.async_get(hass).async_get_device_by_identifier(
@@ -122,31 +123,31 @@ async def test_sensors_update_after_a_turn(
     hass: HomeAssistant, entity_registry_enabled_by_default: None, entry: MockConfigEntry
 ) -> None:
     """A turn pushes its TTFT at once; the engine counters follow with a refresh."""
-    prompt_before = float(hass.states.get("sensor.hearth_prompt_tokens").state)
-    reused_before = float(hass.states.get("sensor.hearth_reused_tokens").state)
+    prompt_before = float(hass.states.get("sensor.hearth_engine_prompt_tokens").state)
+    reused_before = float(hass.states.get("sensor.hearth_engine_reused_tokens").state)
 
     await converse(hass, "hello")
     turn = hearth_traces()[-1]
-    last = hass.states.get("sensor.hearth_last_ttft")
+    last = hass.states.get("sensor.hearth_engine_last_ttft")
     assert float(last.state) == round(turn["ttft_ms"], 3)
     assert last.attributes["prompt_tokens"] == turn["prompt_tokens"]
     assert last.attributes["cached_tokens"] == turn["cached_tokens"]
     assert last.attributes["agent_id"] == "conversation.hearth"
 
     await hass.async_block_till_done(wait_background_tasks=True)  # refresh after the turn
-    prompt_after = float(hass.states.get("sensor.hearth_prompt_tokens").state)
-    reused_after = float(hass.states.get("sensor.hearth_reused_tokens").state)
+    prompt_after = float(hass.states.get("sensor.hearth_engine_prompt_tokens").state)
+    reused_after = float(hass.states.get("sensor.hearth_engine_reused_tokens").state)
     assert prompt_after - prompt_before >= turn["prompt_tokens"]
     assert reused_after - reused_before >= turn["cached_tokens"]
-    hit_rate = float(hass.states.get("sensor.hearth_cache_hit_rate").state)
+    hit_rate = float(hass.states.get("sensor.hearth_engine_cache_hit_rate").state)
     assert 0 < hit_rate <= 100
-    assert float(hass.states.get("sensor.hearth_ttft_median").state) > 0
-    assert float(hass.states.get("sensor.hearth_ttft_p95").state) >= float(
-        hass.states.get("sensor.hearth_ttft_median").state
+    assert float(hass.states.get("sensor.hearth_engine_ttft_median").state) > 0
+    assert float(hass.states.get("sensor.hearth_engine_ttft_p95").state) >= float(
+        hass.states.get("sensor.hearth_engine_ttft_median").state
     )
     pinned = entry.runtime_data.prefixes.agent(next(iter(entry.subentries))).tokens
-    assert float(hass.states.get("sensor.hearth_pinned_prefix_tokens").state) >= pinned
-    assert float(hass.states.get("sensor.hearth_kv_cache_used").state) > 0
-    assert 0 < float(hass.states.get("sensor.hearth_kv_cache_usage").state) <= 100
-    assert float(hass.states.get("sensor.hearth_decode_throughput").state) > 0
-    assert hass.states.get("sensor.hearth_prefix_re_pins").state == "0"
+    assert float(hass.states.get("sensor.hearth_engine_pinned_prefix_tokens").state) >= pinned
+    assert float(hass.states.get("sensor.hearth_engine_kv_cache_used").state) > 0
+    assert 0 < float(hass.states.get("sensor.hearth_engine_kv_cache_usage").state) <= 100
+    assert float(hass.states.get("sensor.hearth_engine_decode_throughput").state) > 0
+    assert hass.states.get("sensor.hearth_engine_prefix_re_pins").state == "0"
