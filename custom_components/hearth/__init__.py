@@ -13,6 +13,7 @@ from homeassistant.helpers.dispatcher import async_dispatcher_send
 from homeassistant.helpers.typing import ConfigType
 
 from .api import HearthClient, HearthError
+from .config_flow_options import stall_timeout
 from .const import (
     DOMAIN,
     LOGGER,
@@ -78,8 +79,10 @@ async def async_remove_entry(hass: HomeAssistant, entry: HearthConfigEntry) -> N
 
 
 async def _async_update_listener(hass: HomeAssistant, entry: HearthConfigEntry) -> None:
-    """Reload on engine or agent-set changes; re-pin an agent whose options changed."""
+    """Reload on engine or agent-set changes; re-pin an agent whose options changed;
+    a new stall time applies from the next request."""
     data = entry.runtime_data
+    data.backend.chat.stall = stall_timeout(entry.options)
     removed = {sid for sid, *_ in data.loaded_subentries} - set(entry.subentries)
     if removed:
         # Waits for a pin of theirs in flight, so its PUT cannot re-create what is deleted.

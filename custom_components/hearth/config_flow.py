@@ -15,6 +15,7 @@ from homeassistant.config_entries import (
     ConfigEntry,
     ConfigFlowResult,
     ConfigSubentryFlow,
+    OptionsFlow,
     SubentryFlowResult,
 )
 from homeassistant.const import CONF_API_KEY, CONF_LLM_HASS_API, CONF_NAME, CONF_PROMPT, CONF_URL
@@ -37,6 +38,7 @@ from homeassistant.helpers.selector import (
 
 from .backend import Backend
 from .config_flow_hassio import HassioDiscoveryFlow
+from .config_flow_options import HearthOptionsFlow
 from .const import (
     CONF_EXAMPLES,
     CONF_MAX_HISTORY,
@@ -193,6 +195,12 @@ class HearthConfigFlow(HassioDiscoveryFlow, domain=DOMAIN):
         except probatio.Invalid:
             return raw_url, api_key, "invalid_url", None
         return url, api_key, *await async_validate(self.hass, url, api_key)
+
+    @staticmethod
+    @callback
+    def async_get_options_flow(config_entry: ConfigEntry) -> OptionsFlow:
+        """The engine entry's options: the stall time."""
+        return HearthOptionsFlow()
 
     @classmethod
     @callback

@@ -79,8 +79,7 @@ PIN_TIMEOUT: Final = 600.0  # seconds: a cold multi-thousand-token prefill on a 
 # house before turns (PIN_TIMEOUT covers that), and a turn that finds no pin then ends
 # with "stalled" rather than holding the user for a minute. The Assist pipeline itself
 # gives up far sooner than the old 300 s.
-# TODO: an entry option in the options flow (config_flow.py); until then entry.options
-# ``stall_timeout`` is read when set.
+# The entry's options form sets it (config_flow_options.py: 5-120 s).
 CONF_STALL_TIMEOUT: Final = "stall_timeout"
 DEFAULT_STALL_TIMEOUT: Final = 25.0
 
