@@ -1,5 +1,5 @@
 """``scripts/bench MODE ...``: ttft, concurrency, household, fuzz, load, faults, decode,
-agreement, models, accuracy, compile, quant."""
+agreement, models, accuracy, compile, quant, first-speech."""
 
 from __future__ import annotations
 
@@ -19,6 +19,7 @@ MODES = {
     "accuracy": "hearth_bench.accuracy",
     "compile": "hearth_bench.compile_step",
     "quant": "hearth_bench.quant",
+    "first-speech": "hearth_bench.first_speech",
 }
 
 
