@@ -146,6 +146,14 @@ def summarize(turns: list[Turn]) -> dict[str, Any]:
 
 
 async def run(sides: dict[str, Stack], questions: list[str], repeats: int) -> list[Turn]:
+    try:
+        return await _run(sides, questions, repeats)
+    finally:
+        for stack in sides.values():
+            await stack.close()  # its own session (engine_get)
+
+
+async def _run(sides: dict[str, Stack], questions: list[str], repeats: int) -> list[Turn]:
     turns: list[Turn] = []
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=900)) as session:
         for stack in sides.values():
