@@ -140,7 +140,7 @@ async def test_tool_loop_streams_with_a_warm_prefix(
         r["prompt_tokens"] for r in requests
     )
     for unreported in ("kv_cache_used", "evictions", "pinned_prefix_tokens"):
-        assert hass.states.get(f"sensor.hearth_{unreported}").state == "unavailable"
+        assert hass.states.get(f"sensor.hearth_engine_{unreported}").state == "unavailable"
     assert hass.states.get("binary_sensor.hearth_engine_connected").state == "on"
 
 

@@ -152,7 +152,7 @@ async def test_vllm_is_primed_and_its_figures_shown(
     await hass.async_block_till_done()
     assert float(hass.states.get("sensor.hearth_engine_cache_hit_rate").state) > 50
     for unreported in ("kv_cache_used", "evictions", "prefill_throughput"):
-        assert hass.states.get(f"sensor.hearth_{unreported}").state == "unavailable"
+        assert hass.states.get(f"sensor.hearth_engine_{unreported}").state == "unavailable"
 
     # clear_cache is Hearth's: a translated refusal, nothing sent.
     with pytest.raises(Exception, match="has no cache to clear") as err:

@@ -257,7 +257,7 @@ async def test_engine_restart(
     await _advance(hass, 11)
     assert hass.states.get("binary_sensor.hearth_engine_connected").state == "off"
     for sensor in ("kv_cache_used", "cache_hit_rate", "prefix_re_pins", "last_ttft"):
-        assert hass.states.get(f"sensor.hearth_{sensor}").state == "unavailable"
+        assert hass.states.get(f"sensor.hearth_engine_{sensor}").state == "unavailable"
     result = await converse(hass, "hello")
     assert speech(result) == "Sorry, I cannot reach the Hearth engine. Check that it is running."
 
