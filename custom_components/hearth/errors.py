@@ -36,6 +36,7 @@ HA_ERRORS: dict[str, str] = {
     "invalid_auth": "handle_error",
     "tool_loop_limit": "handle_error",
     "markup_only": "no_intent",
+    "not_run": "no_intent",
 }
 COMMON = "common"  # the translation category of what an agent says (``spoken_<key>``)
 

@@ -74,17 +74,23 @@ def allowed_for(
     about: frozenset[str] | None,
 ) -> list[str] | None:
     """Of ``tools`` (OpenAI function tools), the names of those that may act on the
-    domains a command is ``about``, by ``domains`` (see ``tool_domains``); a command
-    about no domain (a timer) may call only the tools that name no entity. None where
-    that leaves them all, or nothing is known."""
+    domains a command is ``about``, by ``domains`` (see ``tool_domains``): those made
+    for one of them, and those for any thing (``HassTurnOn``), not those that name no
+    thing of the house (a timer: asked to skip a track, the default model cancelled
+    every timer). A command about no domain (a timer) may call only the tools that name
+    no entity. None where that leaves them all, or nothing is known."""
     tools = list(tools)
     names = [str((tool.get("function") or {}).get("name", "")) for tool in tools]
     if about is None:
         return None
+    targeting = set(entity_tools(tools))
     if about:
-        allowed = [n for n in names if (d := domains.get(n)) is None or d & about]
+        allowed = [
+            n
+            for n in names
+            if ((d := domains.get(n)) is not None and d & about) or (d is None and n in targeting)
+        ]
     else:
-        targeting = set(entity_tools(tools))
         allowed = [n for n in names if n not in targeting]
     return allowed if allowed and len(allowed) < len(names) else None
 

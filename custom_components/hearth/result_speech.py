@@ -29,7 +29,7 @@ from homeassistant.exceptions import TemplateError
 from homeassistant.helpers import template
 from homeassistant.util import language as language_util
 
-from .house_names import normalize, says
+from .house_names import names_entity, normalize, says
 from .tool_names import bare_name
 
 ACTION_DONE = "action_done"
@@ -72,8 +72,9 @@ class Outcome:
 
     def reached(self) -> bool:
         """Whether HA reports a target acted on, where the call named one (a call by
-        name, area or floor that changed nothing is no success)."""
-        if not TARGETING & set(self.arguments):
+        name, area or floor that changed nothing is no success; a timer's name and
+        area are not things of the house)."""
+        if not TARGETING & set(self.arguments) or not names_entity(self.tool):
             return True
         return any(self.targets(kind) for kind in ("entity", *PLACES))
 
@@ -90,18 +91,28 @@ def spoken_outcomes(
     render: Callable[[Outcome], str | None],
     done: str,
     failed: Callable[[list[str]], str],
+    *,
+    unchanged: str | None = None,
 ) -> str | None:
     """The reply to a turn whose last tool calls were ``outcomes``, for the user's
     ``request``: None unless every one of them acted (the model answers errors and
     questions). Each says HA's speech (its own, else ``render``, else ``done``); the
     things it acted on that the request does not name are named after it, and those
-    that ``failed`` (a sentence on their names) are said last."""
-    if not outcomes or not all(outcome.acted and outcome.reached() for outcome in outcomes):
+    that ``failed`` (a sentence on their names) are said last. A call HA ran that
+    reached no target says ``unchanged`` (None: the model answers, as before): never
+    the model's own words, which said "Opening" while nothing moved."""
+    if not outcomes or not all(outcome.acted for outcome in outcomes):
+        return None
+    if unchanged is None and not all(outcome.reached() for outcome in outcomes):
         return None
     request_norm = normalize(request)
     parts: list[str] = []
     missed: list[str] = []
     for outcome in outcomes:
+        if not outcome.reached():
+            if unchanged not in parts:
+                parts.append(str(unchanged))
+            continue
         speech = outcome.own_speech() or render(outcome) or done
         places = [str(t.get("name", "")) for k in PLACES for t in outcome.targets(k)]
         names = [str(t.get("name", "")) for t in outcome.targets("entity")]

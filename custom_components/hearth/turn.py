@@ -17,6 +17,7 @@ from typing import Any
 from homeassistant.components import conversation
 from homeassistant.core import HomeAssistant, callback
 
+from .action_guard import NOT_FOR_REQUEST, Guard
 from .const import (
     CONF_READ_FIRST,
     CONF_TOOL_FIRST,
@@ -27,7 +28,7 @@ from .errors import async_spoken
 from .hints import Hint, house_hint
 from .house_names import HouseNames, names_entity, resolve_call, unasked, worded
 from .house_values import domain_names, house_names, scoped_arguments, tool_domains
-from .intents_data import async_language_data
+from .intents_data import async_language_data, cached_language_data
 from .policy import Capabilities, Options, Request, TurnPolicy, decide
 from .prompt import HearthNative
 from .questions import is_question, live_context_tool
@@ -60,6 +61,9 @@ class Turn:
     spoken: bool  # a conversation (speech); an AI Task's reply is structured data
     language: str
     follow_up: bool = False  # the conversation has earlier turns ("turn it off")
+    guard: Guard | None = None  # whether a call can act on what was asked (action_guard)
+    ask: str = ""  # what is said where the guard refused the calls: say it another way
+    unchanged: str | None = None  # what is said where HA's action reached no target
 
     def resolve(self, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
         """A call's arguments as Home Assistant should run them (see resolve_call)."""
@@ -76,10 +80,14 @@ class Turn:
         )
 
     def refusal(self, tool: str, arguments: Mapping[str, Any]) -> str | None:
-        """Why a call is not run (None: it is). In the first turn of a conversation a
-        call may name by ``name`` only a thing that shares a word with the request
-        ("turn off the heating" turned off a bathroom light, and said so): the model
-        reads why and may call again, and Assist says it did not understand."""
+        """Why a call is not run (None: it is). A call that cannot act on what the
+        request asks is never run (action_guard.py: a timer for "skip this track", the
+        unlock for "lock the door"). In the first turn of a conversation a call may
+        name by ``name`` only a thing that shares a word with the request ("turn off
+        the heating" turned off a bathroom light, and said so). The model reads why and
+        may call again; else Assist asks the user to say it another way."""
+        if self.guard is not None and (why := self.guard.refusal(tool, arguments)):
+            return why
         name = arguments.get("name")
         if (
             not self.spoken
@@ -102,6 +110,7 @@ class Turn:
             partial(render_response, hass, self.responses.intents),
             self.done,
             partial(self.responses.failed, hass),
+            unchanged=self.unchanged,
         )
 
     def error_speech(
@@ -113,7 +122,9 @@ class Turn:
         if not self.spoken or not any(outcome.error for outcome in outcomes):
             return None
         said = [
-            self.responses.error(hass, outcome) if outcome.error else self._said(hass, [outcome])
+            (self.ask if _not_run(outcome) else self.responses.error(hass, outcome))
+            if outcome.error
+            else self._said(hass, [outcome])
             for outcome in outcomes
         ]
         return " ".join(dict.fromkeys(s for s in said if s)) or None
@@ -121,6 +132,11 @@ class Turn:
     def asks(self, text: str) -> bool:
         """Whether the model's ``text`` asks the user something (a clarifying question)."""
         return is_question(text, self.language)
+
+
+def _not_run(outcome: Outcome) -> bool:
+    """Whether the guard refused the call (action_guard.NOT_FOR_REQUEST)."""
+    return str(outcome.result.get("error_text") or "").startswith(NOT_FOR_REQUEST)
 
 
 def _shown(tool: str, accepts: Mapping[str, Any]) -> str:
@@ -185,6 +201,15 @@ async def async_prepare_turn(
         )
         for function in (tool.get("function") or {} for tool in plan.tools)
     }
+    guard = Guard(
+        text,
+        cached_language_data(language),
+        names,
+        about,
+        platforms,
+        switchable(hass),
+        follow_up=follow_up,
+    )
     return Turn(
         policy=policy,
         text=text,
@@ -197,7 +222,20 @@ async def async_prepare_turn(
         spoken=spoken,
         language=language,
         follow_up=follow_up,
+        guard=guard if spoken else None,
+        ask=await async_spoken(hass, language, "not_run"),
+        unchanged=await async_spoken(hass, language, "nothing_changed"),
     )
+
+
+def switchable(hass: HomeAssistant) -> dict[str, frozenset[str]]:
+    """``turn_on`` and ``turn_off`` -> the domains that have that service (a vacuum
+    has neither: HA's on/off intents cannot act on it)."""
+    services = hass.services.async_services()
+    return {
+        service: frozenset(d for d, found in services.items() if service in found)
+        for service in ("turn_on", "turn_off")
+    }
 
 
 @callback

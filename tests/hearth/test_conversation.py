@@ -120,7 +120,7 @@ async def test_tool_loop_turns_on_the_light(hass: HomeAssistant, entry: MockConf
 
     # One request: the call. After the action, the turn says HA's result.
     (body,) = spy.bodies
-    assert body["tool_choice"] not in {None, "auto"}  # a command acts (policy.py)
+    assert body["tool_choice"] not in (None, "auto")  # a command acts (policy.py)
     assert spy.replies == [""]
 
     events = conversation_trace.async_get_traces()[-1].as_dict()["events"]

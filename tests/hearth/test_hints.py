@@ -360,19 +360,26 @@ def test_a_command_may_call_only_the_tools_for_what_it_is_about() -> None:
         "media_player__HassMediaUnpause": frozenset({"media_player"}),
     }
     names = [t["function"]["name"] for t in tools]
-    # A thermostat: not the cover or media tools; the tools bound to no domain stay.
+    # A thermostat: not the cover or media tools, nor the timer (it names no thing); the
+    # tools for any thing stay.
     about = hint_messages("set the hall thermostat to 22 degrees", THINGS, AREAS, tools, LIVE,
                           data=EN)  # fmt: skip
     assert about.domains == {"climate"}
     allowed = allowed_for(tools, domains, about.domains)
-    assert allowed == [n for n in names if n not in domains or n.startswith("climate")]
+    kept = [n for n in names if n not in domains and not n.endswith("Timer")]
+    assert allowed == [n for n in names if n in kept or n.startswith("climate")]
+    assert "intent__HassStartTimer" not in allowed
     # A timer is about no entity: only the tools that name none.
     timer = hint_messages("set a timer for 5 minutes", THINGS, AREAS, tools, LIVE, data=EN)
     assert timer.domains == frozenset()
     assert allowed_for(tools, domains, timer.domains) == ["intent__HassStartTimer"]
     # Nothing known, or nothing left out: no restriction.
     assert allowed_for(tools, domains, None) is None
-    assert allowed_for(tools, {}, frozenset({"light"})) is None
+    # No tool's domains known: only those that name no thing of the house are left out.
+    assert allowed_for(tools, {}, frozenset({"light"})) == [
+        n for n in names if n != "intent__HassStartTimer"
+    ]
+    assert allowed_for(TOOLS, {}, frozenset({"light"})) is None
 
 
 def test_an_on_off_call_by_area_alone_keeps_to_the_domains_asked_about() -> None:

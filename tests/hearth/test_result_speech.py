@@ -131,3 +131,22 @@ async def test_an_error_is_said_as_assist_says_it(hass: HomeAssistant) -> None:
     assert english.error(hass, failed(several, name="Speaker")) == (
         "Sorry, there are multiple devices called Speaker"
     )
+
+
+def test_an_action_that_reached_nothing_says_so_never_the_models_words() -> None:
+    """HA ran the call (action_done) and reports no target changed: the reply says
+    nothing was changed, also beside another call's result; a timer's name is no
+    target, so a started timer is said as HA says it."""
+    nothing = Outcome("HassTurnOn", {"name": "Kitchen Light"}, acted([]))
+    done = Outcome("HassTurnOff", {"name": "Kitchen Light"}, acted([KITCHEN]))
+    timer = Outcome("HassStartTimer", {"name": "pasta", "minutes": 5}, acted([]))
+
+    def said(outcomes: list[Outcome]) -> str | None:
+        return spoken_outcomes(
+            outcomes, "turn on the kitchen light", lambda _: "Turned off", DONE,
+            lambda names: "", unchanged="Nothing was changed.",
+        )  # fmt: skip
+
+    assert said([nothing]) == "Nothing was changed."
+    assert said([done, nothing]) == "Turned off Nothing was changed."
+    assert said([timer]) == "Turned off"

@@ -1,0 +1,223 @@
+"""The action guard's decisions over Home Assistant's own intents data, in English and
+German (action_guard.py): a call that cannot act on what the request asks is refused,
+a call that can is run. Pure: no Home Assistant instance, the package's real data."""
+
+from __future__ import annotations
+
+import functools
+import itertools
+from collections.abc import Mapping
+from typing import Any
+
+import pytest
+from hassil import TextSlotList
+from hassil.sample import sample_expression
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from custom_components.hearth.action_guard import NOT_FOR_REQUEST, OPPOSITE, Guard, direction
+from custom_components.hearth.house_names import HouseNames, Named
+from custom_components.hearth.intent_words import block_domains
+from custom_components.hearth.intents_data import load_language_data
+
+EN = load_language_data("en")
+DE = load_language_data("de")
+DATA = {"en": EN, "de": DE}
+
+# One house per language: a lock, a garage door, a valve, a vacuum, a speaker, a light.
+THINGS = {
+    "en": {
+        "lock.front_door": "Front Door",
+        "cover.garage_door": "Garage Door",
+        "valve.water_valve": "Water Valve",
+        "vacuum.robot": "Robot",
+        "media_player.speaker": "Speaker",
+        "light.desk_lamp": "Desk Lamp",
+    },
+    "de": {
+        "lock.front_door": "Haustür",
+        "cover.garage_door": "Garagentor",
+        "valve.water_valve": "Wasserventil",
+        "vacuum.robot": "Saugroboter",
+        "media_player.speaker": "Lautsprecher",
+        "light.desk_lamp": "Schreibtischlampe",
+    },
+}
+PLATFORMS = {
+    "HassVacuumStart": frozenset({"vacuum"}),
+    "HassVacuumReturnToBase": frozenset({"vacuum"}),
+    "HassMediaPause": frozenset({"media_player"}),
+    "HassMediaUnpause": frozenset({"media_player"}),
+    "HassSetPosition": frozenset({"cover", "valve"}),
+}
+# A house whose domains have HA's services: a vacuum has no turn_on / turn_off.
+SWITCHABLE = {
+    "turn_on": frozenset({"light", "media_player", "switch"}),
+    "turn_off": frozenset({"light", "media_player", "switch"}),
+}
+
+
+def names(language: str) -> HouseNames:
+    return HouseNames.of(
+        [([name], Named(entity_id)) for entity_id, name in THINGS[language].items()],
+        ["Kitchen", "Küche"],
+    )
+
+
+def guard(language: str, text: str, about: frozenset[str] | None = None) -> Guard:
+    house = names(language)
+    about = about if about is not None else house.named_domains(text) or None
+    return Guard(text, DATA[language], house, about, PLATFORMS, SWITCHABLE)
+
+
+def refused(language: str, text: str, tool: str, arguments: Mapping[str, Any]) -> bool:
+    why = guard(language, text).refusal(tool, arguments)
+    assert why is None or why.startswith(NOT_FOR_REQUEST)
+    return why is not None
+
+
+@pytest.mark.parametrize(
+    ("language", "text", "tool", "arguments"),
+    [
+        # Timers for requests that say no timer and no duration.
+        ("en", "skip this track", "HassCancelAllTimers", {}),
+        ("en", "close the garage door", "HassStartTimer", {"minutes": 5}),
+        ("en", "add milk to my shopping list", "HassCancelTimer", {"name": "milk"}),
+        ("de", "überspringe dieses Lied", "HassCancelAllTimers", {}),
+        ("de", "öffne das Wasserventil", "HassCancelTimer", {}),
+        # A media intent for a request about a cover.
+        ("en", "close the garage door", "HassMediaPause", {"name": "Speaker"}),
+        ("de", "schließe das Garagentor", "HassMediaPause", {"name": "Lautsprecher"}),
+        # On/off on a vacuum: HA has no such service; it has vacuum intents.
+        ("en", "start the robot", "HassTurnOn", {"name": "Robot"}),
+        ("de", "starte den Saugroboter", "HassTurnOn", {"name": "Saugroboter"}),
+        # The opposite direction: locks, covers, valves, vacuums.
+        ("en", "lock the front door", "HassTurnOff", {"name": "Front Door"}),
+        ("en", "unlock the front door", "HassTurnOn", {"name": "Front Door"}),
+        ("en", "open the garage door", "HassTurnOff", {"name": "Garage Door"}),
+        ("en", "close the water valve", "HassTurnOn", {"name": "Water Valve"}),
+        ("en", "start the robot", "HassVacuumReturnToBase", {"name": "Robot"}),
+        ("en", "send the robot back to its base", "HassVacuumStart", {"name": "Robot"}),
+        ("de", "verriegle die Haustür", "HassTurnOff", {"name": "Haustür"}),
+        ("de", "entriegle die Haustür", "HassTurnOn", {"name": "Haustür"}),
+        ("de", "schließ die Haustür ab", "HassTurnOff", {"name": "Haustür"}),
+        ("de", "öffne das Garagentor", "HassTurnOff", {"name": "Garagentor"}),
+        ("de", "schließe das Wasserventil", "HassTurnOn", {"name": "Wasserventil"}),
+        ("de", "starte den Saugroboter", "HassVacuumReturnToBase", {"name": "Saugroboter"}),
+        ("de", "schick den Saugroboter zur Ladestation", "HassVacuumStart",
+         {"name": "Saugroboter"}),
+    ],
+)  # fmt: skip
+def test_a_call_that_cannot_act_on_the_request_is_refused(
+    language: str, text: str, tool: str, arguments: dict[str, Any]
+) -> None:
+    assert refused(language, text, tool, arguments)
+
+
+@pytest.mark.parametrize(
+    ("language", "text", "tool", "arguments"),
+    [
+        ("en", "set a timer for 5 minutes", "HassStartTimer", {"minutes": 5}),
+        ("en", "cancel all timers", "HassCancelAllTimers", {}),
+        ("en", "cancel the pasta timer", "HassCancelTimer", {"name": "pasta"}),
+        ("de", "stelle einen Timer auf 5 Minuten", "HassStartTimer", {"minutes": 5}),
+        ("de", "brich alle Timer ab", "HassCancelAllTimers", {}),
+        ("en", "pause the speaker", "HassMediaPause", {"name": "Speaker"}),
+        ("en", "lock the front door", "HassTurnOn", {"name": "Front Door"}),
+        ("en", "unlock the front door", "HassTurnOff", {"name": "Front Door"}),
+        ("en", "open the garage door", "HassTurnOn", {"name": "Garage Door"}),
+        ("en", "close the water valve", "HassTurnOff", {"name": "Water Valve"}),
+        ("en", "start the robot", "HassVacuumStart", {"name": "Robot"}),
+        ("en", "send the robot back to its base", "HassVacuumReturnToBase", {"name": "Robot"}),
+        ("en", "turn on the desk lamp", "HassTurnOn", {"name": "Desk Lamp"}),
+        ("de", "verriegle die Haustür", "HassTurnOn", {"name": "Haustür"}),
+        ("de", "schließ die Haustür auf", "HassTurnOff", {"name": "Haustür"}),
+        ("de", "öffne das Garagentor", "HassTurnOn", {"name": "Garagentor"}),
+        ("de", "schließe das Wasserventil", "HassTurnOff", {"name": "Wasserventil"}),
+        ("de", "starte den Saugroboter", "HassVacuumStart", {"name": "Saugroboter"}),
+        ("de", "schalte die Schreibtischlampe aus", "HassTurnOff", {"name": "Schreibtischlampe"}),
+        # A request that says neither direction: the call runs (HA decides).
+        ("en", "the front door", "HassTurnOn", {"name": "Front Door"}),
+        # Reading never acts: never refused.
+        ("en", "skip this track", "HassGetState", {"name": "Speaker"}),
+    ],
+)  # fmt: skip
+def test_a_call_that_fits_the_request_runs(
+    language: str, text: str, tool: str, arguments: dict[str, Any]
+) -> None:
+    assert not refused(language, text, tool, arguments)
+
+
+def test_without_the_language_data_only_the_house_decides() -> None:
+    """A language HA's data lacks: no word decides, the house's services still do."""
+    house = names("en")
+    blind = Guard("skip this track", None, house, None, PLATFORMS, SWITCHABLE)
+    assert blind.refusal("HassCancelAllTimers", {}) is None
+    assert blind.refusal("HassTurnOn", {"name": "Robot"}) is not None
+
+
+def test_a_vacuum_refusal_names_the_tools_made_for_it() -> None:
+    why = guard("en", "start the robot").refusal("HassTurnOn", {"name": "Robot"})
+    assert why is not None
+    assert "HassVacuumStart" in why and "HassVacuumReturnToBase" in why
+
+
+# Intents with an opposite (action_guard.OPPOSITE), and a domain each acts on.
+DIRECTED = [
+    (intent, domain)
+    for domain, pair in (
+        ("lock", ("HassTurnOn", "HassTurnOff")),
+        ("cover", ("HassTurnOn", "HassTurnOff")),
+        ("valve", ("HassTurnOn", "HassTurnOff")),
+        ("vacuum", ("HassVacuumStart", "HassVacuumReturnToBase")),
+        ("media_player", ("HassMediaPause", "HassMediaUnpause")),
+    )
+    for intent in pair
+]
+
+
+@functools.cache
+def template_sentences(language: str, intent: str, domain: str) -> tuple[str, ...]:
+    """Sentences that HA's templates of ``intent`` made for ``domain`` say of this
+    house's thing of that domain (a few per template)."""
+    data = DATA[language]
+    name = next(n for e, n in THINGS[language].items() if e.startswith(f"{domain}."))
+    lists = {
+        **data.intents.slot_lists,
+        "name": _one(name),
+        "area": _one("Kitchen" if language == "en" else "Küche"),
+        "floor": _one("Upstairs" if language == "en" else "Obergeschoss"),
+    }
+    found: list[str] = []
+    for block in data.intents.intents[intent].data:
+        if domain not in block_domains(block):
+            continue
+        rules = {**data.intents.expansion_rules, **block.expansion_rules}
+        for sentence in block.sentences:
+            said = sample_expression(sentence.expression, lists, rules, data.language)
+            found += [t for t in itertools.islice(said, 8) if name.casefold() in t.casefold()]
+    return tuple(found)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    language=st.sampled_from(["en", "de"]),
+    pair=st.sampled_from(DIRECTED),
+    data=st.data(),
+)
+def test_a_template_of_one_direction_never_reads_as_the_other(
+    language: str, pair: tuple[str, str], data: st.DataObject
+) -> None:
+    """A sentence HA's own templates say for an intent on a thing of a domain reads as
+    that intent or as neither, never as its opposite: the guard refuses no call that
+    HA's matcher would run itself."""
+    intent, domain = pair
+    sentences = template_sentences(language, intent, domain)
+    assert sentences, f"HA's {language} data has no {intent} template for {domain}"
+    text = data.draw(st.sampled_from(sentences))
+    read = direction(DATA[language], text, intent, domain, names(language))
+    assert read != OPPOSITE[intent], text
+
+
+def _one(value: str) -> TextSlotList:
+    return TextSlotList.from_tuples([(value, value)], allow_template=False)

@@ -1,0 +1,224 @@
+"""A wrong action is worse than none, through real Home Assistant (issue 48).
+
+The house is the demo integration's (config/custom_components/hearth_demo): a lock, a
+garage door, a valve, a vacuum and a speaker that obey Assist's intents as real ones
+do. The model is scripted: a stand-in OpenAI-compatible server (test_other_servers.py's
+``FakeServer``, the one mock: a model that makes a given mistake cannot be had from
+the tiny test model) answers each request with the next call of its script, then with
+"Done.". Home Assistant, its intents and the integration are real. Each case is a
+mistake a small model made on unseen homes: the call is not run, nothing changes, and
+the reply says so (or what HA did after a retry), never "Done.".
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+from unittest.mock import patch
+
+import pytest
+import yaml
+from aiohttp import web
+from homeassistant.components import conversation
+from homeassistant.components.conversation import trace as conversation_trace
+from homeassistant.core import Context, HomeAssistant
+from homeassistant.setup import async_setup_component
+
+from custom_components.hearth.action_guard import NOT_FOR_REQUEST
+from custom_components.hearth.tool_names import bare_name
+
+from .common import async_setup_entry, make_entry, speech
+from .test_other_servers import VLLM_METRICS, FakeServer
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.append(str(ROOT / "config"))  # custom_components.hearth_demo lives in config/
+
+NAMES = {
+    "en": ("Back Door", "Garage Door", "Water Valve", "Robot", "Speaker"),
+    "de": ("Hintertür", "Garagentor", "Wasserventil", "Saugroboter", "Lautsprecher"),
+}
+NOT_RUN = {
+    "en": "I did not do that: it did not fit what you asked. Could you say it another way?",
+    "de": "Das habe ich nicht getan: es passte nicht zu deiner Bitte. Kannst du es anders sagen?",
+}
+
+
+def fixture(language: str) -> dict[str, Any]:
+    lock, garage, valve, robot, speaker = NAMES[language]
+    return {
+        "areas": [{"name": "Hall", "id": "hall"}],
+        "entities": [
+            {"name": lock, "id": "lock.back_door", "area": "hall", "state": "locked"},
+            {
+                "name": garage,
+                "id": "cover.garage_door",
+                "area": "hall",
+                "state": True,
+                "attributes": {"device_class": "cover.CoverDeviceClass.GARAGE"},
+            },
+            {
+                "name": valve,
+                "id": "valve.water_valve",
+                "area": "hall",
+                "attributes": {"current_position": 0, "reports_position": True},
+            },
+            {"name": robot, "id": "vacuum.robot", "area": "hall", "state": "docked"},
+            {
+                "name": speaker,
+                "id": "media_player.speaker",
+                "area": "hall",
+                "state": "playing",
+                "attributes": {"volume_level": 0.5, "media_track": 1},
+            },
+        ],
+    }
+
+
+class ScriptedModel(FakeServer):
+    """Answers request n with the n-th call of ``script`` (then with "Done.")."""
+
+    def __init__(self) -> None:
+        super().__init__("vllm", VLLM_METRICS)
+        self.script: list[tuple[str, dict[str, Any]]] = []
+
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
+        self.call = None
+        if self.script:
+            name, arguments = self.script.pop(0)
+            function = {"name": name, "arguments": json.dumps(arguments)}
+            self.call = {"id": f"call_{len(self.bodies)}", "type": "function", "function": function}
+        return await super()._chat(request)
+
+
+@pytest.fixture
+async def model(socket_enabled: None) -> AsyncIterator[ScriptedModel]:
+    server = ScriptedModel()
+    await server.start()
+    yield server
+    await server.stop()
+
+
+async def home(hass: HomeAssistant, tmp_path: Path, language: str, model: ScriptedModel) -> None:
+    """The demo house in ``language`` and a Hearth agent on the scripted model."""
+    hass.config.language = language
+    path = tmp_path / "_fixtures.yaml"
+    path.write_text(yaml.safe_dump(fixture(language), allow_unicode=True))
+    config = {"hearth": {"enabled": False}, "fixtures": str(path)}
+    assert await async_setup_component(hass, "homeassistant", {})
+    with (
+        patch("custom_components.hearth_demo.async_ensure_access"),
+        patch.object(logging.getLogger("custom_components.hearth_demo"), "warning"),
+    ):
+        assert await async_setup_component(hass, "hearth_demo", {"hearth_demo": config})
+        await hass.async_block_till_done()
+    for component in ("intent", "conversation", "cover", "valve", "lock", "vacuum",
+                      "media_player"):  # fmt: skip
+        assert await async_setup_component(hass, component, {})
+    await async_setup_entry(hass, make_entry(model.url))
+
+
+async def ask(hass: HomeAssistant, text: str, language: str) -> conversation.ConversationResult:
+    return await conversation.async_converse(
+        hass, text, None, Context(), language=language, agent_id="conversation.hearth"
+    )
+
+
+def run_calls() -> list[str]:
+    """The tools Home Assistant ran in the last turn."""
+    events = conversation_trace.async_get_traces()[-1].as_dict()["events"]
+    calls = [e["data"]["tool_name"] for e in events if e["event_type"] == "tool_call"]
+    return [bare_name(c) for c in calls]
+
+
+def tool_results(model: ScriptedModel) -> list[str]:
+    """What the model was told of its calls (the tool messages of its last request)."""
+    return [str(m["content"]) for m in model.bodies[-1]["messages"] if m["role"] == "tool"]
+
+
+def state(hass: HomeAssistant, entity_id: str) -> str:
+    found = hass.states.get(entity_id)
+    assert found is not None
+    return found.state
+
+
+@pytest.mark.parametrize(
+    ("language", "text", "call", "entity_id", "before"),
+    [
+        ("en", "lock the back door", ("HassTurnOff", 0), "lock.back_door", "locked"),
+        ("de", "schließ die Hintertür ab", ("HassTurnOff", 0), "lock.back_door", "locked"),
+        ("en", "open the garage door", ("HassTurnOff", 1), "cover.garage_door", "open"),
+        ("de", "öffne das Garagentor", ("HassTurnOff", 1), "cover.garage_door", "open"),
+        ("en", "close the water valve", ("HassTurnOn", 2), "valve.water_valve", "closed"),
+        ("de", "schließe das Wasserventil", ("HassTurnOn", 2), "valve.water_valve", "closed"),
+        ("en", "start the robot", ("HassVacuumReturnToBase", 3), "vacuum.robot", "docked"),
+        ("en", "close the garage door", ("HassMediaPause", 4), "media_player.speaker",
+         "playing"),
+    ],
+)  # fmt: skip
+async def test_a_call_against_the_request_is_not_run_and_not_said_done(
+    hass: HomeAssistant,
+    tmp_path: Path,
+    model: ScriptedModel,
+    language: str,
+    text: str,
+    call: tuple[str, int],
+    entity_id: str,
+    before: str,
+) -> None:
+    """The opposite direction (lock, cover, valve, vacuum) or an intent for another
+    kind of thing: the call is not run, the thing stays as it was, and Assist asks
+    the user to say it another way, in the user's language."""
+    await home(hass, tmp_path, language, model)
+    intent, which = call
+    model.script = [(intent, {"name": NAMES[language][which]})]
+    assert state(hass, entity_id) == before
+    result = await ask(hass, text, language)
+    await hass.async_block_till_done()
+    assert state(hass, entity_id) == before
+    assert intent not in " ".join(run_calls())
+    (refusal,) = tool_results(model)
+    assert NOT_FOR_REQUEST in refusal
+    assert speech(result) == NOT_RUN[language]
+
+
+async def test_a_timer_call_for_a_request_that_names_no_timer_is_not_run(
+    hass: HomeAssistant, tmp_path: Path, model: ScriptedModel
+) -> None:
+    """Asked to skip a track, the model cancelled every timer: not run; the reply
+    is a question, not the model's "Done."."""
+    await home(hass, tmp_path, "en", model)
+    model.script = [("HassCancelAllTimers", {})]
+    result = await ask(hass, "skip this track", "en")
+    assert run_calls() == []
+    assert speech(result) == NOT_RUN["en"]
+
+
+async def test_on_off_on_a_vacuum_is_refused_and_the_retry_with_its_intent_runs(
+    hass: HomeAssistant, tmp_path: Path, model: ScriptedModel
+) -> None:
+    """HassTurnOn on a vacuum cannot act (HA fails: no turn_on): the model reads the
+    vacuum's own tools in the refusal, calls HassVacuumStart, and HA's answer is said."""
+    await home(hass, tmp_path, "en", model)
+    model.script = [("HassTurnOn", {"name": "Robot"}), ("HassVacuumStart", {"name": "Robot"})]
+    result = await ask(hass, "start the robot", "en")
+    await hass.async_block_till_done()
+    refusal = tool_results(model)[0]
+    assert NOT_FOR_REQUEST in refusal and "HassVacuumStart" in refusal
+    assert run_calls() == ["HassVacuumStart"]
+    assert state(hass, "vacuum.robot") == "cleaning"
+    assert speech(result) not in {"Done.", NOT_RUN["en"]}
+
+
+async def test_a_call_that_fits_runs(
+    hass: HomeAssistant, tmp_path: Path, model: ScriptedModel
+) -> None:
+    """The guard refuses only what contradicts the request: unlocking when asked to."""
+    await home(hass, tmp_path, "de", model)
+    model.script = [("HassTurnOff", {"name": "Hintertür"})]
+    await ask(hass, "schließ die Hintertür auf", "de")
+    await hass.async_block_till_done()
+    assert state(hass, "lock.back_door") == "unlocked"
