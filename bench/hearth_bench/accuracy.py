@@ -33,11 +33,13 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from .accuracy_calls import invalid_calls, parse_reply, rejected_calls
+from .accuracy_calls import Reported, invalid_calls, parse_reply, rejected_calls, reported_results
 from .accuracy_data import DatasetError, Home, Task, load_dataset
-from .accuracy_home import REQUEST_ERRORS, Answer, HomeStack, HomeStartError
+from .accuracy_harm import assess
+from .accuracy_home import REQUEST_ERRORS, Answer, HomeStack, HomeStartError, ResetRefused
 from .accuracy_judge import judge
 from .accuracy_report import Outcome, print_report, summarize
+from .accuracy_setup import passable
 from .common import model_spec
 from .proxy import RecordingProxy
 from .server import EngineProcess
@@ -56,8 +58,11 @@ def pick(tasks: Sequence[Task], limit: int | None) -> list[Task]:
     return [tasks[int(i * step)] for i in range(limit)]
 
 
-def _engine_turn(proxy: RecordingProxy, since: int) -> tuple[list[str], list[str], list[str]]:
-    """Tools called, invalid and rejected calls, in the chat requests from ``since`` on."""
+def _engine_turn(
+    proxy: RecordingProxy, since: int
+) -> tuple[list[str], list[str], list[str], Reported]:
+    """Tools called, invalid and rejected calls, and what Home Assistant reported of
+    them, in the chat requests from ``since`` on."""
     chats = [r for r in proxy.records[since:] if r.path == "/v1/chat/completions"]
     tools: list[str] = []
     invalid: list[str] = []
@@ -66,12 +71,31 @@ def _engine_turn(proxy: RecordingProxy, since: int) -> tuple[list[str], list[str
             reply = parse_reply(raw)
             tools += [name for name, _ in reply.calls]
             invalid += invalid_calls(record.body, reply)
-    return tools, invalid, rejected_calls(r.body for r in chats)
+    bodies = [r.body for r in chats]
+    return tools, invalid, rejected_calls(bodies), reported_results(bodies)
+
+
+async def reset(home: HomeStack, task: Task) -> list[str]:
+    """Put the home in the task's states; one warning per value or entity it could not
+    pass on (the rest is set). A state the demo refuses is set entity by entity, so
+    only the refused ones keep the state they had."""
+    states, warnings = passable(home.home.states_for(task))
+    try:
+        await home.reset(states)
+    except ResetRefused:
+        for entity_id, state in states.items():
+            try:
+                await home.reset({entity_id: state})
+            except ResetRefused as err:
+                warnings.append(f"{entity_id}: the demo refused its state ({err}); left as it was")
+    return warnings
 
 
 async def run_task(home: HomeStack, proxy: RecordingProxy, task: Task, mode: str) -> Outcome:
     """Reset, ask, judge one sentence."""
-    await home.reset(home.home.states_for(task))
+    warnings = await reset(home, task)
+    for line in warnings:
+        print(f"[{task.home}] warning: {task.sentence!r}: {line}", file=sys.stderr)
     before = await home.snapshot()
     since = len(proxy.records)
     ask = home.ask_agent if mode == "llm" else home.ask_pipeline
@@ -81,8 +105,10 @@ async def run_task(home: HomeStack, proxy: RecordingProxy, task: Task, mode: str
     except REQUEST_ERRORS as err:
         answer, error = Answer("", 0.0, "hearth"), f"{type(err).__name__}: {err}"
     after = await home.snapshot()
-    tools, invalid, rejected = _engine_turn(proxy, since)
-    verdict = judge(task, before, after, answer.text, tools if answer.path == "hearth" else None)
+    tools, invalid, rejected, reported = _engine_turn(proxy, since)
+    called = tools if answer.path == "hearth" else None
+    verdict = judge(task, before, after, answer.text, called)
+    harm = assess(task, before, after, answer.text, called, reported)
     return Outcome(
         home=task.home,
         record=task.record,
@@ -97,6 +123,11 @@ async def run_task(home: HomeStack, proxy: RecordingProxy, task: Task, mode: str
         rejected=rejected,
         why=verdict.why,
         error=error,
+        wrong_actions=harm.wrong_actions,
+        destructive=harm.destructive,
+        question_acted=harm.question_acted,
+        unreported_claim=harm.unreported_claim,
+        warnings=warnings,
     )
 
 

@@ -11,6 +11,10 @@ not). A turn has an **invalid tool call** when a reply of the engine
   (``<tool_call>``, ``[TOOL_CALLS]``...) or a bare JSON call (an object with a ``name``
   and ``arguments`` or ``parameters``). Such a call never reaches Home Assistant.
 
+What Home Assistant **reported** of a turn's calls (the targets it says it acted on, and
+its speech) is read from the same tool results (accuracy_harm.py counts a reply that
+claims more).
+
 Separately, a call is **rejected** when Home Assistant answered it with an error (the
 tool result sent back in the next request has an ``error``, is an intent error, or lists
 ``failed`` targets: no entity matched, a service the entity lacks...). Those calls are
@@ -117,15 +121,54 @@ def _tool_error(result: Any) -> str | None:
 
 def rejected_calls(bodies: Iterable[Mapping[str, Any]]) -> list[str]:
     """Tool results with an error that the turn's requests sent back to the engine."""
-    errors: dict[str, str] = {}
+    results = _results(bodies).items()
+    return [problem for _, result in results if (problem := _tool_error(result))]
+
+
+@dataclass(frozen=True)
+class Reported:
+    """What Home Assistant answered a turn's calls: the targets it reported done, and
+    the speech of each answer (its own words for what happened or failed)."""
+
+    done: tuple[str, ...] = ()
+    speech: tuple[str, ...] = ()
+
+
+def _results(bodies: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """Each tool result the turn's requests sent back, by call id (the last copy)."""
+    found: dict[str, Any] = {}
     for body in bodies:
         for message in body.get("messages") or ():
             if message.get("role") != "tool":
                 continue
             try:
-                result = json.loads(message.get("content") or "null")
+                found[str(message.get("tool_call_id"))] = json.loads(
+                    message.get("content") or "null"
+                )
             except ValueError:
                 continue
-            if problem := _tool_error(result):
-                errors[str(message.get("tool_call_id"))] = problem
-    return list(errors.values())
+    return found
+
+
+def reported_results(bodies: Iterable[Mapping[str, Any]]) -> Reported:
+    """The targets Home Assistant reported done (``data.success``) and its speech, in
+    the tool results of the turn's requests. The last reply of a turn is sent back to
+    no one: a call in it is not read here."""
+    done: list[str] = []
+    speech: list[str] = []
+    for result in _results(bodies).values():
+        if not isinstance(result, dict):
+            continue
+        data = result.get("data") if isinstance(result.get("data"), dict) else {}
+        for item in data.get("success") or ():
+            done.append(
+                str(item.get("id") or item.get("name")) if isinstance(item, dict) else str(item)
+            )
+        plain = (
+            ((result.get("speech") or {}).get("plain") or {})
+            if isinstance(result.get("speech"), dict)
+            else {}
+        )
+        if text := str(plain.get("speech") or "").strip():
+            speech.append(text)
+    return Reported(tuple(done), tuple(speech))

@@ -15,6 +15,7 @@ once with the logged reason (HomeStartError).
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from collections.abc import Mapping
@@ -25,6 +26,7 @@ from typing import Any
 import aiohttp
 
 from .accuracy_data import Home
+from .accuracy_setup import set_unit_system, unit_system
 from .server import EngineProcess
 from .stack import HomeAssistantStartError, Stack
 
@@ -56,8 +58,6 @@ def house_yaml(
     fixtures: Path, engine_url: str, agent_options: Mapping[str, Any] | None = None
 ) -> str:
     """The demo integration's config for a dataset home (JSON is YAML)."""
-    import json
-
     hearth = {"engine_url": engine_url, "set_pipeline": True, "prefer_local": True}
     if agent_options:
         hearth["agent_options"] = dict(agent_options)
@@ -90,6 +90,7 @@ class HomeStack:
         config = workdir / "config"
         (config / "house.yaml").write_text(house_yaml(home.fixtures, engine_url, agent_options))
         set_language(config / "configuration.yaml", home.language)
+        set_unit_system(config / "configuration.yaml", unit_system(home.entities))
         self.left_out: list[str] = []  # "<entity id>: <why>", as Home Assistant logged it
 
     def _log(self) -> str:
@@ -142,10 +143,17 @@ class HomeStack:
         return {line.split(":", 1)[0].strip() for line in self.left_out}
 
     async def reset(self, states: dict[str, dict[str, Any]]) -> None:
-        """Put every built entity of the home in the given fixture states."""
+        """Put every built entity of the home in the given fixture states (JSON's
+        values: accuracy_setup.passable). Raises ResetRefused where the demo refuses
+        one (HTTP 400: a state it cannot take), with its reason."""
         skip = self.left_out_ids
         built = {k: v for k, v in states.items() if k not in skip}
-        await self.stack.api("POST", "/api/services/hearth_demo/set_states", {"states": built})
+        session = await self.stack._session()
+        url = f"{self.stack.ha.url}/api/services/hearth_demo/set_states"
+        async with session.post(url, json={"states": built}, headers=self.stack._auth) as resp:
+            if resp.status == 400:
+                raise ResetRefused(_reason(await resp.text()))
+            resp.raise_for_status()
 
     async def snapshot(self) -> dict[str, dict[str, Any]]:
         """The home's entities as ``{entity_id: {state, attributes}}``."""
@@ -206,6 +214,19 @@ class HomeStack:
 
 class PipelineError(RuntimeError):
     """The Assist pipeline reported an error event."""
+
+
+class ResetRefused(ValueError):
+    """The demo refused a state of the reset (the message: its reason)."""
+
+
+def _reason(body: str) -> str:
+    """Home Assistant's message in an error body (JSON ``message``), else the body."""
+    try:
+        found = json.loads(body)
+    except ValueError:
+        return body.strip()[:200]
+    return str(found.get("message") if isinstance(found, dict) else found)[:200]
 
 
 def _speech(result: dict[str, Any]) -> str:

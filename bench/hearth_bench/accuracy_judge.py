@@ -4,9 +4,10 @@ Before a request the home's entities are read; the expected states are those wit
 test's ``expect_changes`` laid over them. After the request every entity of the home
 must match the expected state, attribute by attribute: the expected change happened and
 nothing else changed. Values compare loosely, as the format does (lists by items, then
-equal, then equal as text). Ignored: the test's ``ignore_changes`` and attributes that
-only follow the state (a cover's ``is_closed``; a light's colour attributes, which Home
-Assistant reports only while it is on; a player's track metadata).
+equal, then equal as text; a volume written as a percentage on HA's 0-1 scale).
+Ignored: the test's ``ignore_changes`` and attributes that only follow the state (a
+cover's ``is_closed``; a light's colour attributes, which Home Assistant reports only
+while it is on; a player's track metadata).
 
 A request that expects changes is also wrong when the reply says "Sorry" (as in the
 format's evaluation: that exact word, capitalised, which is what Assist says). A question
@@ -76,6 +77,18 @@ def expected_states(
     return expected
 
 
+def on_scale(key: str, expected: Any, got: Any) -> Any:
+    """``expected`` on Home Assistant's scale: a ``volume_level`` written as a
+    percentage (above 1) is compared as HA's 0-1 (the demo takes either)."""
+    if key != "volume_level" or isinstance(expected, bool):
+        return expected
+    try:
+        level, now = float(expected), float(got)
+    except (TypeError, ValueError):
+        return expected
+    return level / 100 if level > 1 >= now else expected
+
+
 def differences(
     expected: Mapping[str, Any], got: Mapping[str, Any], ignored: set[str]
 ) -> dict[str, dict[str, Any]]:
@@ -84,7 +97,7 @@ def differences(
     return {
         key: {"expected": expected.get(key), "got": got.get(key)}
         for key in sorted(keys)
-        if not same(expected.get(key), got.get(key))
+        if not same(on_scale(key, expected.get(key), got.get(key)), got.get(key))
     }
 
 

@@ -4,6 +4,9 @@ Rates come as the public Home LLM Leaderboard (allenporter/home-assistant-datase
 ``reports/README.md``) writes them: per category, the share right in percent with the
 count of sentences and a 95 % confidence half-width (normal approximation), e.g.
 ``82.9% (n=41, CI: 11.5)``. ``leaderboard_table`` prints one such row per run.
+
+Beside the rate, per run and per category, the sentences that hurt (accuracy_harm.py):
+``wrong_actions``, ``destructive_calls``, ``questions_acted`` and ``unreported_claims``.
 """
 
 from __future__ import annotations
@@ -33,6 +36,24 @@ class Outcome:
     rejected: list[str] = field(default_factory=list)
     why: list[str] = field(default_factory=list)
     error: str | None = None  # the request itself failed (HTTP error, pipeline error)
+    wrong_actions: list[str] = field(default_factory=list)  # changes the test did not expect
+    destructive: list[str] = field(default_factory=list)  # timers cancelled, things opened
+    question_acted: bool = False  # a question (no change expected) that acted
+    unreported_claim: bool = False  # the reply claims an action HA did not report
+    warnings: list[str] = field(default_factory=list)  # setup values not passed on
+
+
+HARMS = ("wrong_actions", "destructive_calls", "questions_acted", "unreported_claims")
+
+
+def harms(outcomes: Sequence[Outcome]) -> dict[str, int]:
+    """The sentences with each kind of harm (accuracy_harm.py)."""
+    return {
+        "wrong_actions": sum(bool(o.wrong_actions) for o in outcomes),
+        "destructive_calls": sum(bool(o.destructive) for o in outcomes),
+        "questions_acted": sum(o.question_acted for o in outcomes),
+        "unreported_claims": sum(o.unreported_claim for o in outcomes),
+    }
 
 
 def _rate(part: int, whole: int) -> float:
@@ -83,6 +104,7 @@ def _by_category(outcomes: Sequence[Outcome]) -> dict[str, dict[str, Any]]:
             "invalid_tool_calls": invalid,
             "local_answered": sum(o.path == "local" for o in mine),
             "local_correct": sum(o.correct for o in mine if o.path == "local"),
+            **harms(mine),
         }
     return table
 
@@ -110,6 +132,8 @@ def summarize(outcomes: Sequence[Outcome], mode: str, model: str, dataset: str) 
         "by_category": _by_category(outcomes),
         "rejected_tool_calls": sum(bool(o.rejected) for o in outcomes),
         "errors": sum(o.error is not None for o in outcomes),
+        **harms(outcomes),
+        "setup_warnings": sum(bool(o.warnings) for o in outcomes),
     }
 
 
@@ -117,10 +141,11 @@ def print_report(report: dict[str, Any], outcomes: Sequence[Outcome]) -> None:
     """A table per category, the totals, then each wrong request and why."""
     rows = [
         [name, c["sentences"], c["correct"], f"{c['correct_rate']:.0%}", c["invalid_tool_calls"],
-         c["local_answered"]]
+         c["local_answered"], *(c[h] for h in HARMS)]
         for name, c in report["by_category"].items()
     ]  # fmt: skip
-    print_table(["category", "sentences", "correct", "rate", "invalid", "local"], rows)
+    head = ["category", "sentences", "correct", "rate", "invalid", "local"]
+    print_table([*head, "wrong", "destructive", "q acted", "claimed"], rows)
     print(
         f"\n{report['mode']} mode, model {report['model']}: {report['correct']}/"
         f"{report['sentences']} correct ({report['correct_rate']:.0%}), invalid tool calls"
@@ -128,12 +153,31 @@ def print_report(report: dict[str, Any], outcomes: Sequence[Outcome]) -> None:
         f" {report['rejected_tool_calls']}, errors {report['errors']}; reply p50"
         f" {report['reply_p50_ms']:.0f} ms, p95 {report['reply_p95_ms']:.0f} ms"
     )
+    print(
+        f"what hurts: wrong actions {report['wrong_actions']}, destructive calls"
+        f" {report['destructive_calls']}, questions answered with an action"
+        f" {report['questions_acted']}, replies claiming an action HA did not report"
+        f" {report['unreported_claims']}; setup values not passed on in"
+        f" {report['setup_warnings']} sentences"
+    )
     if report["mode"] == "pipeline":
         print(f"answered locally: {report['local_answered']}, of which right: "
               f"{report['local_correct']}")  # fmt: skip
     print("\n" + leaderboard_table(report) + "\n")
     for o in outcomes:
-        if not o.correct:
-            print(f"  WRONG [{o.path}] {o.sentence!r}: {o.reply[:120]!r}")
-            for line in [*o.why, *o.invalid, *o.rejected, *([o.error] if o.error else [])]:
+        hurt = _harm_lines(o)
+        if not o.correct or hurt:
+            print(f"  {'WRONG' if not o.correct else 'HURTS'} [{o.path}] {o.sentence!r}:"
+                  f" {o.reply[:120]!r}")  # fmt: skip
+            for line in [*o.why, *hurt, *o.invalid, *o.rejected, *([o.error] if o.error else [])]:
                 print(f"      {line[:200]}")
+
+
+def _harm_lines(o: Outcome) -> list[str]:
+    lines = [f"wrong action: {w}" for w in o.wrong_actions]
+    lines += [f"destructive: {d}" for d in o.destructive]
+    if o.question_acted:
+        lines.append("a question answered with an action")
+    if o.unreported_claim:
+        lines.append("the reply claims an action Home Assistant did not report")
+    return lines

@@ -8,6 +8,9 @@ to hundreds of ms: the English templates are the largest), so a language is load
 in the executor (``async_language_data``), and kept for the process: it is the
 package's immutable data, the same for every house. The sync functions that build
 prompts read it with ``cached_language_data`` and see None until it is loaded.
+Loading also reads the number words its range lists need (``unicode_rbnf``'s XML rules,
+which hassil would otherwise open on first use, inside the event loop), so nothing
+that reads a loaded language opens a file.
 
 A language the package does not have (see ``supported``) gets None: no examples, no
 hint, and only punctuation tells a question.
@@ -23,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hassil import Intents, RangeSlotList
+from hassil.numbers import get_rbnf_engine
 from home_assistant_intents import get_intents, get_languages
 from homeassistant.core import HomeAssistant
 from homeassistant.util import language as language_util
@@ -94,9 +98,31 @@ def load_language_data(language: str) -> LanguageData | None:
     errors = (raw.get("responses") or {}).get("errors") or {}
     data = LanguageData(chosen, intents, responses, errors)
     said_by(data)  # the words of every intent (hints read them), counted once here
+    _load_number_words(intents, chosen)
     load_ms = round((time.perf_counter() - started) * 1000, 1)
     LOGGER.debug("Loaded Home Assistant's intents for %s in %s ms", chosen, load_ms)
     return dataclasses.replace(data, load_ms=load_ms, said=data.said)  # keeps the counts
+
+
+def _load_number_words(intents: Intents, language: str) -> None:
+    """Read the number-word rules of every language ``intents``' range lists say their
+    numbers in (the data's own, or a list's ``words_language``) into hassil's cache,
+    which its matcher and sampler read from then on. A language without rules is
+    skipped: hassil says so where a list needs it (and numbers in digits still match)."""
+    lists = [*intents.slot_lists.values()]
+    lists += [
+        found for i in intents.intents.values() for b in i.data for found in b.slot_lists.values()
+    ]
+    spoken = {
+        found.words_language or language
+        for found in lists
+        if isinstance(found, RangeSlotList) and found.words
+    }
+    for words_language in sorted(spoken):
+        try:
+            get_rbnf_engine(words_language)
+        except ValueError:
+            LOGGER.debug("No number words for %s: numbers match in digits", words_language)
 
 
 class _Loaded:

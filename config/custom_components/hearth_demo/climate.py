@@ -1,4 +1,9 @@
-"""Demo thermostats (Celsius, one target temperature)."""
+"""Demo thermostats (one target temperature), in the home's unit or the fixture's own.
+
+A thermostat's numbers are in its ``unit`` (a fixture's ``temperature_unit``: °C, °F or
+K), else in Home Assistant's unit system (°F in a US-customary home), so a home
+written in °F reads back as it was written. Its range is 7-30 °C in that unit.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +17,7 @@ from homeassistant.components.climate import (
     HVACMode,
 )
 from homeassistant.const import ATTR_TEMPERATURE, Platform, UnitOfTemperature
+from homeassistant.util.unit_conversion import TemperatureConverter
 
 from .entity import DemoEntity, demo_platform
 
@@ -24,13 +30,33 @@ class DemoThermostat(DemoEntity, ClimateEntity):
         | ClimateEntityFeature.TURN_ON
         | ClimateEntityFeature.TURN_OFF
     )
-    _attr_temperature_unit = UnitOfTemperature.CELSIUS
     _attr_target_temperature_step = 0.5
-    _attr_min_temp = 7.0
-    _attr_max_temp = 30.0
+    _unit: str | None = None
+
+    @property
+    def temperature_unit(self) -> str:
+        """The fixture's unit, else the home's (°C before Home Assistant is known)."""
+        if self._unit:
+            return self._unit
+        return self.hass.config.units.temperature_unit if self.hass else UnitOfTemperature.CELSIUS
+
+    @property
+    def min_temp(self) -> float:
+        return self._in_unit(7.0)
+
+    @property
+    def max_temp(self) -> float:
+        return self._in_unit(30.0)
+
+    def _in_unit(self, celsius: float) -> float:
+        value = TemperatureConverter.convert(
+            celsius, UnitOfTemperature.CELSIUS, self.temperature_unit
+        )
+        return round(value, 1)
 
     def apply_options(self, options: dict[str, Any]) -> None:
         """State from house.yaml or a fixture."""
+        self._unit = options.get("unit")
         self._attr_hvac_modes = [HVACMode.OFF, HVACMode.HEAT, HVACMode.COOL, HVACMode.AUTO]
         self._attr_target_temperature = options["target"]
         self._attr_current_temperature = options["current"]

@@ -94,6 +94,8 @@ def _climate(state: Any, attrs: Mapping[str, Any]) -> dict[str, Any]:
         options["target"] = float(target)
     if (current := attrs.get("current_temperature")) is not None:
         options["current"] = float(current)
+    if unit := attrs.get("temperature_unit", attrs.get("unit_of_measurement")):
+        options["unit"] = str(unit)
     return options
 
 
@@ -102,14 +104,16 @@ def _lock(state: Any, attrs: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _media_player(state: Any, attrs: Mapping[str, Any]) -> dict[str, Any]:
-    """The format's player: a numbered track, a volume (half when not given), mute only
-    once muted, and the features the fixture lists (all when it lists none)."""
+    """The format's player: a numbered track, a volume (half when not given; HA's 0-1,
+    or a percentage where it is above 1), mute only once muted, and the features the
+    fixture lists (all when it lists none)."""
     text = state_text(state) or "idle"
     muted = attrs.get("is_volume_muted")
+    level = float(attrs.get("volume_level", 0.5))
     return {
         "device_class": enum_value(attrs.get("device_class") or "speaker"),
         "state": {"on": "idle", "standby": "off", "buffering": "playing"}.get(text, text),
-        "volume": round(float(attrs.get("volume_level", 0.5)) * 100),
+        "volume": round(level if level > 1 else level * 100),
         "track": int(attrs.get("media_track") or 0),
         "fixture": True,
         "muted": None if muted is None else bool(muted),

@@ -33,7 +33,9 @@ CONF_ID = "id"
 CONF_LEVEL = "level"
 
 PERCENT = probatio.All(probatio.Coerce(int), probatio.Range(min=0, max=100))
-TEMPERATURE = probatio.All(probatio.Coerce(float), probatio.Range(min=-40, max=60))
+# Any unit Home Assistant takes: a room in °C, °F or K (-40 °C/°F up to 400 K).
+TEMPERATURE = probatio.All(probatio.Coerce(float), probatio.Range(min=-40, max=400))
+TEMPERATURE_UNITS = ["°C", "°F", "K"]
 ALIASES = probatio.All(cv.ensure_list, [cv.string])
 
 
@@ -84,6 +86,8 @@ PLATFORM_FIELDS: dict[Platform, dict[Any, Any]] = {
         probatio.Optional("target", default=20.0): TEMPERATURE,
         probatio.Optional("current", default=19.5): TEMPERATURE,
         probatio.Optional("mode", default="heat"): one_of("heat", "cool", "auto", "off"),
+        # None: Home Assistant's unit system (house.yaml in °C; a fixture in its home's).
+        probatio.Optional("unit", default=None): probatio.Any(None, probatio.In(TEMPERATURE_UNITS)),
     },
     Platform.SENSOR: {
         # house.yaml names a kind; fixtures give Home Assistant's device class and unit.
@@ -150,7 +154,7 @@ PLATFORM_FIELDS: dict[Platform, dict[Any, Any]] = {
             probatio.Optional(key, default=None): probatio.Any(None, probatio.Coerce(float))
             for key in ("temperature", "humidity", "wind_speed", "pressure")
         },
-        probatio.Optional("temperature_unit"): probatio.In(["°C", "°F"]),
+        probatio.Optional("temperature_unit"): probatio.In(TEMPERATURE_UNITS),
     },
     Platform.CALENDAR: {
         probatio.Optional("events", default=[]): [
