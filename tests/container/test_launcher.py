@@ -90,6 +90,14 @@ def test_api_key_made_once_private_and_kept(launcher: ModuleType, tmp_path: Path
     assert launcher.ensure_api_key(path) == "chosen-by-user"
 
 
+def test_default_model_is_the_engines_folder(launcher: ModuleType) -> None:
+    """The launcher (standard library only) names the folder that ``prepare default``
+    bakes into the image; a rename on one side would serve an unbaked model."""
+    from hearth_engine.model.prepare.default import PACKED_MODEL_NAME
+
+    assert launcher.DEFAULT_MODEL == PACKED_MODEL_NAME
+
+
 def test_default_model_linked_into_the_cache(launcher: ModuleType, tmp_path: Path) -> None:
     paths = _paths(launcher, tmp_path)
     baked = paths.baked_models / launcher.DEFAULT_MODEL

@@ -30,10 +30,10 @@ def resolve_model(spec: str, *, own_template: bool = False, packed: bool | None 
 
     ``own_template``: a ``--chat-template`` replaces the model's, so a GGUF file
     without one is accepted. ``packed``: keep a GGUF file's quantized matrices packed
-    (``None``: when it has any)."""
+    (``None``: when it has any; the default model is such a file)."""
     if spec == "default":
         try:
-            return prepare_default_model()
+            return prepare_default_model(packed=packed is not False)
         except ModelPrepareError as err:
             raise ModelLoadError(str(err)) from None
     if spec == "tiny":

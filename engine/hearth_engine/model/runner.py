@@ -119,6 +119,27 @@ def pick_lean(model: Any, forward: Forward, quantization: Quantization) -> bool:
     return forward != Forward.TRANSFORMERS and reason is None
 
 
+def serve_packed(spec: str, quantize: str, device: torch.device) -> bool | None:
+    """Whether a quantized file's matrices (the default model's too) may stay packed:
+    ``None`` lets the file decide, ``False`` dequantizes it.
+
+    ``--quantize auto`` keeps them packed where their kernels run: Hearth's native ones,
+    on a CPU, built now if this host has no build yet (a first start waits for it, 35 s
+    to a minute). Any other ``--quantize``, a GPU, or kernels that cannot be had start
+    from the dequantized weights. A model folder is served as it is."""
+    if spec != "default" and not spec.lower().endswith(".gguf"):
+        return None
+    if quantize != "auto" or device.type != "cpu":
+        return False
+    if native.load() is None:
+        _LOGGER.warning(
+            "Quantized weights are served dequantized: Hearth's native kernels are %s",
+            f"unavailable ({native.error()})" if native.enabled() else "off (HEARTH_NATIVE=0)",
+        )
+        return False
+    return None
+
+
 class ModelRunner:
     """Owns the model; all its methods run on the engine's worker thread."""
 
@@ -194,11 +215,9 @@ class ModelRunner:
         dev = pick_device(device)
         dt = pick_dtype(dev, dtype)
         started = time.monotonic()
-        # --quantize auto: a GGUF file's quantized matrices stay packed; any other choice
-        # starts from the dequantized weights.
-        packed = None if quantize == "auto" else False
+        packed = serve_packed(spec, quantize, dev)
         loaded = load_model(spec, dev, dt, chat_template, packed)
-        if dev.type == "cpu":
+        if dev.type == "cpu" and not loaded.packed:
             # Hearth's C++ kernels (native.py): loaded now when built, so that the lean
             # forward prepares its decode tiles (linear.py); else built in the background.
             native.prepare()

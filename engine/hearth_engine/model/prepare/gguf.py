@@ -284,9 +284,11 @@ def is_quantized(header: GGUFHeader) -> bool:
 
 
 def convert_packed_folder(
-    source: Path, out: Path, header: GGUFHeader
+    source: Path, out: Path, header: GGUFHeader, chat_template: str | None = None
 ) -> tuple[Any, dict[str, str]]:
-    """Config, tokenizer and the packed weights (``quant.folder``) of ``source`` into ``out``."""
+    """Config, tokenizer and the packed weights (``quant.folder``) of ``source`` into ``out``.
+
+    ``chat_template`` replaces the file's own when given (the default model's)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import torch
     from transformers import AutoTokenizer
@@ -298,6 +300,8 @@ def convert_packed_folder(
     if hasattr(config, "quantization_config"):
         del config.quantization_config
     config.name_or_path = source.stem
+    if chat_template is not None:
+        tokenizer.chat_template = chat_template
     config.save_pretrained(out)
     tokenizer.save_pretrained(out)
     return tokenizer, convert_packed(source, out, config, torch.bfloat16)
