@@ -135,10 +135,15 @@ class Reported:
 
 
 def _results(bodies: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
-    """Each tool result the turn's requests sent back, by call id (the last copy)."""
+    """Each tool result the turn's requests sent back, by call id (the last copy).
+
+    Only what follows a request's last user message: the worked examples and the
+    history before it hold tool results of other turns."""
     found: dict[str, Any] = {}
     for body in bodies:
-        for message in body.get("messages") or ():
+        messages = list(body.get("messages") or ())
+        users = [i for i, m in enumerate(messages) if m.get("role") == "user"]
+        for message in messages[users[-1] + 1 if users else 0 :]:
             if message.get("role") != "tool":
                 continue
             try:
