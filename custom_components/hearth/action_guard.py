@@ -76,6 +76,7 @@ class Guard:
     platforms: Mapping[str, frozenset[str]] = field(default_factory=dict)
     switchable: Mapping[str, frozenset[str]] = field(default_factory=dict)
     follow_up: bool = False  # "cancel it": what it is is in the history, not the text
+    question: bool = False  # the request asks (questions.is_question): it is read, not acted on
 
     def refusal(self, tool: str, arguments: Mapping[str, Any]) -> str | None:
         """Why a call of ``tool`` with ``arguments`` cannot act on what the request
@@ -83,6 +84,8 @@ class Guard:
         intent = bare_name(tool)
         if not intent.startswith("Hass") or intent in QUESTION_INTENTS:
             return None  # reading never acts; a script's tool is its author's
+        if self.question:
+            return f"{NOT_FOR_REQUEST}: the request asks a question; read the house, do not act."
         targets = self.target_domains(arguments)
         return (
             self._unnamed(intent, targets)

@@ -82,10 +82,10 @@ class Turn:
     def refusal(self, tool: str, arguments: Mapping[str, Any]) -> str | None:
         """Why a call is not run (None: it is). A call that cannot act on what the
         request asks is never run (action_guard.py: a timer for "skip this track", the
-        unlock for "lock the door"). In the first turn of a conversation a call may
-        name by ``name`` only a thing that shares a word with the request ("turn off
-        the heating" turned off a bathroom light, and said so). The model reads why and
-        may call again; else Assist asks the user to say it another way."""
+        unlock for "lock the door", any action on a question). In the first turn of a
+        conversation a call may name by ``name`` only a thing that shares a word with the
+        request ("turn off the heating" turned off a bathroom light, and said so). The
+        model reads why and may call again; else Assist asks the user to say it another way."""
         if self.guard is not None and (why := self.guard.refusal(tool, arguments)):
             return why
         name = arguments.get("name")
@@ -209,6 +209,7 @@ async def async_prepare_turn(
         platforms,
         switchable(hass),
         follow_up=follow_up,
+        question=question,
     )
     return Turn(
         policy=policy,

@@ -156,6 +156,18 @@ def test_without_the_language_data_only_the_house_decides() -> None:
     assert blind.refusal("HassTurnOn", {"name": "Robot"}) is not None
 
 
+def test_a_question_is_read_never_acted_on() -> None:
+    """Every intent that acts is refused on a question; reading ones, and tools that
+    are no HA intent (the calendar's, a to-do list's read), still run."""
+    house = names("en")
+    asked = Guard("is the back door locked?", DATA["en"], house, None, PLATFORMS, SWITCHABLE,
+                  question=True)  # fmt: skip
+    for intent in ("HassTurnOff", "HassTurnOn", "HassListAddItem", "HassCancelAllTimers"):
+        assert asked.refusal(intent, {"name": "Back Door"}) is not None, intent
+    for read in ("HassGetState", "HassGetCurrentTime", "GetLiveContext", "todo_get_items"):
+        assert asked.refusal(read, {}) is None, read
+
+
 def test_a_vacuum_refusal_names_the_tools_made_for_it() -> None:
     why = guard("en", "start the robot").refusal("HassTurnOn", {"name": "Robot"})
     assert why is not None

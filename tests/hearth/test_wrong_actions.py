@@ -222,3 +222,35 @@ async def test_a_call_that_fits_runs(
     await ask(hass, "schließ die Hintertür auf", "de")
     await hass.async_block_till_done()
     assert state(hass, "lock.back_door") == "unlocked"
+
+
+@pytest.mark.parametrize(
+    ("language", "text", "call", "entity_id", "before"),
+    [
+        ("en", "is the back door locked?", ("HassTurnOff", 0), "lock.back_door", "locked"),
+        ("de", "Ist die Hintertür abgeschlossen?", ("HassTurnOff", 0), "lock.back_door",
+         "locked"),
+        ("en", "is the speaker playing?", ("HassMediaPause", 4), "media_player.speaker",
+         "playing"),
+    ],
+)  # fmt: skip
+async def test_a_question_never_acts(
+    hass: HomeAssistant,
+    tmp_path: Path,
+    model: ScriptedModel,
+    language: str,
+    text: str,
+    call: tuple[str, int],
+    entity_id: str,
+    before: str,
+) -> None:
+    """Asked whether the door is locked, a small model unlocked it: a question is
+    read, never acted on, whatever the call (here one that even fits the thing)."""
+    await home(hass, tmp_path, language, model)
+    intent, which = call
+    model.script = [(intent, {"name": NAMES[language][which]})]
+    await ask(hass, text, language)
+    await hass.async_block_till_done()
+    assert state(hass, entity_id) == before
+    assert intent not in run_calls()
+    assert any(NOT_FOR_REQUEST in result for result in tool_results(model))
