@@ -93,6 +93,22 @@ class HouseNames:
             frozenset(normalize(f) for f in floors if normalize(f)),
         )
 
+    def house_slots(self, slots: Mapping[str, str]) -> dict[str, str]:
+        """``slots`` (what a template read of a target) without a device class that no
+        exposed thing of the slots' domain has. HA's English templates read "the garage
+        door" as area Garage with class ``door`` too, and Home Assistant refuses a call
+        for class ``door`` on a cover whose class is ``garage``: left out, the call's
+        class is the model's, from the house's own."""
+        wanted, domain = slots.get("device_class"), slots.get("domain")
+        if not wanted:
+            return dict(slots)
+        has = any(
+            named.device_class == wanted and (not domain or named.domain == domain)
+            for found in self.things.values()
+            for named in found
+        )
+        return dict(slots) if has else {k: v for k, v in slots.items() if k != "device_class"}
+
     def shared(self) -> dict[str, tuple[Named, ...]]:
         """The names that name more than one entity."""
         return {key: found for key, found in self.things.items() if len(found) > 1}

@@ -178,7 +178,7 @@ async def async_prepare_turn(
         about,
         things=names.said_things(text),
         intent=hint.intent,
-        slots=hint.slots,
+        slots=names.house_slots(hint.slots),
         worded=worded(names, text) if spoken and not follow_up else None,
     )
     policy = decide(

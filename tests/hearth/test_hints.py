@@ -19,6 +19,7 @@ from homeassistant.setup import async_setup_component
 from custom_components.hearth.const import CONF_EXAMPLES
 from custom_components.hearth.examples import Thing
 from custom_components.hearth.hints import HINT_CALL_ID, hint_messages
+from custom_components.hearth.house_names import HouseNames, Named
 from custom_components.hearth.house_values import allowed_for, scoped_arguments
 from custom_components.hearth.intent_words import block_words, words
 from custom_components.hearth.intents_data import async_language_data, load_language_data
@@ -481,3 +482,20 @@ def test_a_request_a_template_reads_without_an_example_keeps_what_it_read() -> N
     read = hint_messages("resume the music in the den", THINGS, AREAS, TOOLS, LIVE, data=EN)
     assert read.messages == []
     assert (read.intent, dict(read.slots)) == ("HassMediaUnpause", {"area": "Den"})
+
+
+def test_a_device_class_only_from_the_house() -> None:
+    """HA's English templates read "open the garage door" as area Garage with class
+    door where the house has an area Garage; the house's garage door is a cover of
+    class garage, and HA refuses a call for class door on it. The class the turn pins
+    is one the house has, else none (the model's, from the house's values)."""
+    door = [Thing("cover.garage_door", "Up And Over", area="Garage")]
+    read = hint_messages("open the garage door", door, ["Garage"], TOOLS, LIVE, data=EN)
+    assert read.slots.get("device_class") == "door"  # what the template reads
+    house = HouseNames.of([(["Up And Over"], Named("cover.garage_door", "garage"))], ["Garage"])
+    assert "device_class" not in house.house_slots(read.slots)
+    assert house.house_slots(read.slots)["area"] == "Garage"
+    doors = HouseNames.of([(["Side"], Named("cover.side", "door"))], ["Garage"])
+    assert doors.house_slots(read.slots) == read.slots  # the house has one: kept
+    lights = HouseNames.of([(["Door Lamp"], Named("light.door_lamp", "door"))], ["Garage"])
+    assert "device_class" not in lights.house_slots(read.slots)  # of another domain
