@@ -10,7 +10,7 @@ call's arguments (house_names.resolve_call) and says what Home Assistant reporte
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
@@ -26,9 +26,15 @@ from .const import (
 )
 from .errors import async_spoken
 from .hints import Hint, house_hint
-from .house_names import HouseNames, names_entity, resolve_call, unasked, worded
-from .house_values import domain_names, house_names, scoped_arguments, tool_domains
+from .house_names import HouseNames, names_entity, normalize, resolve_call, unasked, worded
+from .house_values import (
+    domain_names,
+    house_names,
+    scoped_arguments,
+    tool_domains,
+)
 from .intents_data import async_language_data, cached_language_data
+from .kind_names import Kinds, async_kind_words, named_by_kind
 from .policy import Capabilities, Options, Request, TurnPolicy, decide
 from .prompt import HearthNative
 from .questions import is_question, live_context_tool
@@ -64,6 +70,7 @@ class Turn:
     guard: Guard | None = None  # whether a call can act on what was asked (action_guard)
     ask: str = ""  # what is said where the guard refused the calls: say it another way
     unchanged: str | None = None  # what is said where HA's action reached no target
+    kinds: Kinds = field(default_factory=dict)  # HA's names of each kind (kind_names.py)
 
     def resolve(self, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
         """A call's arguments as Home Assistant should run them (see resolve_call)."""
@@ -95,9 +102,17 @@ class Turn:
             or not names_entity(tool)
             or not isinstance(name, str)
             or not unasked(name, self.names, self.text)
+            or self._named_by_kind(name)
         ):
             return None
         return f"{NOT_ASKED} {name}: call a tool only on what the request names."
+
+    def _named_by_kind(self, name: str) -> bool:
+        """Whether the request names the thing ``name`` names by its kind ("the vacuum"
+        for the house's one vacuum; kind_names.py)."""
+        named = {n.entity_id for n in self.names.things.get(normalize(name), ())}
+        data = cached_language_data(self.language)
+        return bool(named & named_by_kind(self.names, self.text, self.kinds, data))
 
     def speech(self, hass: HomeAssistant, content: Sequence[conversation.Content]) -> str | None:
         """What the turn says after its last tool calls (None: the model goes on)."""
@@ -211,6 +226,10 @@ async def async_prepare_turn(
         follow_up=follow_up,
         question=question,
     )
+    # "The vacuum" for the house's one vacuum (kind_names.py).
+    kinds = await async_kind_words(
+        hass, language, {n.domain for f in names.things.values() for n in f}
+    )
     return Turn(
         policy=policy,
         text=text,
@@ -226,6 +245,7 @@ async def async_prepare_turn(
         guard=guard if spoken else None,
         ask=await async_spoken(hass, language, "not_run"),
         unchanged=await async_spoken(hass, language, "nothing_changed"),
+        kinds=kinds,
     )
 
 

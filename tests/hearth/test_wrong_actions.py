@@ -254,3 +254,33 @@ async def test_a_question_never_acts(
     assert state(hass, entity_id) == before
     assert intent not in run_calls()
     assert any(NOT_FOR_REQUEST in result for result in tool_results(model))
+
+
+@pytest.mark.parametrize(
+    ("language", "text", "call", "entity_id", "after"),
+    [
+        ("en", "start the vacuum", ("HassVacuumStart", 3), "vacuum.robot", "cleaning"),
+        ("de", "starte den Staubsauger", ("HassVacuumStart", 3), "vacuum.robot", "cleaning"),
+        ("en", "pause the music", ("HassMediaPause", 4), "media_player.speaker", "paused"),
+    ],
+)  # fmt: skip
+async def test_the_only_thing_of_its_kind_is_named_by_its_kind(
+    hass: HomeAssistant,
+    tmp_path: Path,
+    model: ScriptedModel,
+    language: str,
+    text: str,
+    call: tuple[str, int],
+    entity_id: str,
+    after: str,
+) -> None:
+    """The house's one vacuum is "the vacuum" (HA's own name for the kind, in the
+    user's language), its one player is what "pause the music" pauses: the call that
+    names it by its own name runs (the name guard refused it as naming nothing said)."""
+    await home(hass, tmp_path, language, model)
+    intent, which = call
+    model.script = [(intent, {"name": NAMES[language][which]})]
+    await ask(hass, text, language)
+    await hass.async_block_till_done()
+    assert run_calls() == [intent], tool_results(model)
+    assert state(hass, entity_id) == after

@@ -1,0 +1,58 @@
+"""The only thing of its kind is named by its kind (kind_names.py): pure, over HA's
+intents data; the kinds' names as HA's translations give them."""
+
+from __future__ import annotations
+
+from custom_components.hearth.house_names import HouseNames, Named
+from custom_components.hearth.intent_words import words
+from custom_components.hearth.intents_data import load_language_data
+from custom_components.hearth.kind_names import named_by_kind
+
+EN = load_language_data("en")
+# What async_kind_words reads of HA's English entity_component names.
+KINDS = {
+    "vacuum": {"_": frozenset(words("Vacuum"))},
+    "cover": {"_": frozenset(words("Cover")), "garage": frozenset(words("Garage"))},
+    "valve": {"_": frozenset(words("Valve")), "water": frozenset(words("Water"))},
+    "media_player": {"_": frozenset(words("Media player"))},
+}
+
+
+def house(*things: tuple[str, Named]) -> HouseNames:
+    return HouseNames.of([([name], named) for name, named in things], ["Hall"])
+
+
+ROBOT = ("Roborock", Named("vacuum.roborock"))
+GARAGE = ("Up And Over", Named("cover.up_and_over", "garage"))
+BLIND = ("Office Blind", Named("cover.office_blind", "blind"))
+MAIN = ("Main Tap", Named("valve.main_tap", "water"))
+SPEAKERS = ("Outdoor", Named("media_player.outdoor"))
+
+
+def test_the_only_one_of_a_kind_is_named_by_the_kind() -> None:
+    one = house(ROBOT, GARAGE, BLIND, MAIN, SPEAKERS)
+    assert "vacuum.roborock" in named_by_kind(one, "start the vacuum", KINDS, EN)
+    # A device class names the one thing of that class, among other covers.
+    assert "cover.up_and_over" in named_by_kind(one, "open the garage", KINDS, EN)
+    assert "valve.main_tap" in named_by_kind(one, "turn off the water", KINDS, EN)
+    # A request a player's intent reads ("pause the music") names the one player.
+    assert "media_player.outdoor" in named_by_kind(one, "pause the music", KINDS, EN)
+    # The kind must be said: "start cleaning" names no vacuum here, no cover either.
+    assert named_by_kind(one, "turn on the lamp", KINDS, EN) == frozenset()
+
+
+def test_where_the_house_has_several_the_kind_names_none() -> None:
+    two = house(
+        ROBOT, ("Dusty", Named("vacuum.dusty")), SPEAKERS, ("Den", Named("media_player.den"))
+    )
+    assert named_by_kind(two, "start the vacuum", KINDS, EN) == frozenset()
+    assert named_by_kind(two, "pause the music", KINDS, EN) == frozenset()
+    # Two covers, one garage: "the blinds" is not "the garage".
+    assert "cover.up_and_over" not in named_by_kind(house(GARAGE, BLIND), "close the blind",
+                                                    KINDS, EN)  # fmt: skip
+
+
+def test_without_the_language_data_only_the_kinds_names_decide() -> None:
+    one = house(ROBOT, SPEAKERS)
+    assert "vacuum.roborock" in named_by_kind(one, "start the vacuum", KINDS, None)
+    assert named_by_kind(one, "pause the music", KINDS, None) == frozenset()
