@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import re
 
+from homeassistant.const import Platform
+
 # opener -> what ends the markup: a closing tag, None (the rest of the reply), or ""
 # (the tag alone: a stray closer).
 MARKUP: dict[str, str | None] = {
@@ -102,3 +104,28 @@ def speakable(text: str) -> bool:
     """Whether a whole reply may be spoken: it holds no code, JSON, HTML or tool
     markup (see ``_NOT_SPOKEN``)."""
     return not _NOT_SPOKEN.search(text) and not any(tag in text for tag in MARKUP)
+
+
+# A live-context entry's attributes as the model may copy them ("off (brightness: 178,
+# brightness_pct: 70)"): a parenthesis of ``key: value`` pairs.
+_ATTRIBUTES = re.compile(r"\(([a-z][a-z0-9]*(?:_[a-z0-9]+)*: [^()]*)\)")
+_PAIR = re.compile(r"\b([a-z][a-z0-9]*(?:_[a-z0-9]+)+|[a-z][a-z0-9]*): ")
+# An entity id of one of Home Assistant's entity domains ("light.kitchen_lamp").
+_ENTITY_ID = re.compile(
+    rf"\b(?:{'|'.join(sorted((str(p) for p in Platform), key=len, reverse=True))})"
+    r"\.([a-z0-9]+(?:_[a-z0-9]+)*)\b"
+)
+
+
+def plain(text: str) -> str:
+    """``text`` as words, not Home Assistant's identifiers: an attribute's key is said
+    as its words ("current temperature 19" for ``current_temperature: 19``) and an
+    entity id as its object id's words ("kitchen lamp" for ``light.kitchen_lamp``).
+    Whole words only, so a prefix of a reply cut after a whole word gives a prefix of
+    the plain reply (the stream says it as it comes)."""
+    text = _ATTRIBUTES.sub(lambda m: f"({_PAIR.sub(_words_of_key, m.group(1))})", text)
+    return _ENTITY_ID.sub(lambda m: m.group(1).replace("_", " "), text)
+
+
+def _words_of_key(match: re.Match[str]) -> str:
+    return f"{match.group(1).replace('_', ' ')} "

@@ -7,14 +7,15 @@ as soon as nothing after it can turn it into markup: it holds the word being wri
 that is not closed yet (a JSON key, a call, a tag), and a line that starts like a
 function definition. Text before the held part is let through when everything said so
 far is ``speakable``; once it is not, the stream stops for the rest of the reply (what
-was said stays said, the markup is never said).
+was said stays said, the markup is never said). What is said is ``speech.plain``: an
+attribute's key or an entity id the model copied from the live context is said as words.
 """
 
 from __future__ import annotations
 
 import re
 
-from .speech import speakable
+from .speech import plain, speakable
 
 _PAIRS = {"(": ")", "[": "]", "<": ">", "{": "}"}
 _DEFINITION = re.compile(r"\s*(def|function)\b")
@@ -66,7 +67,7 @@ class SpeechStream:
         if not speakable(self.text[:end]):
             self.stopped = True
             return ""
-        out = self.text[self.sent : end]
+        out = self._plain(self.sent, end)
         if not self.text[: self.sent].strip():
             out = out.lstrip()  # a reply does not start with blanks
         self.sent = end
@@ -86,5 +87,11 @@ class SpeechStream:
         (else nothing: the markup at its end stays unsaid)."""
         if not speakable(self.text):
             return ""
-        rest = self.text[self.sent :].rstrip()
+        rest = self._plain(self.sent, len(self.text)).rstrip()
         return rest if self.said else rest.lstrip()
+
+    def _plain(self, start: int, end: int) -> str:
+        """What ``text[start:end]`` adds to the plain reply (speech.plain: no attribute
+        keys or entity ids said; both are whole words, so the plain text grows as
+        the reply does)."""
+        return plain(self.text[:end])[len(plain(self.text[:start])) :]

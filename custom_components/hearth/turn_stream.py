@@ -32,7 +32,7 @@ from homeassistant.util.ulid import ulid_now
 
 from .api import RequestUsage
 from .prompt import HearthNative
-from .speech import MarkupFilter, speakable
+from .speech import MarkupFilter, plain, speakable
 from .speech_stream import SpeechStream
 
 Resolve = Callable[[str, dict[str, Any]], dict[str, Any]]
@@ -212,6 +212,8 @@ async def transform_stream(
         text = fallback  # nothing to say (or only markup): never silence
     elif not raw_calls and instead and not (asks and asks(text)):
         text = instead  # after an error, what went wrong; a question for the user stays
+    if fallback is not None:
+        text = plain(text)  # no attribute key or entity id is said (speech.plain)
     if spoken.said:  # the start was said already: only what may follow it
         text = f" {text}" if reply.repeated else spoken.rest()  # HA's report of the calls
         if text.strip():

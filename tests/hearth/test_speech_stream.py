@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from custom_components.hearth.speech import speakable
+from custom_components.hearth.speech import plain, speakable
 from custom_components.hearth.speech_stream import SpeechStream, safe_end
 
 
@@ -83,6 +83,9 @@ def test_safe_end_holds_the_word_being_written() -> None:
                 ")",
                 '"',
                 ":",
+                " light",
+                "_pct",
+                " brightness",
                 "=>",
             ]
         ),
@@ -93,7 +96,25 @@ def test_early_speech_is_a_speakable_prefix(pieces: list[str]) -> None:
     stream = SpeechStream(enabled=True)
     early = "".join(stream.feed(piece) for piece in pieces)
     whole = "".join(pieces)
-    assert whole.lstrip().startswith(early)
+    assert plain(whole).lstrip().startswith(early)
     assert speakable(early)
     if speakable(whole):
-        assert early + stream.rest() == whole.strip()
+        assert early + stream.rest() == plain(whole).strip()
+
+
+@pytest.mark.parametrize(
+    ("reply", "said"),
+    [
+        ("The lamp is off (brightness: 178, brightness_pct: 70).",
+         "The lamp is off (brightness 178, brightness pct 70)."),
+        ("Yes (device_class: battery)", "Yes (device class battery)"),
+        ("The light.kitchen_lamp is on.", "The kitchen lamp is on."),
+        ("It is 21 (as asked: yes) here.", "It is 21 (as asked: yes) here."),
+    ],
+)  # fmt: skip
+def test_attribute_keys_and_entity_ids_are_said_as_words(reply: str, said: str) -> None:
+    """An answer never speaks an attribute's key or an entity id (the model copies them
+    from the live context): said as words, early or at the end, in pieces of any size."""
+    for size in (1, 3, len(reply)):
+        early, rest = _run(reply, size)
+        assert "".join(early) + rest == said

@@ -284,3 +284,17 @@ async def test_the_only_thing_of_its_kind_is_named_by_its_kind(
     await hass.async_block_till_done()
     assert run_calls() == [intent], tool_results(model)
     assert state(hass, entity_id) == after
+
+
+async def test_an_answer_never_speaks_attribute_keys_or_entity_ids(
+    hass: HomeAssistant, tmp_path: Path, model: ScriptedModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The model copied the live context's text into its answer: said as words."""
+    from . import test_other_servers
+
+    await home(hass, tmp_path, "en", model)
+    monkeypatch.setattr(
+        test_other_servers, "REPLY", "Yes, lock.back_door is locked (device_class: door)."
+    )
+    result = await ask(hass, "is the back door locked?", "en")
+    assert speech(result) == "Yes, back door is locked (device class door)."
