@@ -17,7 +17,7 @@ import logging
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 from unittest.mock import patch
 
 import pytest
@@ -127,6 +127,30 @@ async def ask(hass: HomeAssistant, text: str, language: str) -> conversation.Con
     )
 
 
+class Case(NamedTuple):
+    """A request, the scripted model's call (its intent, and the index in ``NAMES`` of
+    the thing it names), and a thing with the state it must have after the turn."""
+
+    language: str
+    text: str
+    call: tuple[str, int]
+    entity_id: str
+    state: str
+
+
+async def scripted(
+    hass: HomeAssistant, tmp_path: Path, model: ScriptedModel, case: Case
+) -> conversation.ConversationResult:
+    """The case's request, said to the demo house with the model scripted to make
+    the case's call."""
+    await home(hass, tmp_path, case.language, model)
+    intent, which = case.call
+    model.script = [(intent, {"name": NAMES[case.language][which]})]
+    result = await ask(hass, case.text, case.language)
+    await hass.async_block_till_done()
+    return result
+
+
 def run_calls() -> list[str]:
     """The tools Home Assistant ran in the last turn."""
     events = conversation_trace.async_get_traces()[-1].as_dict()["events"]
@@ -146,43 +170,32 @@ def state(hass: HomeAssistant, entity_id: str) -> str:
 
 
 @pytest.mark.parametrize(
-    ("language", "text", "call", "entity_id", "before"),
+    "case",
     [
-        ("en", "lock the back door", ("HassTurnOff", 0), "lock.back_door", "locked"),
-        ("de", "schließ die Hintertür ab", ("HassTurnOff", 0), "lock.back_door", "locked"),
-        ("en", "open the garage door", ("HassTurnOff", 1), "cover.garage_door", "open"),
-        ("de", "öffne das Garagentor", ("HassTurnOff", 1), "cover.garage_door", "open"),
-        ("en", "close the water valve", ("HassTurnOn", 2), "valve.water_valve", "closed"),
-        ("de", "schließe das Wasserventil", ("HassTurnOn", 2), "valve.water_valve", "closed"),
-        ("en", "start the robot", ("HassVacuumReturnToBase", 3), "vacuum.robot", "docked"),
-        ("en", "close the garage door", ("HassMediaPause", 4), "media_player.speaker",
+        Case("en", "lock the back door", ("HassTurnOff", 0), "lock.back_door", "locked"),
+        Case("de", "schließ die Hintertür ab", ("HassTurnOff", 0), "lock.back_door", "locked"),
+        Case("en", "open the garage door", ("HassTurnOff", 1), "cover.garage_door", "open"),
+        Case("de", "öffne das Garagentor", ("HassTurnOff", 1), "cover.garage_door", "open"),
+        Case("en", "close the water valve", ("HassTurnOn", 2), "valve.water_valve", "closed"),
+        Case("de", "schließe das Wasserventil", ("HassTurnOn", 2), "valve.water_valve", "closed"),
+        Case("en", "start the robot", ("HassVacuumReturnToBase", 3), "vacuum.robot", "docked"),
+        Case("en", "close the garage door", ("HassMediaPause", 4), "media_player.speaker",
          "playing"),
     ],
 )  # fmt: skip
 async def test_a_call_against_the_request_is_not_run_and_not_said_done(
-    hass: HomeAssistant,
-    tmp_path: Path,
-    model: ScriptedModel,
-    language: str,
-    text: str,
-    call: tuple[str, int],
-    entity_id: str,
-    before: str,
+    hass: HomeAssistant, tmp_path: Path, model: ScriptedModel, case: Case
 ) -> None:
     """The opposite direction (lock, cover, valve, vacuum) or an intent for another
     kind of thing: the call is not run, the thing stays as it was, and Assist asks
     the user to say it another way, in the user's language."""
-    await home(hass, tmp_path, language, model)
-    intent, which = call
-    model.script = [(intent, {"name": NAMES[language][which]})]
-    assert state(hass, entity_id) == before
-    result = await ask(hass, text, language)
-    await hass.async_block_till_done()
-    assert state(hass, entity_id) == before
+    result = await scripted(hass, tmp_path, model, case)
+    intent = case.call[0]
+    assert state(hass, case.entity_id) == case.state
     assert intent not in " ".join(run_calls())
     (refusal,) = tool_results(model)
     assert NOT_FOR_REQUEST in refusal
-    assert speech(result) == NOT_RUN[language]
+    assert speech(result) == NOT_RUN[case.language]
 
 
 async def test_a_timer_call_for_a_request_that_names_no_timer_is_not_run(
@@ -225,65 +238,43 @@ async def test_a_call_that_fits_runs(
 
 
 @pytest.mark.parametrize(
-    ("language", "text", "call", "entity_id", "before"),
+    "case",
     [
-        ("en", "is the back door locked?", ("HassTurnOff", 0), "lock.back_door", "locked"),
-        ("de", "Ist die Hintertür abgeschlossen?", ("HassTurnOff", 0), "lock.back_door",
+        Case("en", "is the back door locked?", ("HassTurnOff", 0), "lock.back_door", "locked"),
+        Case("de", "Ist die Hintertür abgeschlossen?", ("HassTurnOff", 0), "lock.back_door",
          "locked"),
-        ("en", "is the speaker playing?", ("HassMediaPause", 4), "media_player.speaker",
+        Case("en", "is the speaker playing?", ("HassMediaPause", 4), "media_player.speaker",
          "playing"),
     ],
 )  # fmt: skip
 async def test_a_question_never_acts(
-    hass: HomeAssistant,
-    tmp_path: Path,
-    model: ScriptedModel,
-    language: str,
-    text: str,
-    call: tuple[str, int],
-    entity_id: str,
-    before: str,
+    hass: HomeAssistant, tmp_path: Path, model: ScriptedModel, case: Case
 ) -> None:
     """Asked whether the door is locked, a small model unlocked it: a question is
     read, never acted on, whatever the call (here one that even fits the thing)."""
-    await home(hass, tmp_path, language, model)
-    intent, which = call
-    model.script = [(intent, {"name": NAMES[language][which]})]
-    await ask(hass, text, language)
-    await hass.async_block_till_done()
-    assert state(hass, entity_id) == before
-    assert intent not in run_calls()
+    await scripted(hass, tmp_path, model, case)
+    assert state(hass, case.entity_id) == case.state
+    assert case.call[0] not in run_calls()
     assert any(NOT_FOR_REQUEST in result for result in tool_results(model))
 
 
 @pytest.mark.parametrize(
-    ("language", "text", "call", "entity_id", "after"),
+    "case",
     [
-        ("en", "start the vacuum", ("HassVacuumStart", 3), "vacuum.robot", "cleaning"),
-        ("de", "starte den Staubsauger", ("HassVacuumStart", 3), "vacuum.robot", "cleaning"),
-        ("en", "pause the music", ("HassMediaPause", 4), "media_player.speaker", "paused"),
+        Case("en", "start the vacuum", ("HassVacuumStart", 3), "vacuum.robot", "cleaning"),
+        Case("de", "starte den Staubsauger", ("HassVacuumStart", 3), "vacuum.robot", "cleaning"),
+        Case("en", "pause the music", ("HassMediaPause", 4), "media_player.speaker", "paused"),
     ],
 )  # fmt: skip
 async def test_the_only_thing_of_its_kind_is_named_by_its_kind(
-    hass: HomeAssistant,
-    tmp_path: Path,
-    model: ScriptedModel,
-    language: str,
-    text: str,
-    call: tuple[str, int],
-    entity_id: str,
-    after: str,
+    hass: HomeAssistant, tmp_path: Path, model: ScriptedModel, case: Case
 ) -> None:
     """The house's one vacuum is "the vacuum" (HA's own name for the kind, in the
     user's language), its one player is what "pause the music" pauses: the call that
     names it by its own name runs (the name guard refused it as naming nothing said)."""
-    await home(hass, tmp_path, language, model)
-    intent, which = call
-    model.script = [(intent, {"name": NAMES[language][which]})]
-    await ask(hass, text, language)
-    await hass.async_block_till_done()
-    assert run_calls() == [intent], tool_results(model)
-    assert state(hass, entity_id) == after
+    await scripted(hass, tmp_path, model, case)
+    assert run_calls() == [case.call[0]], tool_results(model)
+    assert state(hass, case.entity_id) == case.state
 
 
 async def test_an_answer_never_speaks_attribute_keys_or_entity_ids(
