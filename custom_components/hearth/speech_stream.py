@@ -55,6 +55,7 @@ class SpeechStream:
         self.text = ""  # everything fed so far
         self.sent = 0  # how much of it was given out
         self.stopped = not enabled
+        self.plain_sent = ""  # speech.plain of what was given out (kept, not recomputed)
 
     def feed(self, text: str) -> str:
         """What of the reply so far may be said now (not said before)."""
@@ -67,7 +68,7 @@ class SpeechStream:
         if not speakable(self.text[:end]):
             self.stopped = True
             return ""
-        out = self._plain(self.sent, end)
+        out = self._plain(end)
         if not self.text[: self.sent].strip():
             out = out.lstrip()  # a reply does not start with blanks
         self.sent = end
@@ -87,11 +88,14 @@ class SpeechStream:
         (else nothing: the markup at its end stays unsaid)."""
         if not speakable(self.text):
             return ""
-        rest = self._plain(self.sent, len(self.text)).rstrip()
+        rest = self._plain(len(self.text)).rstrip()
         return rest if self.said else rest.lstrip()
 
-    def _plain(self, start: int, end: int) -> str:
-        """What ``text[start:end]`` adds to the plain reply (speech.plain: no attribute
-        keys or entity ids said; both are whole words, so the plain text grows as
-        the reply does)."""
-        return plain(self.text[:end])[len(plain(self.text[:start])) :]
+    def _plain(self, end: int) -> str:
+        """What ``text[:end]`` adds to the plain reply given out so far (speech.plain:
+        no attribute keys or entity ids said; both are whole words, so the plain text
+        grows as the reply does)."""
+        whole = plain(self.text[:end])
+        added = whole[len(self.plain_sent) :]
+        self.plain_sent = whole
+        return added
