@@ -43,6 +43,15 @@ def add_engine_args(parser: argparse.ArgumentParser) -> None:
         help="auto (bf16 where the hardware has it, else fp32), bfloat16, float16, float32",
     )
     group.add_argument(
+        "--max-context",
+        type=_positive,
+        default=None,
+        metavar="TOKENS",
+        help="serve at most this many tokens per request, prompt and reply (default: the"
+        " model's own context); /v1/models reports it, and longer requests get 400"
+        " context_length_exceeded",
+    )
+    group.add_argument(
         "--kv-cache-mb",
         type=_positive,
         default=None,
@@ -153,6 +162,7 @@ def engine_config_from_args(args: argparse.Namespace) -> EngineConfig:
         device=args.device,
         dtype=args.dtype,
         kv_cache_bytes=args.kv_cache_mb * MIB if args.kv_cache_mb else None,
+        max_context=args.max_context,
         chunk_tokens=args.chunk_tokens,
         max_running=args.max_running,
         max_queue=args.max_queue,

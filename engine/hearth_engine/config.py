@@ -32,6 +32,7 @@ class EngineConfig:
     device: str = "auto"
     dtype: str = "auto"
     kv_cache_bytes: int | None = None  # None: see default_kv_budget()
+    max_context: int | None = None  # a cap on the model's context (--max-context)
     chunk_tokens: int = 256
     max_running: int = 8
     max_queue: int = 32

@@ -211,12 +211,15 @@ class ModelRunner:
         *,
         compile_mode: str = "off",
         chat_template: str | None = None,
+        max_context: int | None = None,
     ) -> ModelRunner:
         dev = pick_device(device)
         dt = pick_dtype(dev, dtype)
         started = time.monotonic()
         packed = serve_packed(spec, quantize, dev)
         loaded = load_model(spec, dev, dt, chat_template, packed)
+        if max_context is not None and max_context < loaded.context_length:
+            loaded.context_length = max_context  # --max-context
         if dev.type == "cpu" and not loaded.packed:
             # Hearth's C++ kernels (native.py): loaded now when built, so that the lean
             # forward prepares its decode tiles (linear.py); else built in the background.

@@ -150,6 +150,7 @@ class Engine(WorkerLoop):
                 config.forward,
                 compile_mode=config.compile,
                 chat_template=config.chat_template,
+                max_context=config.max_context,
             )
             return cls(config, runner)
 
