@@ -1,7 +1,7 @@
 """A re-pin that costs what changed: the pinned house, then what changed since.
 
-The static context lists the exposed entities sorted by name, a few hundred tokens into
-the prompt, and the tools and worked examples follow it. Rendered afresh, a rename
+The static context lists the exposed entities (``house_listing.py``) a few hundred
+tokens into the prompt, and the tools and worked examples follow it. Rendered afresh, a rename
 changes the prompt there, and the engine must prefill everything after it again:
 about nine tenths of the house, for every pin of every agent, while users wait.
 
@@ -69,12 +69,13 @@ def _composable(base: HousePrefix, full: HousePrefix) -> bool:
     return (
         old is not None
         and new is not None
-        and bool(old.yaml)
-        and bool(new.yaml)
+        and bool(old.listing)
+        and bool(new.listing)
+        and old.left_out == new.left_out
         and full.tools == base.tools
         and full.class_lines == base.class_lines
         and bool(full.examples) == bool(base.examples)
-        and base.system.count(old.yaml) == 1
-        and full.system.replace(new.yaml, old.yaml, 1) == base.system
+        and base.system.count(old.listing) == 1
+        and full.system.replace(new.listing, old.listing, 1) == base.system
         and fully_described(old, new)
     )

@@ -3,23 +3,25 @@
 A re-pin waits for the house to be quiet (the debounce) and then for the engine to
 prefill it, and requests meanwhile keep the pinned prefix (a cold prefill of the whole
 house per request would stall every turn). Its static context is then out of date, and
-a diff of lines cannot say so: an area move changes no line's text but the one under
-the entity ("areas: Kitchen" may well exist elsewhere), and a rename leaves the old
-name in the prefix. So each prefix keeps a snapshot of the house it describes, and a
-request sent with an older prefix states the difference: "Lamp is now in area Study.",
-"Lamp was renamed to Desk Lamp.", "Fan no longer exists.".
+a diff of lines cannot say so: an area move puts a name on another area's line, and
+a rename leaves the old name in the prefix. So each prefix keeps a snapshot of the
+house it describes, and a request sent with an older prefix states the difference:
+"Lamp is now in area Study.", "Lamp was renamed to Desk Lamp.", "Fan no longer exists.".
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+import dataclasses
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from functools import cached_property
 
 from homeassistant.components import conversation
 from homeassistant.components.homeassistant.llm import async_get_exposed_entities
-from homeassistant.core import HomeAssistant
+from homeassistant.core import HomeAssistant, SupportsResponse
 from homeassistant.util import yaml as yaml_util
+
+from .house_listing import fit, render_listing
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +33,7 @@ class HouseEntity:
     domain: str
     area: str | None
     areas: str = ""  # its area's names (the area, then its aliases), as listed
+    acts: bool = True  # its domain has an action (a sensor has none): kept first (fit)
 
     @property
     def aliases(self) -> str:
@@ -40,34 +43,60 @@ class HouseEntity:
 
 @dataclass(frozen=True)
 class HouseSnapshot:
-    """The exposed entities of HA's static context (by entity id), plus their YAML."""
+    """The exposed entities of HA's static context (by entity id), and how the prompt
+    lists them (``house_listing.py``)."""
 
     entities: Mapping[str, HouseEntity]
-    yaml: str
+    listing: str
+    # HA's YAML of the same entities: what the listing replaces in HA's prompts.
+    yaml: str = field(default="", compare=False)
+    # The exposed entities the listing leaves out to fit the model's context.
+    left_out: frozenset[str] = frozenset()
 
     @cached_property
-    def yaml_lines(self) -> frozenset[str]:
-        """The lines of the static context's entity list."""
-        return frozenset(self.yaml.splitlines())
+    def listing_lines(self) -> frozenset[str]:
+        """The lines of the listing."""
+        return frozenset(self.listing.splitlines())
+
+    def fitted(self, fits: Callable[[str], bool]) -> HouseSnapshot:
+        """This house listed with as many entities as ``fits`` accepts (``fit``)."""
+        ids = {id(entity): entity_id for entity_id, entity in self.entities.items()}
+        result = fit(list(self.entities.values()), fits)
+        left_out = frozenset(ids[id(entity)] for entity in result.left_out)
+        return dataclasses.replace(self, listing=result.listing, left_out=left_out)
 
 
 def capture(hass: HomeAssistant) -> HouseSnapshot:
     """The house as the Assist API's static context shows it now (HA's own function)."""
     exposed = async_get_exposed_entities(hass, conversation.DOMAIN, include_state=False)
+    acting: dict[str, bool] = {}
     entities: dict[str, HouseEntity] = {}
     for entity_id, info in exposed.items():
         state = hass.states.get(entity_id)
         names = str(info.get("names", ""))
         areas = str(info.get("areas", ""))
+        domain = str(info.get("domain", ""))
+        if domain not in acting:
+            acting[domain] = _acts(hass, domain)
         entities[entity_id] = HouseEntity(
             name=state.name if state is not None else names,
             names=names,
-            domain=str(info.get("domain", "")),
+            domain=domain,
             area=areas.split(", ", 1)[0] if areas else None,
             areas=areas,
+            acts=acting[domain],
         )
     yaml = yaml_util.dump(list(exposed.values())) if exposed else ""
-    return HouseSnapshot(entities=entities, yaml=yaml)
+    return HouseSnapshot(entities=entities, listing=render_listing(entities.values()), yaml=yaml)
+
+
+def _acts(hass: HomeAssistant, domain: str) -> bool:
+    """Whether ``domain`` has an action that does something (a weather entity's only
+    action answers a question; a sensor has none)."""
+    return any(
+        service.supports_response is not SupportsResponse.ONLY
+        for service in hass.services.async_services_for_domain(domain).values()
+    )
 
 
 def describe_changes(old: HouseSnapshot, new: HouseSnapshot) -> list[str]:

@@ -1,4 +1,5 @@
-"""Repairs issues about the pins: one the engine refuses, one rebuilt too often.
+"""Repairs issues about the pins: one the engine refuses, one rebuilt too often, and a
+house too big for the model's context.
 
 Both are per agent and not persistent: the pin manager raises them when it sees the
 cause and deletes them as soon as the cause is gone (a successful pin, a quiet hour),
@@ -16,6 +17,7 @@ from .const import DOMAIN
 
 PIN_REFUSED = "pin_refused"
 PIN_REBUILT_OFTEN = "pin_rebuilt_often"
+HOUSE_TOO_BIG = "house_too_big"
 
 
 def issue_id(kind: str, subentry_id: str) -> str:
@@ -60,6 +62,30 @@ def async_pin_rebuilt_often(
 
 
 @callback
+def async_house_too_big(
+    hass: HomeAssistant, subentry_id: str, agent: str, *, listed: int, left_out: int, context: int
+) -> None:
+    """The agent's house does not fit the model's context whole: its prompt lists
+    ``listed`` exposed entities and leaves ``left_out`` out."""
+    ir.async_create_issue(
+        hass,
+        DOMAIN,
+        issue_id(HOUSE_TOO_BIG, subentry_id),
+        is_fixable=False,
+        is_persistent=False,
+        severity=ir.IssueSeverity.WARNING,
+        translation_key=HOUSE_TOO_BIG,
+        translation_placeholders={
+            "agent": agent,
+            "listed": str(listed),
+            "left_out": str(left_out),
+            "exposed": str(listed + left_out),
+            "context": str(context),
+        },
+    )
+
+
+@callback
 def async_delete(hass: HomeAssistant, kind: str, subentry_id: str) -> None:
     """The cause of the agent's issue of ``kind`` is gone (no-op if there is none)."""
     ir.async_delete_issue(hass, DOMAIN, issue_id(kind, subentry_id))
@@ -68,5 +94,5 @@ def async_delete(hass: HomeAssistant, kind: str, subentry_id: str) -> None:
 @callback
 def async_delete_all(hass: HomeAssistant, subentry_id: str) -> None:
     """Every issue of the agent (removed, or its entry unloaded)."""
-    for kind in (PIN_REFUSED, PIN_REBUILT_OFTEN):
+    for kind in (PIN_REFUSED, PIN_REBUILT_OFTEN, HOUSE_TOO_BIG):
         async_delete(hass, kind, subentry_id)

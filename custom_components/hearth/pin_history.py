@@ -120,7 +120,8 @@ def base_to_dict(base: HousePrefix) -> dict[str, Any]:
         "house": None
         if house is None
         else {
-            "yaml": house.yaml,
+            "listing": house.listing,
+            "left_out": sorted(house.left_out),
             "entities": {k: dataclasses.asdict(v) for k, v in house.entities.items()},
         },
     }
@@ -134,7 +135,8 @@ def base_from_dict(data: Mapping[str, Any]) -> HousePrefix | None:
         if stored is not None:
             house = HouseSnapshot(
                 entities={k: HouseEntity(**v) for k, v in stored["entities"].items()},
-                yaml=str(stored["yaml"]),
+                listing=str(stored["listing"]),
+                left_out=frozenset(stored["left_out"]),
             )
         base = HousePrefix(
             system=str(data["system"]),

@@ -38,6 +38,7 @@ class PinReason(StrEnum):
     MISSING = "missing"  # the engine no longer has the pin
     MANUAL = "manual"  # the refresh_prefix action
     FOLD = "fold"  # the house has been quiet: its told changes are rendered in full
+    FITTED = "fitted"  # the house fitted again to the model's context (house_budget.py)
 
 
 class PinState(StrEnum):

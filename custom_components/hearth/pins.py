@@ -71,6 +71,7 @@ from .const import (
 from .coordinator import EngineStatus, HearthCoordinator
 from .device_class import DeviceClass, classes_in_use, device_class, representative
 from .errors import BACKEND_ERRORS, describe, error_code, http_status
+from .house_budget import HouseBudget
 from .house_delta import compose
 from .house_events import device_registry_filter, entity_registry_filter, state_changed_filter
 from .pin_history import PinHistory
@@ -93,6 +94,9 @@ _REFUSED_FOR_GOOD = frozenset({400, 413, 422})
 # A failed pin is retried at a later poll: 1, 2, 4... polls after the failure, at most
 # this far apart.
 RETRY_MAX_S = 300.0
+# Fits of a house the server found too long for its context, before the worked
+# examples are left out (house_budget.py).
+MAX_REFITS = 2
 
 type _PinKey = tuple[str, DeviceClass]
 
@@ -127,6 +131,8 @@ class PrefixManager:
         # Agents (pin keys) whose house prompt does not fit the model's context with the
         # worked examples (examples.py): they render without them from then on.
         self._without_examples: set[str] = set()
+        # The room for the house in the model's context (house_budget.py), one model.
+        self.budget = HouseBudget()
         self._instance_id: str | None = None
         self._checked: EngineStatus | None = None
         self._started = False
@@ -330,7 +336,10 @@ class PrefixManager:
         options = render_options(subentry.subentry_type, subentry.data)
         if pin_key(subentry_id, cls) in self._without_examples:
             options = {**options, CONF_EXAMPLES: False}
-        return await async_render_prefix(self.hass, options, cls, device_id)
+        self.budget.context = self.coordinator.backend.info.context_length
+        return await async_render_prefix(
+            self.hass, options, cls, device_id, max_chars=self.budget.max_chars
+        )
 
     async def async_prefix_for_request(
         self, subentry_id: str, device_id: str | None = None
@@ -539,7 +548,7 @@ class PrefixManager:
             if prefix is None:
                 return False  # no device of its class is left to render it with
             changed = prefix.digest != agent.digest
-            if reason in (PinReason.CHANGED, PinReason.FOLD) and not changed:
+            if reason in (PinReason.CHANGED, PinReason.FOLD, PinReason.FITTED) and not changed:
                 return False
             instance_id = self.coordinator.data.instance_id if self.coordinator.data else None
             # Refused for good by this engine: retried only by the refresh action, or by a
@@ -569,6 +578,7 @@ class PrefixManager:
             agent.stale_since = None
             agent.pinned_at = time.monotonic()
             agent.tokens = _int_or_none(info.get("tokens"))
+            self._async_fitted(agent, prefix, reason)
             agent.error = None
             agent.refused = False
             agent.blocked_digest = None
@@ -593,13 +603,27 @@ class PrefixManager:
     async def _async_put_fitting(
         self, agent: AgentPin, prefix: HousePrefix
     ) -> tuple[Mapping[str, Any], HousePrefix]:
-        """``_async_put``, and where the worked examples make the house prompt longer
-        than the model's context, once more without them (what was pinned is returned)."""
-        try:
-            return await self._async_put(agent, prefix), prefix
-        except BACKEND_ERRORS as err:
-            if error_code(err) != "context_length_exceeded" or not prefix.examples:
-                raise
+        """``_async_put``, and where the house prompt is longer than the model's
+        context: fitted again counting more carefully (``MAX_REFITS`` times, where the
+        context is known), then once more without the worked examples (what was pinned
+        is returned)."""
+        refits = 0
+        while True:
+            try:
+                return await self._async_put(agent, prefix), prefix
+            except BACKEND_ERRORS as err:
+                if error_code(err) != "context_length_exceeded":
+                    raise
+                if self.budget.context is None or refits == MAX_REFITS:
+                    if not prefix.examples:
+                        raise
+                    break
+            refits += 1
+            self.budget.overflowed()  # the house was counted short
+            self._async_drop_renders()
+            if (refitted := await self._async_render_pin(agent)) is None:
+                raise HearthError("no device of the pin's class is left")
+            prefix = refitted
         self._without_examples.add(agent.key)
         self._async_drop_renders()
         LOGGER.warning(
@@ -647,8 +671,8 @@ class PrefixManager:
         same prefix PUT again after a restart is found cached by the engine: no rebuild.
         """
         if agent.digest is not None:
-            if reason is PinReason.FOLD:
-                return None  # the same house, rendered in full: upkeep, not a change
+            if reason in (PinReason.FOLD, PinReason.FITTED):
+                return None  # the same house, rendered anew: upkeep, not a change
             if reason is PinReason.RESTARTED:
                 return RebuildCause.ENGINE_RESTARTED
             if reason is PinReason.MISSING:
@@ -658,6 +682,32 @@ class PrefixManager:
         if reason is not PinReason.INITIAL or previous in (None, prefix.digest):
             return None
         return RebuildCause.HA_UPGRADE if self.history.upgraded else RebuildCause.HA_RESTART
+
+    @callback
+    def _async_fitted(self, agent: AgentPin, prefix: HousePrefix, reason: PinReason) -> None:
+        """After a PUT: learn the prefix's tokens per character; where the house was
+        fitted (or is over its budget) with another rate, fit it again once (a fitted
+        re-pin does not start another); say in Repairs what the listing left out."""
+        house = prefix.house
+        limit = self.budget.house_tokens
+        over = limit is not None and agent.tokens is not None and agent.tokens > limit
+        moved = self.budget.learn(agent.tokens, len(prefix.data))
+        if moved and reason is not PinReason.FITTED and (over or (house and house.left_out)):
+            self._async_drop_renders()
+            self._async_pin_in_background(agent, PinReason.FITTED)
+        if agent.device_class is not DeviceClass.NONE:
+            return  # the agent's own pin speaks for it
+        if house is None or not house.left_out:
+            issues.async_delete(self.hass, issues.HOUSE_TOO_BIG, agent.key)
+            return
+        issues.async_house_too_big(
+            self.hass,
+            agent.key,
+            self._title(agent),
+            listed=len(house.entities) - len(house.left_out),
+            left_out=len(house.left_out),
+            context=self.budget.context or 0,
+        )
 
     @callback
     def _async_pin_failed(

@@ -14,6 +14,7 @@ job; this module only renders.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import re
@@ -34,6 +35,7 @@ from .const import CONF_EXAMPLES, DEFAULT_EXAMPLES, DOMAIN, LOGGER, SUBENTRY_AI_
 from .device_class import DeviceClass, split_class_lines, variant_devices
 from .examples import async_house_examples
 from .house_diff import HouseSnapshot, capture
+from .house_listing import replace_yaml
 from .house_values import house_values
 from .tool_names import model_tool_names, with_shown_names
 
@@ -223,6 +225,7 @@ async def async_render_prefix(
     options: Mapping[str, Any],
     cls: DeviceClass = DeviceClass.NONE,
     device_id: str | None = None,
+    max_chars: int | None = None,
 ) -> HousePrefix:
     """Render an agent's house prefix from its options (same text HA would render).
 
@@ -230,15 +233,21 @@ async def async_render_prefix(
     HA renders the class's lines and tools for it, and its area line is left out (it
     goes to the context message), so any device of the class gets the same prefix.
     The lines in which the classes in use differ close the prefix (``class_lines``).
+
+    The house is listed compactly (``house_listing.py``). Where the prefix's data would
+    be longer than ``max_chars``, its listing leaves out what matters least
+    (``HouseSnapshot.left_out``; the pin manager sizes ``max_chars`` from the model's
+    context).
     """
     llm_context = canonical_llm_context(hass, None if cls is DeviceClass.NONE else device_id)
+    house = capture(hass)
     parts: list[str] = []
     source = options.get(CONF_PROMPT) or llm.DEFAULT_INSTRUCTIONS_PROMPT
     if (instructions := _render_static_instructions(hass, source, llm_context)) is not None:
         parts.append(instructions)
     tools: tuple[dict[str, Any], ...] = ()
-    house: HouseSnapshot | None = None
     class_lines = ""
+    listed = False
     if api_ids := llm_api_ids(hass, options):
         try:
             api = await llm.async_get_api(hass, api_ids, llm_context)
@@ -249,11 +258,13 @@ async def async_render_prefix(
             api_prompt, class_lines = await _async_split_classes(
                 hass,
                 api_ids,
+                house,
                 with_shown_names(api.api_prompt, shown),
                 shown,
                 cls=cls,
                 device_id=device_id,
             )
+            listed = bool(house.listing) and api_prompt.count(house.listing) == 1
             parts.append(api_prompt)
             tools = tuple(
                 sorted(
@@ -264,35 +275,65 @@ async def async_render_prefix(
                     key=lambda spec: str(spec["function"]["name"]),
                 )
             )
-            house = capture(hass)
     hearth = house_values(hass, tools) if tools else None
     examples: tuple[dict[str, Any], ...] = ()
     if tools and options.get(CONF_EXAMPLES, DEFAULT_EXAMPLES):
         examples = await async_house_examples(hass, tools, hass.config.language)
-    return HousePrefix(
+    prefix = HousePrefix(
         system="\n".join(parts),
         tools=tools,
         examples=examples,
         class_lines=class_lines,
         hearth=hearth,
-        house=house,
+        house=house if tools else None,
     )
+    if max_chars is None or not listed or len(prefix.data) <= max_chars:
+        return prefix
+    return _fitted(prefix, house, max_chars)
+
+
+def _fitted(prefix: HousePrefix, house: HouseSnapshot, max_chars: int) -> HousePrefix:
+    """``prefix`` with its house listing cut so that its data fits ``max_chars``
+    (``house_listing.fit``: read-only things first, the last areas first). The worked
+    examples stay unless the prefix cannot fit with them even listing nothing: a small
+    model needs them for every command, and a thing left out only for those naming it."""
+    rest = len(prefix.data) - _json_len(house.listing)
+    if rest > max_chars and prefix.examples:
+        prefix = dataclasses.replace(prefix, examples=())
+        rest = len(prefix.data) - _json_len(house.listing)
+        if rest + _json_len(house.listing) <= max_chars:
+            return prefix
+    fitted = house.fitted(lambda listing: rest + _json_len(listing) <= max_chars)
+    return dataclasses.replace(
+        prefix, system=prefix.system.replace(house.listing, fitted.listing, 1), house=fitted
+    )
+
+
+def _json_len(text: str) -> int:
+    """The length of ``text`` in the prefix's data (a JSON string, less its quotes)."""
+    return len(json.dumps(text, ensure_ascii=False)) - 2
 
 
 async def _async_split_classes(
     hass: HomeAssistant,
     api_ids: list[str],
+    house: HouseSnapshot,
     prompt: str,
     shown: Mapping[str, str],
     *,
     cls: DeviceClass,
     device_id: str | None,
 ) -> tuple[str, str]:
-    """``prompt`` (the API prompt for ``cls``) as the lines that every class shares,
-    and its class's own lines (``device_class.split_class_lines``)."""
+    """``prompt`` (the API prompt for ``cls``) with ``house`` listed, as the lines that
+    every class shares, and its class's own lines (``device_class.split_class_lines``)."""
+
+    def listed(text: str) -> str:
+        return replace_yaml(with_shown_names(text, shown), house.yaml, house.listing)
+
+    prompt = replace_yaml(prompt, house.yaml, house.listing)
     renders: dict[str | None, str] = {device_id if cls is not DeviceClass.NONE else None: prompt}
     for other in (None, *variant_devices(hass)):
         if other not in renders:
             api = await llm.async_get_api(hass, api_ids, canonical_llm_context(hass, other))
-            renders[other] = with_shown_names(api.api_prompt, shown)
+            renders[other] = listed(api.api_prompt)
     return split_class_lines(prompt, renders[None], renders.values())

@@ -21,6 +21,7 @@ from homeassistant.core import HomeAssistant
 from homeassistant.helpers import llm
 
 from .house_diff import describe_changes
+from .house_listing import replace_yaml
 from .house_values import house_values
 from .prefix import HousePrefix, format_tool
 from .prompt import volatile_lines
@@ -71,11 +72,13 @@ def plan_request(
     sent = choice.sent
     told: frozenset[str] = frozenset()
     if (choice.stale or sent.base is not None) and choice.fresh.house is not None:
-        told = choice.fresh.house.yaml_lines  # told as sentences (below, or in the prefix)
+        told = choice.fresh.house.listing_lines  # told as sentences (below, or in the prefix)
     if llm_api is not None:  # the pin names tools as the model sees them (tool_names.py)
         system_prompt = with_shown_names(
             system_prompt, model_tool_names(tool.name for tool in llm_api.tools)
         )
+    if (house := choice.fresh.house) is not None:  # listed as the pin lists it
+        system_prompt = replace_yaml(system_prompt, house.yaml, house.listing)
     lines = volatile_lines(system_prompt, sent.stable_text, told)
     if choice.stale and sent.house is not None and choice.fresh.house is not None:
         lines += describe_changes(sent.house, choice.fresh.house)

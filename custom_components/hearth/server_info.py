@@ -64,6 +64,7 @@ class ServerInfo:
     metrics: bool = False  # /metrics answers with the kind's metric names
     slots: int = 0  # llama.cpp's slots (0: unknown or not llama.cpp)
     extensions: frozenset[str] = frozenset()  # what a Hearth engine's ``hearth`` field takes
+    context_length: int | None = None  # the model's context in tokens (None: not told)
 
     @property
     def maker(self) -> str | None:
@@ -79,6 +80,7 @@ class ServerInfo:
             "metrics": self.metrics,
             "slots": self.slots,
             "extensions": sorted(self.extensions),
+            "context_length": self.context_length,
         }
 
 
@@ -96,7 +98,12 @@ async def async_probe(client: HearthClient) -> ServerInfo:
         told = stats.get("extensions")
         extensions = frozenset(str(e) for e in told) if isinstance(told, list) else frozenset()
         return ServerInfo(
-            ServerKind.HEARTH, model=model, health=health, metrics=True, extensions=extensions
+            ServerKind.HEARTH,
+            model=model,
+            health=health,
+            metrics=True,
+            extensions=extensions,
+            context_length=_context_length(models),
         )
     kind = _kind_from_owner(models)
     metrics_text = await _optional(client, "/metrics")
@@ -118,6 +125,15 @@ async def _optional(client: HearthClient, path: str) -> str | None:
         return await client.async_optional_text(path)
     except HearthResponseError:
         return None
+
+
+def _context_length(models: list[dict[str, Any]]) -> int | None:
+    """The first model's context as ``/v1/models`` tells it (Hearth: ``context_length``)."""
+    for model in models:
+        value = model.get("context_length") if isinstance(model, dict) else None
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
 
 
 def _kind_from_owner(models: list[dict[str, Any]]) -> ServerKind:

@@ -68,6 +68,7 @@ class EngineProcess:
     api_key: str | None = None
     kv_cache_mb: int = 256
     model: str = ENGINE_MODEL  # a name the engine knows, or a model folder
+    args: tuple[str, ...] = ()  # more ``serve`` arguments
     proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -97,6 +98,7 @@ class EngineProcess:
         ]
         if self.api_key:
             cmd += ["--api-key", self.api_key]
+        cmd += self.args
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(

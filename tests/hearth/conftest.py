@@ -60,6 +60,7 @@ def _launch(
     api_key: str | None,
     kv_cache_mb: int = 256,
     model: str = ENGINE_MODEL,
+    args: tuple[str, ...] = (),
 ) -> EngineProcess:
     if not ENGINE_PYTHON.exists():
         pytest.fail(f"engine venv not found at {ENGINE_PYTHON} (run scripts/setup)")
@@ -70,6 +71,7 @@ def _launch(
             api_key=api_key,
             kv_cache_mb=kv_cache_mb,
             model=model,
+            args=args,
         )
         engine.start()
     return engine
@@ -114,9 +116,12 @@ def private_engine_factory(
     started: list[EngineProcess] = []
 
     def factory(
-        api_key: str | None = None, kv_cache_mb: int = 256, model: str = ENGINE_MODEL
+        api_key: str | None = None,
+        kv_cache_mb: int = 256,
+        model: str = ENGINE_MODEL,
+        args: tuple[str, ...] = (),
     ) -> EngineProcess:
-        engine = _launch(tmp_path_factory, api_key, kv_cache_mb, model)
+        engine = _launch(tmp_path_factory, api_key, kv_cache_mb, model, args)
         started.append(engine)
         return engine
 

@@ -8,10 +8,7 @@ The pure part is checked on hand-made houses; the rendering through real Home As
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,6 +20,7 @@ from homeassistant.setup import async_setup_component
 from custom_components.hearth.api import HearthClient
 from custom_components.hearth.const import CONF_EXAMPLES, CONF_MAX_TOKENS
 from custom_components.hearth.examples import Thing, example_messages
+from custom_components.hearth.house_budget import MARGIN, RESERVE_SHARE
 from custom_components.hearth.intents_data import async_language_data, load_language_data
 from custom_components.hearth.prefix import async_render_prefix
 
@@ -133,39 +131,32 @@ async def test_a_turn_with_examples_pinned_acts_on_the_house(
     assert turn["cached_tokens"] >= with_examples  # the examples are pinned, not re-sent
 
 
-def _short_context_model(folder: Path, context: int) -> Path:
-    """A copy of tiny-tools (prepared by the shared engine under Hearth's cache) that
-    reads at most ``context`` tokens."""
-    cache = Path(os.environ.get("HEARTH_CACHE_DIR", "~/.cache/hearth")).expanduser()
-    shutil.copytree(cache / "models" / "tiny-tools", folder)
-    config = json.loads((folder / "config.json").read_text())
-    config["max_position_embeddings"] = context
-    (folder / "config.json").write_text(json.dumps(config))
-    return folder
-
-
 async def test_examples_that_do_not_fit_the_model_context_are_left_out(
     hass: HomeAssistant,
     assist: None,
     engine: EngineProcess,
     private_engine_factory: Callable[..., EngineProcess],
-    tmp_path: Path,
 ) -> None:
-    """A house prompt that fits the model's context only without its worked examples:
-    the engine refuses the pin (context_length_exceeded), and the agent pins, and
-    serves, the prompt without them."""
+    """A house prompt whose worked examples do not fit the room the model's context
+    leaves the house (``house_budget.py``), while the house alone does: the agent pins,
+    and serves, the prompt without them, listing the whole house (a thing left out
+    would cost the commands naming it; the examples only help the model phrase a call)."""
     client = HearthClient(async_get_clientsession(hass), engine.url, None)
     on = await async_render_prefix(hass, agent_options(**{CONF_EXAMPLES: True}))
     off = await async_render_prefix(hass, agent_options())
     with_examples = (await client.async_put_prefix("measure.on", on.pin_body()))["tokens"]
     without = (await client.async_put_prefix("measure.off", off.pin_body()))["tokens"]
-    context = with_examples - 1
-    assert without + 200 < context  # room for a turn and its 64-token replies
-    short = private_engine_factory(model=str(_short_context_model(tmp_path / "m", context)))
+    share = 1 - RESERVE_SHARE  # of the context, the house's
+    low, high = without * MARGIN / share, with_examples / share
+    assert low + 100 < high
+    context = round((low + high) / 2)
+    short = private_engine_factory(args=("--max-context", str(context)))
     entry = make_entry(short.url, **{CONF_EXAMPLES: True, CONF_MAX_TOKENS: 64})
     await async_setup_entry(hass, entry)
+    await hass.async_block_till_done(wait_background_tasks=True)  # fitted once counted
     agent = entry.runtime_data.prefixes.agent(next(iter(entry.subentries)))
     assert agent.pinned is not None and agent.pinned.examples == ()
+    assert agent.pinned.house is not None and not agent.pinned.house.left_out
     assert agent.tokens == without and agent.error is None
     await converse(hass, "turn on the kitchen light")
     assert hass.states.get(KITCHEN_LIGHT).state == "on"

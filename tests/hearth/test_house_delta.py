@@ -24,6 +24,7 @@ from pytest_homeassistant_custom_component.common import (
 from custom_components.hearth.const import FOLD_QUIET_S
 from custom_components.hearth.house_delta import MAX_TOLD_CHANGES, TAIL_HEADER, compose
 from custom_components.hearth.house_diff import HouseEntity, HouseSnapshot
+from custom_components.hearth.house_listing import render_listing
 from custom_components.hearth.pin_history import base_from_dict, base_to_dict
 from custom_components.hearth.pins import pin_name
 from custom_components.hearth.prefix import HousePrefix
@@ -35,22 +36,18 @@ TOOLS = ({"type": "function", "function": {"name": "HassTurnOn", "parameters": {
 
 
 def _house(**names: str) -> HouseSnapshot:
-    """A snapshot of lights ``entity_id -> name`` in the Kitchen, and its YAML."""
+    """A snapshot of lights ``entity_id -> name`` in the Kitchen, and its listing."""
     entities = {
         f"light.{key}": HouseEntity(
             name=name, names=name, domain="light", area="Kitchen", areas="Kitchen"
         )
         for key, name in names.items()
     }
-    yaml = "".join(
-        f"- names: {e.names}\n  domain: light\n  areas: Kitchen\n"
-        for e in sorted(entities.values(), key=lambda e: e.name)
-    )
-    return HouseSnapshot(entities=entities, yaml=yaml)
+    return HouseSnapshot(entities=entities, listing=render_listing(entities.values()))
 
 
 def _prefix(house: HouseSnapshot, instructions: str = "You are a voice assistant.") -> HousePrefix:
-    system = f"{instructions}\nStatic Context:\n{house.yaml}\nWhen controlling, call tools."
+    system = f"{instructions}\nStatic Context:\n{house.listing}\nWhen controlling, call tools."
     example = {"role": "user", "content": "turn on the lights"}
     return HousePrefix(
         system=system,
@@ -86,7 +83,7 @@ def test_each_kind_of_change_is_told() -> None:
     entities["light.b"] = dataclasses.replace(entities["light.b"], names="Lamp, Reading Light")
     del entities["light.c"]
     entities["light.d"] = HouseEntity(name="Porch", names="Porch", domain="light", area=None)
-    house = HouseSnapshot(entities=entities, yaml=moved.yaml + "- names: Porch\n")
+    house = HouseSnapshot(entities=entities, listing=render_listing(entities.values()))
     told = compose(BASE, _prefix(house))
     assert told.tail.splitlines()[1:] == [
         "- Ceiling is now in area Hall.",
@@ -110,8 +107,7 @@ def test_what_cannot_be_told_is_rendered_in_full() -> None:
         key: dataclasses.replace(e, areas="Kitchen, Cookhouse")
         for key, e in kitchen.entities.items()
     }
-    yaml = kitchen.yaml.replace("areas: Kitchen", "areas: Kitchen, Cookhouse")
-    alias = _prefix(HouseSnapshot(entities=entities, yaml=yaml))
+    alias = _prefix(HouseSnapshot(entities=entities, listing=render_listing(entities.values())))
     assert compose(BASE, alias) is alias
     many = _prefix(_house(**{f"x{i}": f"Lamp {i}" for i in range(MAX_TOLD_CHANGES + 1)}))
     assert compose(BASE, many) is many
@@ -136,7 +132,7 @@ def test_a_base_is_stored_and_read_back_with_its_bytes() -> None:
     assert compose(again, full).digest == compose(BASE, full).digest
     assert base_from_dict({**stored, "system": "other"}) is None
     assert base_from_dict({"digest": stored["digest"]}) is None
-    assert base_from_dict({**stored, "house": {"yaml": "", "entities": {"x": 1}}}) is None
+    assert base_from_dict({**stored, "house": {"listing": "", "entities": {"x": 1}}}) is None
 
 
 # ------------------------------------------------------------------ in Home Assistant
@@ -184,7 +180,8 @@ async def test_a_rename_re_pins_only_the_told_change(
     await _advance(hass, FOLD_QUIET_S + 1)
     assert puts.names == [name, name]
     folded = puts.bodies[1]["messages"]
-    assert "- names: Pantry Lamp" in folded[0]["content"]
+    listed = folded[0]["content"].splitlines()
+    assert any(line.startswith("- light: ") and "Pantry Lamp" in line for line in listed)
     assert TAIL_HEADER not in str(folded)
     assert hass.states.get(REPINS).state == "1"  # upkeep, not a change
     assert prefixes.agent(subentry_id).base is prefixes.agent(subentry_id).pinned  # type: ignore[union-attr]

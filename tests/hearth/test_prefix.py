@@ -6,6 +6,7 @@ call still reaches the engine (it is not a mock).
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
 from datetime import timedelta
@@ -53,19 +54,19 @@ async def _advance(hass: HomeAssistant, seconds: float) -> None:
 
 def _rename(hass: HomeAssistant) -> str:
     er.async_get(hass).async_update_entity(KITCHEN_LIGHT, name="Pantry Lamp")
-    return "- names: Pantry Lamp"
+    return "- light: Pantry Lamp"
 
 
 def _move(hass: HomeAssistant) -> str:
     living = ar.async_get(hass).async_get_area_by_name("Living Room")
     er.async_get(hass).async_update_entity(KITCHEN_LIGHT, area_id=living.id)
-    return "areas: Living Room"
+    return "Living Room:\n- light: Kitchen Light\n"
 
 
 def _rename_area(hass: HomeAssistant) -> str:
     areas = ar.async_get(hass)
     areas.async_update(areas.async_get_area_by_name("Kitchen").id, name="Cookhouse")
-    return "areas: Cookhouse"
+    return "\nCookhouse:\n"
 
 
 def _unexpose(hass: HomeAssistant) -> str:
@@ -75,7 +76,7 @@ def _unexpose(hass: HomeAssistant) -> str:
 
 def _add_entity(hass: HomeAssistant) -> str:
     hass.states.async_set("switch.garden_pump", "off", {"friendly_name": "Garden Pump"})
-    return "- names: Garden Pump"
+    return "- switch: Garden Pump"
 
 
 def _change_options(hass: HomeAssistant) -> str:
@@ -177,20 +178,16 @@ async def test_device_area_change_repins_once(
     entry = make_entry(engine.url, **{CONF_REPIN_DEBOUNCE: 2.0})
     await async_setup_entry(hass, entry)
     prefixes = entry.runtime_data.prefixes
-    assert (
-        "- names: Pump Garden Pump\n  domain: switch\n  areas: Kitchen"
-        in (await prefixes.async_render(_agent(entry))).system
-    )
+    kitchen = re.compile(r"\nKitchen:\n(- .*\n)*- switch: Pump Garden Pump\n")
+    assert kitchen.search((await prefixes.async_render(_agent(entry))).system)
     puts.names.clear()
 
     devices.async_update_device(device.id, area_id=areas.async_get_area_by_name("Living Room").id)
     await _advance(hass, 3)
     assert len(puts.names) == 1
     assert prefixes.repins == 1
-    assert (
-        "- names: Pump Garden Pump\n  domain: switch\n  areas: Living Room"
-        in (await prefixes.async_render(_agent(entry))).system
-    )
+    living = "\nLiving Room:\n- switch: Pump Garden Pump\n"
+    assert living in (await prefixes.async_render(_agent(entry))).system
 
 
 async def test_unchanged_registry_update_does_not_repin(

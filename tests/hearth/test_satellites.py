@@ -30,6 +30,7 @@ from custom_components.hearth.api import HearthClient, RequestUsage
 from custom_components.hearth.chat import ChatClient, async_create_chat_client
 from custom_components.hearth.const import CONF_EXAMPLES
 from custom_components.hearth.device_class import DeviceClass, device_lines
+from custom_components.hearth.house_listing import replace_yaml
 from custom_components.hearth.pins import pin_name
 from custom_components.hearth.prefix import async_render_prefix, canonical_llm_context
 from custom_components.hearth.tool_names import model_tool_names, with_shown_names
@@ -193,7 +194,9 @@ async def test_class_prefixes_share_the_house_and_close_with_their_own_lines(
     for prefix, device_id in ((none, None), (plain, plain_device), (timers, timer_device)):
         api = await llm.async_get_api(hass, "assist", canonical_llm_context(hass, device_id))
         shown = model_tool_names(tool.name for tool in api.tools)
-        said = set(with_shown_names(api.api_prompt, shown).split("\n"))
+        assert prefix.house is not None  # HA's YAML of the house is pinned as its listing
+        listed = replace_yaml(api.api_prompt, prefix.house.yaml, prefix.house.listing)
+        said = set(with_shown_names(listed, shown).split("\n"))
         area = device_lines(api.api_prompt, alone.api_prompt)
         assert all("You are in area" in line for line in area)
         kept = {*prefix.stable_text.split("\n"), *area}

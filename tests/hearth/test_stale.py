@@ -107,7 +107,7 @@ def test_describe_changes() -> None:
             "light.b": _entity("Fan Light", "Study"),
             "light.c": _entity("Porch", None),
         },
-        yaml="",
+        listing="",
     )
     new = HouseSnapshot(
         entities={
@@ -115,7 +115,7 @@ def test_describe_changes() -> None:
             "light.c": _entity("Porch", None, "Porch, Front Light"),
             "light.d": _entity("Garden", "Garden"),
         },
-        yaml="",
+        listing="",
     )
     assert describe_changes(old, new) == [
         "Lamp was renamed to Desk Lamp.",
