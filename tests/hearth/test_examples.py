@@ -8,8 +8,6 @@ The pure part is checked on hand-made houses; the rendering through real Home As
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -35,6 +33,7 @@ from .common import (
     function_tool,
     hearth_traces,
     make_entry,
+    short_context_model,
 )
 
 TOOLS = [
@@ -133,17 +132,6 @@ async def test_a_turn_with_examples_pinned_acts_on_the_house(
     assert turn["cached_tokens"] >= with_examples  # the examples are pinned, not re-sent
 
 
-def _short_context_model(folder: Path, context: int) -> Path:
-    """A copy of tiny-tools (prepared by the shared engine under Hearth's cache) that
-    reads at most ``context`` tokens."""
-    cache = Path(os.environ.get("HEARTH_CACHE_DIR", "~/.cache/hearth")).expanduser()
-    shutil.copytree(cache / "models" / "tiny-tools", folder)
-    config = json.loads((folder / "config.json").read_text())
-    config["max_position_embeddings"] = context
-    (folder / "config.json").write_text(json.dumps(config))
-    return folder
-
-
 async def test_examples_that_do_not_fit_the_model_context_are_left_out(
     hass: HomeAssistant,
     assist: None,
@@ -161,7 +149,7 @@ async def test_examples_that_do_not_fit_the_model_context_are_left_out(
     without = (await client.async_put_prefix("measure.off", off.pin_body()))["tokens"]
     context = with_examples - 1
     assert without + 200 < context  # room for a turn and its 64-token replies
-    short = private_engine_factory(model=str(_short_context_model(tmp_path / "m", context)))
+    short = private_engine_factory(model=str(short_context_model(tmp_path / "m", context)))
     entry = make_entry(short.url, **{CONF_EXAMPLES: True, CONF_MAX_TOKENS: 64})
     await async_setup_entry(hass, entry)
     agent = entry.runtime_data.prefixes.agent(next(iter(entry.subentries)))
