@@ -402,6 +402,28 @@ class PrefixManager:
             if isinstance(result, BaseException):
                 raise result
 
+    async def async_leave_out_examples(
+        self, subentry_id: str, device_id: str | None = None
+    ) -> None:
+        """Render the agent's prefix for ``device_id``'s class without its worked examples
+        from now on, and pin it so; returns once the pin is answered. For a turn that
+        does not fit the model's context with them (``context_fit.py``), as
+        ``_async_put_fitting`` does for a pin the engine refuses."""
+        subentry = self.entry.subentries[subentry_id]
+        cls = DeviceClass.NONE
+        if subentry.subentry_type == SUBENTRY_CONVERSATION:
+            cls = device_class(self.hass, device_id)
+        if pin_key(subentry_id, cls) not in self._without_examples:
+            LOGGER.warning(
+                "A request of %s does not fit the model's context with the worked "
+                "examples: they are left out",
+                pin_name(subentry_id, cls),
+            )
+        self._without_examples.add(pin_key(subentry_id, cls))
+        self._async_drop_renders()
+        if (agent := self._pins.get((subentry_id, cls))) is not None:
+            await self._async_pin(agent, PinReason.CHANGED)
+
     def as_diagnostics(self) -> dict[str, Any]:
         """Pin state for diagnostics (no prompt text)."""
         return {
