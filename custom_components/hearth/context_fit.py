@@ -26,7 +26,6 @@ word is streamed twice.
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator
-from contextlib import aclosing
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -82,21 +81,34 @@ async def async_started(chunks: AsyncGenerator[dict[str, Any]]) -> AsyncGenerato
     """``chunks`` (a streamed reply) once its first chunk came, which it yields again.
 
     A server's refusal of the request (over the context, busy, a bad key) raises here,
-    before anything of the reply reached the chat log.
+    before anything of the reply reached the chat log. Closing what it returns closes
+    ``chunks`` (the reply's HTTP stream), read or not.
     """
     try:
         first: dict[str, Any] | None = await anext(chunks)
     except StopAsyncIteration:
         first = None
-    return _from_first(first, chunks)
+    return _Started(first, chunks)
 
 
-async def _from_first(
-    first: dict[str, Any] | None, chunks: AsyncGenerator[dict[str, Any]]
-) -> AsyncGenerator[dict[str, Any]]:
-    async with aclosing(chunks):
-        if first is None:
-            return
-        yield first
-        async for chunk in chunks:
-            yield chunk
+class _Started(AsyncGenerator[dict[str, Any]]):
+    """A started reply: its first chunk (already read), then the rest of ``chunks``."""
+
+    def __init__(
+        self, first: dict[str, Any] | None, chunks: AsyncGenerator[dict[str, Any]]
+    ) -> None:
+        self._first = first
+        self._chunks = chunks
+
+    async def asend(self, value: None) -> dict[str, Any]:
+        if (first := self._first) is not None:
+            self._first = None
+            return first
+        return await self._chunks.asend(value)
+
+    async def athrow(self, *args: Any) -> dict[str, Any]:
+        return await self._chunks.athrow(*args)
+
+    async def aclose(self) -> None:
+        self._first = None
+        await self._chunks.aclose()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, Mapping
+from contextlib import aclosing
 from typing import Any
 
 from homeassistant.components import conversation
@@ -240,24 +241,26 @@ class HearthLLMEntity(Entity):
                     iteration=iteration,
                     response_format=response_format,
                 )
-                stream = transform_stream(
-                    chunks,
-                    reply,
-                    tool_names,
-                    plan.context if iteration == 0 else None,
-                    turn.fallback if turn.spoken else None,
-                    seen_calls=seen_calls,
-                    repeat_speech=turn.speech(self.hass, chat_log.content) or failure,
-                    resolve=turn.resolve,
-                    refuse=turn.refusal,
-                    instead=failure,
-                    asks=turn.asks,
-                    early=not policy.command,  # a command ends with what HA reports
-                )
-                async for _content in chat_log.async_add_delta_content_stream(
-                    self.entity_id, stream
-                ):
-                    pass
+                # ``chunks`` is closed even where the chat log stops before reading it.
+                async with aclosing(chunks):
+                    stream = transform_stream(
+                        chunks,
+                        reply,
+                        tool_names,
+                        plan.context if iteration == 0 else None,
+                        turn.fallback if turn.spoken else None,
+                        seen_calls=seen_calls,
+                        repeat_speech=turn.speech(self.hass, chat_log.content) or failure,
+                        resolve=turn.resolve,
+                        refuse=turn.refusal,
+                        instead=failure,
+                        asks=turn.asks,
+                        early=not policy.command,  # a command ends with what HA reports
+                    )
+                    async for _content in chat_log.async_add_delta_content_stream(
+                        self.entity_id, stream
+                    ):
+                        pass
                 client_ttfts.append(reply.client_ttft_ms)
                 first_speech.append(reply.first_speech_ms)
                 if reply.usage is not None:

@@ -30,7 +30,7 @@ from pytest_homeassistant_custom_component.common import MockConfigEntry, async_
 from custom_components.hearth import entity as entity_module
 from custom_components.hearth.api import HearthClient
 from custom_components.hearth.const import CONF_EXAMPLES, CONF_MAX_TOKENS
-from custom_components.hearth.context_fit import ContextFit, LeftOut
+from custom_components.hearth.context_fit import ContextFit, LeftOut, async_started
 from custom_components.hearth.errors import ContextOverflow
 from custom_components.hearth.intents_data import async_language_data
 from custom_components.hearth.prefix import async_render_prefix
@@ -161,6 +161,51 @@ def test_what_a_turn_leaves_out_and_when_it_gives_up() -> None:
         refused, history=False, examples=True, max_tokens=64, context_length=None
     )
     assert step is LeftOut.EXAMPLES
+
+
+class _Reply:
+    """A stand-in reply stream: its chunks, or a refusal before the first; records
+    whether it was closed."""
+
+    def __init__(self, chunks: list[dict[str, Any]], refusal: Exception | None = None) -> None:
+        self.chunks = chunks
+        self.refusal = refusal
+        self.closed = False
+
+    async def stream(self) -> AsyncGenerator[dict[str, Any]]:
+        try:
+            if self.refusal is not None:
+                raise self.refusal
+            for chunk in self.chunks:
+                yield chunk
+        finally:
+            self.closed = True
+
+
+async def test_a_started_reply_is_the_whole_reply_and_closes_its_stream() -> None:
+    """The first chunk is read to start the reply and given out again; a refusal before
+    it raises at the start; closing the started reply closes the stream, read or not."""
+    chunks = [{"n": 1}, {"n": 2}, {"n": 3}]
+    whole = _Reply(chunks)
+    started = await async_started(whole.stream())
+    assert [chunk async for chunk in started] == chunks
+    assert whole.closed
+
+    unread = _Reply(chunks)
+    started = await async_started(unread.stream())
+    assert not unread.closed  # its first chunk came: the stream is open
+    await started.aclose()
+    assert unread.closed
+    with pytest.raises(StopAsyncIteration):
+        await anext(started)
+
+    refused = _Reply(chunks, ValueError("over the context"))
+    with pytest.raises(ValueError, match="over the context"):
+        await async_started(refused.stream())
+    assert refused.closed
+
+    empty = _Reply([])
+    assert [chunk async for chunk in await async_started(empty.stream())] == []
 
 
 async def test_a_command_after_a_long_conversation_drops_its_history(
