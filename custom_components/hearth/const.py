@@ -82,6 +82,9 @@ PIN_TIMEOUT: Final = 600.0  # seconds: a cold multi-thousand-token prefill on a 
 # The entry's options form sets it (config_flow_options.py: 5-120 s).
 CONF_STALL_TIMEOUT: Final = "stall_timeout"
 DEFAULT_STALL_TIMEOUT: Final = 25.0
+# The served model's context in tokens, for a server that does not report it (the
+# entry's options form; absent: unknown). What a server reports wins (server_info.py).
+CONF_CONTEXT_LENGTH: Final = "context_length"
 
 # A burst of registry changes is merged into one re-pin, but a re-pin is never
 # postponed by more than this many debounce periods.

@@ -21,7 +21,14 @@ from homeassistant.helpers.update_coordinator import DataUpdateCoordinator, Upda
 from .api import HearthClient
 from .backend import Backend, EngineStatus
 from .backends import async_connect
-from .const import CONF_STALL_TIMEOUT, DEFAULT_STALL_TIMEOUT, DOMAIN, LOGGER, SCAN_INTERVAL
+from .const import (
+    CONF_CONTEXT_LENGTH,
+    CONF_STALL_TIMEOUT,
+    DEFAULT_STALL_TIMEOUT,
+    DOMAIN,
+    LOGGER,
+    SCAN_INTERVAL,
+)
 from .errors import BACKEND_ERRORS, describe, is_auth_error
 from .server_stats import RequestWindow
 
@@ -54,6 +61,15 @@ class HearthCoordinator(DataUpdateCoordinator[EngineStatus]):
         if self._backend is None:
             raise RuntimeError("the server has not been probed yet")
         return self._backend
+
+    @property
+    def context_length(self) -> int | None:
+        """The served model's context in tokens: what the server reports, else the
+        entry's option (None: unknown). Read fresh: the option applies without a reload."""
+        if self._backend is not None and self._backend.info.context_length is not None:
+            return self._backend.info.context_length
+        told = self.config_entry.options.get(CONF_CONTEXT_LENGTH)
+        return int(told) if told else None
 
     async def _async_setup(self) -> None:
         """Probe the server once (a reload probes again: it may have been replaced)."""

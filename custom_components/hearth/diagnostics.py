@@ -1,4 +1,5 @@
-"""Diagnostics: the server's kind and chosen figures, pin state and the last turn.
+"""Diagnostics: the server's kind, its model's context and chosen figures, pin state and
+the last turn.
 
 Redacted: the URL (``user:pass@`` credentials can sit in it), the entry's title and
 unique id (the URL again), the API key and every prompt text; the URL or the key quoted
@@ -59,6 +60,8 @@ async def async_get_config_entry_diagnostics(
         "engine": {
             "connected": data.coordinator.last_update_success,
             "server": backend.info.as_dict(),
+            # The model's context the agents go by: reported, else the entry's option.
+            "context_length": data.coordinator.context_length,
             "features": list(backend.features()),
             "stats": {k: status.stats[k] for k in STATS if k in status.stats} if status else None,
             "pins": {

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import AsyncGenerator, Mapping
+from contextlib import aclosing
 from typing import Any
 
 from homeassistant.components import conversation
@@ -24,10 +25,11 @@ from .const import (
     DEFAULT_TEMPERATURE,
     DOMAIN,
 )
+from .context_fit import ContextFit, LeftOut, async_started
 from .coordinator import HearthCoordinator
 from .data import AgentStats, HearthConfigEntry, TurnUsage
 from .engine_device import engine_device_info
-from .errors import BACKEND_ERRORS, describe
+from .errors import BACKEND_ERRORS, describe, is_context_exceeded
 from .policy import Capabilities, TurnPolicy
 from .prompt import build_messages
 from .request_plan import PrefixChoice, RequestPlan, plan_request
@@ -104,14 +106,19 @@ class HearthLLMEntity(Entity):
     async def _async_prefix_choice(self, chat_log: conversation.ChatLog) -> PrefixChoice:
         """The stable prefix the requests of this turn start with: the agent's pin for
         the class of the speaking device (device_class.py)."""
-        device_id = chat_log.llm_api.llm_context.device_id if chat_log.llm_api else None
         return await self.entry.runtime_data.prefixes.async_prefix_for_request(
-            self.subentry_id, device_id
+            self.subentry_id, _device_id(chat_log)
         )
 
-    async def _async_plan(self, chat_log: conversation.ChatLog) -> RequestPlan:
-        """Prefix, tools and context message of this turn's requests (request_plan.py)."""
+    async def _async_plan(
+        self, chat_log: conversation.ChatLog, without_examples: bool = False
+    ) -> RequestPlan:
+        """Prefix, tools and context message of this turn's requests (request_plan.py);
+        ``without_examples``: never a pinned prefix that still has worked examples (its
+        re-pin without them failed), the fresh render instead."""
         choice = await self._async_prefix_choice(chat_log)
+        if without_examples and choice.sent.examples:
+            choice = PrefixChoice(choice.fresh, choice.fresh, None)
         first = chat_log.content[0] if chat_log.content else None
         system_prompt = first.content if isinstance(first, conversation.SystemContent) else ""
         return plan_request(self.hass, choice, system_prompt, chat_log.llm_api)
@@ -142,6 +149,49 @@ class HearthLLMEntity(Entity):
             body["response_format"] = dict(response_format)
         return body
 
+    async def _async_start(
+        self,
+        chat_log: conversation.ChatLog,
+        plan: RequestPlan,
+        fit: ContextFit,
+        *,
+        policy: TurnPolicy,
+        iteration: int,
+        response_format: Mapping[str, Any] | None,
+    ) -> tuple[AsyncGenerator[dict[str, Any]], RequestPlan]:
+        """Send request ``iteration`` and wait for its first chunk; returns the reply's
+        chunks and the plan it was sent with.
+
+        A request over the model's context is sent again with less (context_fit.py):
+        without the conversation's earlier turns, then with the agent's prefix pinned
+        without worked examples. Nothing of a refused request reached the chat log, so
+        none of its calls ran and none of its words were said.
+        """
+        data = self.entry.runtime_data
+        while True:
+            messages = build_messages(
+                plan.prefix, chat_log.content, plan.context, fit.max_history, policy.hint
+            )
+            body = self._request_body(plan, messages, policy, iteration, response_format)
+            try:
+                return await async_started(data.backend.chat.async_chat_stream(body)), plan
+            except BACKEND_ERRORS as err:
+                if not is_context_exceeded(err):
+                    raise
+                alone = build_messages(plan.prefix, chat_log.content, plan.context, 0, policy.hint)
+                step = fit.next_step(
+                    err,
+                    history=len(alone) < len(messages),
+                    examples=bool(plan.prefix.examples),
+                    max_tokens=int(body["max_tokens"]),
+                    context_length=data.coordinator.context_length,
+                )
+                if step is LeftOut.EXAMPLES:
+                    await data.prefixes.async_leave_out_examples(
+                        self.subentry_id, _device_id(chat_log)
+                    )
+                    plan = await self._async_plan(chat_log, without_examples=True)
+
     async def _async_handle_chat_log(
         self,
         chat_log: conversation.ChatLog,
@@ -156,11 +206,12 @@ class HearthLLMEntity(Entity):
         turn's context message, nearest example and user text. Tool calls run through
         HA's LLM API (chat log); after an action the turn says what HA reported
         (result_speech.py). ``response_format`` (an AI Task's structure) constrains
-        every reply, and the model's reply is then the answer.
+        every reply, and the model's reply is then the answer. A request over the
+        model's context is sent again with less (``_async_start``, context_fit.py).
         """
         data = self.entry.runtime_data
         plan = await self._async_plan(chat_log)
-        max_history = int(self.options.get(CONF_MAX_HISTORY, DEFAULT_MAX_HISTORY))
+        fit = ContextFit(int(self.options.get(CONF_MAX_HISTORY, DEFAULT_MAX_HISTORY)))
         tool_names = [tool.name for tool in chat_log.llm_api.tools] if chat_log.llm_api else []
         turn = await async_prepare_turn(
             self.hass,
@@ -180,30 +231,36 @@ class HearthLLMEntity(Entity):
         error: Exception | None = None
         try:
             for iteration in range(policy.max_requests):
-                messages = build_messages(
-                    plan.prefix, chat_log.content, plan.context, max_history, policy.hint
-                )
-                body = self._request_body(plan, messages, policy, iteration, response_format)
                 failure = turn.error_speech(self.hass, chat_log.content)
-                reply = Reply()
-                stream = transform_stream(
-                    data.backend.chat.async_chat_stream(body),
-                    reply,
-                    tool_names,
-                    plan.context if iteration == 0 else None,
-                    turn.fallback if turn.spoken else None,
-                    seen_calls=seen_calls,
-                    repeat_speech=turn.speech(self.hass, chat_log.content) or failure,
-                    resolve=turn.resolve,
-                    refuse=turn.refusal,
-                    instead=failure,
-                    asks=turn.asks,
-                    early=not policy.command,  # a command ends with what HA reports
+                reply = Reply()  # its time to the first token counts the requests sent again
+                chunks, plan = await self._async_start(
+                    chat_log,
+                    plan,
+                    fit,
+                    policy=policy,
+                    iteration=iteration,
+                    response_format=response_format,
                 )
-                async for _content in chat_log.async_add_delta_content_stream(
-                    self.entity_id, stream
-                ):
-                    pass
+                # ``chunks`` is closed even where the chat log stops before reading it.
+                async with aclosing(chunks):
+                    stream = transform_stream(
+                        chunks,
+                        reply,
+                        tool_names,
+                        plan.context if iteration == 0 else None,
+                        turn.fallback if turn.spoken else None,
+                        seen_calls=seen_calls,
+                        repeat_speech=turn.speech(self.hass, chat_log.content) or failure,
+                        resolve=turn.resolve,
+                        refuse=turn.refusal,
+                        instead=failure,
+                        asks=turn.asks,
+                        early=not policy.command,  # a command ends with what HA reports
+                    )
+                    async for _content in chat_log.async_add_delta_content_stream(
+                        self.entity_id, stream
+                    ):
+                        pass
                 client_ttfts.append(reply.client_ttft_ms)
                 first_speech.append(reply.first_speech_ms)
                 if reply.usage is not None:
@@ -227,6 +284,7 @@ class HearthLLMEntity(Entity):
                         "prefix_bytes": len(plan.prefix.data),
                         "context_lines": len(plan.context.splitlines()),
                         **policy.as_trace(),
+                        **fit.as_trace(),
                         "client_ttft_ms": client_ttfts,
                         # per request: when its first word reached the chat log (ms)
                         "first_speech_ms": first_speech,
@@ -255,3 +313,8 @@ class HearthLLMEntity(Entity):
         self.entry.async_create_background_task(
             self.hass, data.coordinator.async_request_refresh(), f"{DOMAIN} refresh after turn"
         )
+
+
+def _device_id(chat_log: conversation.ChatLog) -> str | None:
+    """The device the turn was spoken at (None: no device, or no LLM API)."""
+    return chat_log.llm_api.llm_context.device_id if chat_log.llm_api else None

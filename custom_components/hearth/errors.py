@@ -6,6 +6,10 @@ for chat (``openai.OpenAIError``: ``APIConnectionError``, ``AuthenticationError`
 same translation keys: ``exceptions.<key>`` for a raised error (an action, an AI Task),
 ``common.spoken_<key>`` for what a conversation agent says (hassfest allows free
 strings only under ``common``).
+
+A request over the model's context is told apart here for every kind of server
+(``is_context_exceeded``); what a turn then leaves out, and what it says when nothing
+helps (``ContextOverflow``), is ``context_fit.py``'s.
 """
 
 from __future__ import annotations
@@ -30,6 +34,8 @@ _BUSY = (429, 503)
 HA_ERRORS: dict[str, str] = {
     "cannot_connect": "handle_error",
     "context_length_exceeded": "handle_error",
+    "house_too_big": "handle_error",
+    "max_tokens_exceed_context": "handle_error",
     "engine_busy": "handle_error",
     "engine_error": "handle_error",
     "engine_stalled": "handle_error",
@@ -39,6 +45,22 @@ HA_ERRORS: dict[str, str] = {
     "not_run": "no_intent",
 }
 COMMON = "common"  # the translation category of what an agent says (``spoken_<key>``)
+# How other servers say a request is over the model's context (Hearth's engine, like
+# OpenAI, says ``context_length_exceeded``): llama.cpp by its error type, vLLM and SGLang
+# only in the message of a 400.
+_OVERFLOW_TYPES = frozenset({"exceed_context_size_error"})
+_OVERFLOW_MESSAGES = ("maximum context length is", "longer than the model's context length")
+
+
+class ContextOverflow(HearthError):
+    """A turn's request over the model's context with everything that could be left out
+    left out (``context_fit.py``); ``key`` names what helps (``house_too_big``,
+    ``max_tokens_exceed_context``), ``cause`` is the server's refusal."""
+
+    def __init__(self, key: str, cause: Exception) -> None:
+        super().__init__(describe(cause))
+        self.key = key
+        self.cause = cause
 
 
 def is_auth_error(err: Exception) -> bool:
@@ -65,15 +87,30 @@ def error_code(err: Exception) -> str | None:
     return None
 
 
+def is_context_exceeded(err: Exception) -> bool:
+    """Whether the server refused a request for being over the model's context."""
+    if error_code(err) == "context_length_exceeded":
+        return True
+    if not isinstance(err, openai.APIError):
+        return False
+    if err.type in _OVERFLOW_TYPES:
+        return True
+    told = err.body.get("message") if isinstance(err.body, dict) else None
+    message = f"{err.message} {told if isinstance(told, str) else ''}".lower()
+    return http_status(err) == 400 and any(said in message for said in _OVERFLOW_MESSAGES)
+
+
 def error_key(err: Exception) -> str:
     """Translation key of a server error (``exceptions.<key>``, ``common.spoken_<key>``)."""
+    if isinstance(err, ContextOverflow):
+        return err.key
     if is_auth_error(err):
         return "invalid_auth"
     if isinstance(err, EngineStalled):
         return "engine_stalled"  # before cannot_connect: it is an APITimeoutError too
     if isinstance(err, HearthConnectionError | openai.APIConnectionError):
         return "cannot_connect"  # includes openai.APITimeoutError
-    if error_code(err) == "context_length_exceeded":
+    if is_context_exceeded(err):
         return "context_length_exceeded"
     if http_status(err) in _BUSY:
         return "engine_busy"

@@ -70,7 +70,7 @@ from .const import (
 )
 from .coordinator import EngineStatus, HearthCoordinator
 from .device_class import DeviceClass, classes_in_use, device_class, representative
-from .errors import BACKEND_ERRORS, describe, error_code, http_status
+from .errors import BACKEND_ERRORS, describe, http_status, is_context_exceeded
 from .house_budget import HouseBudget
 from .house_delta import compose
 from .house_events import device_registry_filter, entity_registry_filter, state_changed_filter
@@ -336,7 +336,7 @@ class PrefixManager:
         options = render_options(subentry.subentry_type, subentry.data)
         if pin_key(subentry_id, cls) in self._without_examples:
             options = {**options, CONF_EXAMPLES: False}
-        self.budget.context = self.coordinator.backend.info.context_length
+        self.budget.context = self.coordinator.context_length
         return await async_render_prefix(
             self.hass, options, cls, device_id, max_chars=self.budget.max_chars
         )
@@ -410,6 +410,28 @@ class PrefixManager:
         for result in results:
             if isinstance(result, BaseException):
                 raise result
+
+    async def async_leave_out_examples(
+        self, subentry_id: str, device_id: str | None = None
+    ) -> None:
+        """Render the agent's prefix for ``device_id``'s class without its worked examples
+        from now on, and pin it so; returns once the pin is answered. For a turn that
+        does not fit the model's context with them (``context_fit.py``), as
+        ``_async_put_fitting`` does for a pin the engine refuses."""
+        subentry = self.entry.subentries[subentry_id]
+        cls = DeviceClass.NONE
+        if subentry.subentry_type == SUBENTRY_CONVERSATION:
+            cls = device_class(self.hass, device_id)
+        if pin_key(subentry_id, cls) not in self._without_examples:
+            LOGGER.warning(
+                "A request of %s does not fit the model's context with the worked "
+                "examples: they are left out",
+                pin_name(subentry_id, cls),
+            )
+        self._without_examples.add(pin_key(subentry_id, cls))
+        self._async_drop_renders()
+        if (agent := self._pins.get((subentry_id, cls))) is not None:
+            await self._async_pin(agent, PinReason.CHANGED)
 
     def as_diagnostics(self) -> dict[str, Any]:
         """Pin state for diagnostics (no prompt text)."""
@@ -612,7 +634,7 @@ class PrefixManager:
             try:
                 return await self._async_put(agent, prefix), prefix
             except BACKEND_ERRORS as err:
-                if error_code(err) != "context_length_exceeded":
+                if not is_context_exceeded(err):
                     raise
                 if self.budget.context is None or refits == MAX_REFITS:
                     if not prefix.examples:

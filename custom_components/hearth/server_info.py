@@ -14,6 +14,13 @@ The kind comes from what the server answers: the Hearth routes, the metric names
 ``/metrics`` (``vllm:``, ``sglang:``, ``llamacpp:``), llama.cpp's ``/props``, and the
 ``owned_by`` of ``/v1/models``. What a kind cannot report leaves its sensors
 unavailable (``server_stats.py``).
+
+The model's context (the most tokens one request may hold, prompt and reply) is read
+where the server tells it: ``context_length`` of a Hearth engine's ``/v1/models``,
+``max_model_len`` of vLLM's and SGLang's, and llama.cpp's context per slot
+(``default_generation_settings.n_ctx`` of ``/props``, else ``meta.n_ctx`` of its
+``/v1/models``). Where none is told it is unknown, and the engine entry's option gives it
+(``coordinator.context_length``).
 """
 
 from __future__ import annotations
@@ -63,8 +70,8 @@ class ServerInfo:
     health: bool = True  # it has a /health route (liveness); else /v1/models is used
     metrics: bool = False  # /metrics answers with the kind's metric names
     slots: int = 0  # llama.cpp's slots (0: unknown or not llama.cpp)
-    extensions: frozenset[str] = frozenset()  # what a Hearth engine's ``hearth`` field takes
     context_length: int | None = None  # the model's context in tokens (None: not told)
+    extensions: frozenset[str] = frozenset()  # what a Hearth engine's ``hearth`` field takes
 
     @property
     def maker(self) -> str | None:
@@ -79,8 +86,8 @@ class ServerInfo:
             "health": self.health,
             "metrics": self.metrics,
             "slots": self.slots,
-            "extensions": sorted(self.extensions),
             "context_length": self.context_length,
+            "extensions": sorted(self.extensions),
         }
 
 
@@ -92,7 +99,9 @@ async def async_probe(client: HearthClient) -> ServerInfo:
     """
     health = await client.async_optional_text("/health") is not None
     models = await client.async_models()
-    model = next((str(m["id"]) for m in models if isinstance(m, dict) and "id" in m), None)
+    served = next((m for m in models if isinstance(m, dict) and "id" in m), None)
+    model = str(served["id"]) if served is not None else None
+    context = model_context_length(served)
     stats = _json_or_none(await client.async_optional_text("/v1/stats"))
     if isinstance(stats, dict) and "instance_id" in stats:
         told = stats.get("extensions")
@@ -103,7 +112,7 @@ async def async_probe(client: HearthClient) -> ServerInfo:
             health=health,
             metrics=True,
             extensions=extensions,
-            context_length=_context_length(models),
+            context_length=context,
         )
     kind = _kind_from_owner(models)
     metrics_text = await _optional(client, "/metrics")
@@ -114,8 +123,38 @@ async def async_probe(client: HearthClient) -> ServerInfo:
     if isinstance(props, dict) and "default_generation_settings" in props:
         kind = ServerKind.LLAMA_CPP
         slots = int(props.get("total_slots") or 0)
+        context = props_context_length(props) or context
     metrics = metrics_text is not None and kind is not ServerKind.OPENAI
-    return ServerInfo(kind, model=model, health=health, metrics=metrics, slots=slots)
+    return ServerInfo(
+        kind, model=model, health=health, metrics=metrics, slots=slots, context_length=context
+    )
+
+
+def model_context_length(model: Any) -> int | None:
+    """The context a ``/v1/models`` entry tells (None: it tells none): ``context_length``
+    (Hearth), ``max_model_len`` (vLLM, SGLang) or ``meta.n_ctx`` (llama.cpp)."""
+    if not isinstance(model, dict):
+        return None
+    meta = model.get("meta")
+    told = (
+        model.get("context_length"),
+        model.get("max_model_len"),
+        meta.get("n_ctx") if isinstance(meta, dict) else None,
+    )
+    return next((n for n in map(_tokens, told) if n is not None), None)
+
+
+def props_context_length(props: Any) -> int | None:
+    """llama.cpp's context per slot, from ``/props`` (None: not told)."""
+    settings = props.get("default_generation_settings") if isinstance(props, dict) else None
+    return _tokens(settings.get("n_ctx")) if isinstance(settings, dict) else None
+
+
+def _tokens(value: Any) -> int | None:
+    """A count of tokens: a positive JSON integer (a bool, a float or a string is none)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        return None
+    return value if value > 0 else None
 
 
 async def _optional(client: HearthClient, path: str) -> str | None:
@@ -125,15 +164,6 @@ async def _optional(client: HearthClient, path: str) -> str | None:
         return await client.async_optional_text(path)
     except HearthResponseError:
         return None
-
-
-def _context_length(models: list[dict[str, Any]]) -> int | None:
-    """The first model's context as ``/v1/models`` tells it (Hearth: ``context_length``)."""
-    for model in models:
-        value = model.get("context_length") if isinstance(model, dict) else None
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            return value
-    return None
 
 
 def _kind_from_owner(models: list[dict[str, Any]]) -> ServerKind:

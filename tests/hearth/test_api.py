@@ -186,23 +186,27 @@ async def test_probe_of_a_server_that_hides_its_optional_routes(
     assert info.health is False
     assert info.metrics is False
     assert info.slots == 0
+    assert info.context_length is None  # not told: the entry's option may say it
 
 
 async def test_probe_tells_llama_cpp_by_its_props(
     hass: HomeAssistant, odd_server: Callable[..., OddServer]
 ) -> None:
-    """Metrics without a known prefix, but llama.cpp's /props with its slots."""
+    """Metrics without a known prefix, but llama.cpp's /props with its slots and their
+    context (which wins over the ``meta`` of its /v1/models)."""
+    props = '{"default_generation_settings": {"n_ctx": 2048}, "total_slots": 4}'
     server = await odd_server(
         {
             "/health": _answer(200, '{"status": "ok"}'),
-            "/v1/models": _answer(200, '{"data": [{"id": "smol"}]}'),
+            "/v1/models": _answer(200, '{"data": [{"id": "smol", "meta": {"n_ctx": 8192}}]}'),
             "/metrics": _answer(200, "# nothing yet\n", "text/plain"),
-            "/props": _answer(200, '{"default_generation_settings": {}, "total_slots": 4}'),
+            "/props": _answer(200, props),
         }
     )
     info = await async_probe(_client(hass, server.url))
     assert info.kind is ServerKind.LLAMA_CPP
     assert (info.health, info.metrics, info.slots) == (True, True, 4)
+    assert info.context_length == 2048
 
 
 async def test_argument_presence_goes_only_to_an_engine_that_takes_it(

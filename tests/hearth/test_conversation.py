@@ -280,14 +280,16 @@ async def test_prefix_render_ignores_time(
 async def test_engine_error_is_a_spoken_error(
     hass: HomeAssistant, house: None, engine: EngineProcess
 ) -> None:
-    """A request the engine refuses (context length) becomes a translated error."""
+    """A request the engine refuses (context length) becomes a translated error that
+    says what helps: here the max tokens per reply, larger than the model's whole
+    context (the conversation is one line long; context_fit.py)."""
     config_entry = make_entry(engine.url, **{CONF_MAX_TOKENS: 40000})  # > 32k context
     await async_setup_entry(hass, config_entry)
     result = await converse(hass, "hello")
     assert result.response.response_type is intent.IntentResponseType.ERROR
     assert speech(result) == (
-        "Sorry, this conversation is too long for the model. "
-        "Start a new one or lower the history setting."
+        "Sorry, the agent's max tokens per reply fill the model's whole context. "
+        "Lower that setting in the agent's options."
     )
 
 

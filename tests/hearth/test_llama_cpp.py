@@ -96,7 +96,10 @@ async def test_config_flow_says_what_it_found(
 
 
 async def test_tool_loop_streams_with_a_warm_prefix(
-    hass: HomeAssistant, entity_registry_enabled_by_default: None, llama_entry: MockConfigEntry
+    hass: HomeAssistant,
+    entity_registry_enabled_by_default: None,
+    llama_cpp: LlamaServer,
+    llama_entry: MockConfigEntry,
 ) -> None:
     """The house is primed at start; a turn streams a call of an offered tool, Home
     Assistant runs it and sends its result back with the same prefix; the prompt's
@@ -109,6 +112,8 @@ async def test_tool_loop_streams_with_a_warm_prefix(
     """
     server = llama_entry.runtime_data.backend.info
     assert server is not None and server.kind is ServerKind.LLAMA_CPP
+    # Its context per slot (/props): the whole KV split over the slots.
+    assert server.context_length == llama_cpp.ctx_size // llama_cpp.parallel
     pin = hass.states.get(PIN)
     assert pin is not None and pin.state == "ready"
     assert pin.attributes["tokens"] > 500  # the priming request's prompt

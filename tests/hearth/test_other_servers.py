@@ -47,6 +47,7 @@ class FakeServer(LoopbackServer):
         self.stalls_mid_stream = 0.0  # seconds it then hangs before going on
         self.bodies: list[dict[str, Any]] = []
         self.cached: set[str] = set()  # system prompts seen (the "prefix cache")
+        self.model: dict[str, Any] = {"id": "qwen2.5-3b", "owned_by": owner}  # /v1/models
 
     def add_routes(self, app: web.Application) -> None:
         app.router.add_get("/health", self._health)
@@ -61,7 +62,7 @@ class FakeServer(LoopbackServer):
         return web.Response(text=self.metrics)
 
     async def _models(self, _request: web.Request) -> web.Response:
-        return web.json_response({"data": [{"id": "qwen2.5-3b", "owned_by": self.owner}]})
+        return web.json_response({"data": [self.model]})
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()

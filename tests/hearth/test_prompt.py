@@ -15,7 +15,7 @@ from custom_components.hearth.api import (
     HearthConnectionError,
     HearthResponseError,
 )
-from custom_components.hearth.errors import error_key
+from custom_components.hearth.errors import ContextOverflow, error_key
 from custom_components.hearth.prefix import HousePrefix, canonical_schema, format_tool
 from custom_components.hearth.prompt import HearthNative, build_messages, volatile_context
 from custom_components.hearth.tool_names import model_tool_names, with_shown_names
@@ -165,6 +165,38 @@ def _status(cls: type[openai.APIStatusError], status: int, code: str) -> openai.
     return cls(code, response=httpx.Response(status, request=_REQUEST), body=body)
 
 
+# Bodies of a request over the context (the ``error`` object): llama.cpp's server
+# (format_error_response), vLLM's and SGLang's ErrorResponse.
+LLAMA_CPP_OVERFLOW = {
+    "code": 400,
+    "message": "the request exceeds the available context size, try increasing it",
+    "type": "exceed_context_size_error",
+    "n_prompt_tokens": 5000,
+    "n_ctx": 4096,
+}
+VLLM_OVERFLOW = {
+    "message": "This model's maximum context length is 8192 tokens. However, you requested "
+    "9000 tokens (8744 in the messages, 256 in the completion). Please reduce the length "
+    "of the messages or completion.",
+    "type": "BadRequestError",
+    "param": None,
+    "code": 400,
+}
+SGLANG_OVERFLOW = {
+    "object": "error",
+    "message": "The input (9000 tokens) is longer than the model's context length (8192 tokens).",
+    "type": "BadRequestError",
+    "param": None,
+    "code": 400,
+}
+
+
+def _overflow(body: dict[str, Any]) -> openai.APIStatusError:
+    """A 400 as the SDK builds it from ``body`` (its message quotes the whole body)."""
+    response = httpx.Response(400, request=_REQUEST)
+    return openai.BadRequestError(f"Error code: 400 - {body}", response=response, body=body)
+
+
 @pytest.mark.parametrize(
     ("error", "key"),
     [
@@ -190,6 +222,14 @@ def _status(cls: type[openai.APIStatusError], status: int, code: str) -> openai.
             "context_length_exceeded",
         ),
         (openai.APIError("boom", _REQUEST, body={"code": "engine_error"}), "engine_error"),
+        # Over the context, as the other servers say it (their own error bodies).
+        (_overflow(LLAMA_CPP_OVERFLOW), "context_length_exceeded"),
+        (openai.APIError("long", _REQUEST, body=LLAMA_CPP_OVERFLOW), "context_length_exceeded"),
+        (_overflow(VLLM_OVERFLOW), "context_length_exceeded"),
+        (_overflow(SGLANG_OVERFLOW), "context_length_exceeded"),
+        (_overflow({**VLLM_OVERFLOW, "message": "Invalid 'tools' format"}), "engine_error"),
+        # What a turn found could not fit even with everything left out (context_fit.py).
+        (ContextOverflow("house_too_big", _overflow(VLLM_OVERFLOW)), "house_too_big"),
     ],
 )
 def test_error_keys(error: Exception, key: str) -> None:
