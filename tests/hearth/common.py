@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -149,17 +148,6 @@ class EngineProcess:
         for name in self.pins():
             with contextlib.suppress(urllib.error.HTTPError):
                 self.request("DELETE", f"/v1/prefixes/{name}")
-
-
-def short_context_model(folder: Path, context: int) -> Path:
-    """A copy of tiny-tools (prepared by the shared engine under Hearth's cache) that
-    reads at most ``context`` tokens: an engine serving it refuses longer requests."""
-    cache = Path(os.environ.get("HEARTH_CACHE_DIR", "~/.cache/hearth")).expanduser()
-    shutil.copytree(cache / "models" / "tiny-tools", folder)
-    config = json.loads((folder / "config.json").read_text())
-    config["max_position_embeddings"] = context
-    (folder / "config.json").write_text(json.dumps(config))
-    return folder
 
 
 def agent_options(**overrides: Any) -> dict[str, Any]:

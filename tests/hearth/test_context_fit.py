@@ -1,5 +1,5 @@
 """A one-line command never gets "too long" (context_fit.py): through real Home Assistant
-and a real engine serving tiny-tools with a short context (``short_context_model``).
+and a real engine serving tiny-tools with a short context (``--max-context``).
 
 The sizes come from the engine itself: the same requests are first sent to the shared
 engine (same tokenizer, long context), and the short engine's context is set between
@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncGenerator, Callable, Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 from unittest.mock import patch
 
@@ -46,7 +45,6 @@ from .common import (
     converse,
     hearth_traces,
     make_entry,
-    short_context_model,
     speech,
 )
 
@@ -127,10 +125,8 @@ def _said() -> Iterator[list[dict[str, Any]]]:
         yield replies
 
 
-async def _short_engine(
-    factory: Callable[..., EngineProcess], folder: Path, context: int
-) -> EngineProcess:
-    return factory(model=str(short_context_model(folder, context)))
+async def _short_engine(factory: Callable[..., EngineProcess], context: int) -> EngineProcess:
+    return factory(args=("--max-context", str(context)))
 
 
 def test_what_a_turn_leaves_out_and_when_it_gives_up() -> None:
@@ -214,7 +210,6 @@ async def test_a_command_after_a_long_conversation_drops_its_history(
     assist: None,
     engine: EngineProcess,
     private_engine_factory: Callable[..., EngineProcess],
-    tmp_path: Path,
 ) -> None:
     """The house fits, a command alone fits, but not after a long earlier turn: the
     command is sent again without the earlier turns and answered; the light is turned
@@ -231,7 +226,7 @@ async def test_a_command_after_a_long_conversation_drops_its_history(
     await _light_off(hass)
     context = _between(max(alone, long_turn) + MAX_TOKENS, after + MAX_TOKENS)
 
-    short = await _short_engine(private_engine_factory, tmp_path / "m", context)
+    short = await _short_engine(private_engine_factory, context)
     entry = make_entry(short.url, **{CONF_MAX_TOKENS: MAX_TOKENS})
     await async_setup_entry(hass, entry)
     assert entry.runtime_data.coordinator.context_length == context  # reported
@@ -260,7 +255,6 @@ async def test_a_house_that_fits_a_command_only_without_its_examples(
     assist: None,
     engine: EngineProcess,
     private_engine_factory: Callable[..., EngineProcess],
-    tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The engine pins the house with its worked examples, but a command does not fit
@@ -285,7 +279,7 @@ async def test_a_house_that_fits_a_command_only_without_its_examples(
     turn = command - with_examples
     context = _between(max(with_examples + 1, without + turn + MAX_TOKENS), command + MAX_TOKENS)
 
-    short = await _short_engine(private_engine_factory, tmp_path / "m", context)
+    short = await _short_engine(private_engine_factory, context)
     entry = make_entry(short.url, **{CONF_EXAMPLES: True, CONF_MAX_TOKENS: MAX_TOKENS})
     await async_setup_entry(hass, entry)
     agent = entry.runtime_data.prefixes.agent(_subentry(entry))
@@ -317,7 +311,6 @@ async def test_a_house_too_big_for_the_model_is_said_in_the_users_language(
     assist: None,
     engine: EngineProcess,
     private_engine_factory: Callable[..., EngineProcess],
-    tmp_path: Path,
 ) -> None:
     """Even without examples and history the house leaves no room for a command (the
     issue's 9,376-token house on an 8,192-token model): every turn says so, with what
@@ -325,7 +318,7 @@ async def test_a_house_too_big_for_the_model_is_said_in_the_users_language(
     client = HearthClient(async_get_clientsession(hass), engine.url, None)
     bare = await async_render_prefix(hass, agent_options())
     without = (await client.async_put_prefix("measure.off", bare.pin_body()))["tokens"]
-    short = await _short_engine(private_engine_factory, tmp_path / "m", without - 2 * MARGIN)
+    short = await _short_engine(private_engine_factory, without - 2 * MARGIN)
     entry = make_entry(short.url, **{CONF_EXAMPLES: True, CONF_MAX_TOKENS: MAX_TOKENS})
     await async_setup_entry(hass, entry)
     agent = entry.runtime_data.prefixes.agent(_subentry(entry))
