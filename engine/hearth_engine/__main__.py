@@ -8,6 +8,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
+from . import cpu_class
 from .cli import add_engine_args, add_serve_args, engine_config_from_args
 from .model.errors import ModelLoadError
 
@@ -98,6 +99,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         stream=sys.stderr,
     )
     try:
+        cpu_class.selected()  # HEARTH_CPU: a class this CPU cannot run stops here, in one line
         if args.command == "prepare":
             return _prepare(args.models)
         if args.command == "generate":

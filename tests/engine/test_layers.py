@@ -34,9 +34,15 @@ LAYERS: dict[str, int] = {
     "cache": 1,
     "config": 0,
     "kv_budget": -1,  # the default KV budget from the box's memory: config's, stdlib only
+    "cpu_class": -2,  # HEARTH_CPU (the package's __init__ applies it before torch): stdlib only
 }
 # Modules whose whole import closure must stay clear of these libraries.
-TORCH_FREE = ("hearth_engine.cache.radix", "hearth_engine.cache.budget", "hearth_engine.kv_budget")
+TORCH_FREE = (
+    "hearth_engine.cache.radix",
+    "hearth_engine.cache.budget",
+    "hearth_engine.kv_budget",
+    "hearth_engine.cpu_class",
+)
 HEAVY = frozenset({"torch", "transformers", "safetensors", "numpy"})
 
 

@@ -2,8 +2,9 @@
 
 ``scripts/test`` runs this folder twice: with the engine's env (Python 3.11, torch) and
 with Home Assistant's (Python 3.14, no torch), so ``pip install ./engine`` on 3.13+
-installs code that runs there. The cache bookkeeping, the request schemas and the
-Host/Origin guard must import without torch.
+installs code that runs there. The cache bookkeeping, the request schemas, the
+Host/Origin guard and ``HEARTH_CPU`` (which the package applies before torch is
+imported) must import without torch.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ TORCH_FREE = (
     "hearth_engine.cache.radix",
     "hearth_engine.cache.budget",
     "hearth_engine.constraints.limits",
+    "hearth_engine.cpu_class",
     "hearth_engine.server.errors",
     "hearth_engine.server.guard",
     "hearth_engine.server.schemas",
@@ -45,3 +47,15 @@ def test_schema_limits_on_this_python() -> None:
     limits = importlib.import_module("hearth_engine.constraints.limits")
     tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
     assert 0 < limits.schema_bytes(tools) < limits.DEFAULT_LIMITS.max_schema_bytes
+
+
+def test_cpu_class_on_this_python() -> None:
+    """``HEARTH_CPU`` is read before torch: its choice and refusal need none."""
+    cpu_class = importlib.import_module("hearth_engine.cpu_class")
+    flags = "avx avx2 bmi1 bmi2 f16c fma abm movbe xsave sse4_1 sse4_2 ssse3 popcnt cx16 lahf_lm"
+    assert cpu_class.resolve("avx2", flags.split(), "x86_64").name == "avx2"
+    with pytest.raises(cpu_class.CpuClassError, match="lacks amx_bf16"):
+        cpu_class.resolve("amx", flags.split(), "x86_64")
+    assert cpu_class.host_class(flags.split(), "x86_64") == "avx2"
+    assert cpu_class.environment(cpu_class.AVX2)["ATEN_CPU_CAPABILITY"] == "avx2"
+    assert cpu_class.apply_environment({"HEARTH_CPU": "avx3"}) is None

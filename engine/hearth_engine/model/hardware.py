@@ -16,6 +16,9 @@ from typing import TypeVar
 
 import torch
 
+from .. import cpu_class
+from ..cpu_class import CpuClass, CpuClassError
+
 T = TypeVar("T")
 
 _LOGGER = logging.getLogger(__name__)
@@ -35,7 +38,8 @@ DTYPES = {
 
 def host_key() -> str:
     """What code built for this host depends on besides its sources: Python, machine and
-    CPU (model name and flags). Keys the compiled step's and the native kernels' caches."""
+    CPU (model name and flags), and the ``HEARTH_CPU`` class when one is chosen. Keys the
+    compiled step's and the native kernels' caches."""
     cpu = ""
     cpuinfo = Path("/proc/cpuinfo")
     if cpuinfo.exists():
@@ -45,6 +49,9 @@ def host_key() -> str:
             if line.startswith("flags"):
                 break
     facts = "|".join((platform.python_version(), platform.machine(), cpu))
+    chosen = cpu_class.selected()
+    if chosen is not None:  # native keeps the key it always had
+        facts += f"|{chosen.name}"
     return hashlib.sha256(facts.encode()).hexdigest()[:12]
 
 
@@ -58,21 +65,46 @@ def pick_device(requested: str = "auto") -> torch.device:
     return device
 
 
-@functools.cache
 def _cpu_flags() -> frozenset[str]:
-    try:
-        return frozenset(Path("/proc/cpuinfo").read_text().split())
-    except OSError:
-        return frozenset()
+    """The CPU's flags as the engine may use them: the host's, capped to ``HEARTH_CPU``
+    (a warm prefill asks once a layer: remembered per value of the variable)."""
+    return _capped_flags(os.environ.get(cpu_class.ENV))
+
+
+@functools.cache
+def _capped_flags(value: str | None) -> frozenset[str]:
+    return cpu_class.capped_flags(cpu_class.host_flags(), cpu_class.resolve(value))
+
+
+def check_cpu_class() -> CpuClass | None:
+    """The ``HEARTH_CPU`` class (``None``: native), once torch has taken its cap; logged.
+
+    ``CpuClassError`` (a ``ValueError``: one line, exit code 2) for a class this host
+    cannot run, or when torch chose its kernels before the cap was set (torch was
+    imported and used before ``hearth_engine``): its timings would be the host's.
+    """
+    chosen = cpu_class.selected()
+    if chosen is not None:
+        want = chosen.aten.upper()  # as torch names its capability
+        have = torch.backends.cpu.get_cpu_capability()
+        if have != want:
+            raise CpuClassError(
+                f"{cpu_class.ENV}={chosen.name}: torch already runs {have} kernels; set it "
+                "in the environment before the process starts"
+            )
+    _LOGGER.info("CPU class: %s", cpu_class.describe(chosen))
+    return chosen
 
 
 def cpu_has_native_bf16() -> bool:
-    """True when the CPU computes bf16 natively (AVX512-BF16, AMX or ARM BF16)."""
+    """True when the CPU computes bf16 natively (AVX512-BF16, AMX or ARM BF16); never
+    under ``HEARTH_CPU=avx2``."""
     return bool(_cpu_flags() & {"avx512_bf16", "amx_bf16", "bf16"})
 
 
 def cpu_has_amx_bf16() -> bool:
-    """True when the CPU has AMX bf16 tiles (Xeon since Sapphire Rapids)."""
+    """True when the CPU has AMX bf16 tiles (Xeon since Sapphire Rapids) and
+    ``HEARTH_CPU`` is ``amx`` or ``native``."""
     return "amx_bf16" in _cpu_flags()
 
 

@@ -20,10 +20,11 @@ One extension module, ``hearth_native`` (``kernels/``):
   above and torch's own operations in the Python loop's order (``native_step.py``);
 * ``vec.h``: the vector helpers they share.
 
-It is compiled with ``torch.utils.cpp_extension`` for the host's own instruction set, so
+It is compiled with ``torch.utils.cpp_extension`` for the host's own instruction set, or
+for the ``HEARTH_CPU`` class's (``cpu_class.py``: ``-march=x86-64-v3`` for ``avx2``), so
 the build folder is keyed by the torch version, the CPU (``hardware.host_key``: model
-name and flags) and the sources' hash: a cache copied to another CPU or torch is
-rebuilt, never loaded.
+name and flags) and a hash of the flags and sources: a cache copied to another CPU or
+torch is rebuilt, never loaded, and each class has a folder of its own.
 
 Nothing depends on it. Building takes 35 s to a minute on a small CPU, so an engine whose
 host has no build yet builds it on a background thread (``prepare``) and uses torch's
@@ -57,6 +58,8 @@ from types import ModuleType
 
 import torch
 
+from .. import cpu_class
+from ..cpu_class import CpuClass
 from .hardware import host_key
 from .prepare.cache_dir import cache_root
 
@@ -113,13 +116,22 @@ MATH_FLAGS = (
 )
 
 
-def compile_flags(machine: str | None = None) -> tuple[str, ...]:
-    """The C++ flags for ``machine`` (default: this one's ``platform.machine()``)."""
-    arch = ARCH_FLAGS.get((machine or platform.machine()).lower(), ())
+def compile_flags(machine: str | None = None, cls: CpuClass | None = None) -> tuple[str, ...]:
+    """The C++ flags for ``machine`` (default: this one's ``platform.machine()``), or for
+    the x86 class ``cls`` (``HEARTH_CPU``) instead of the host's own instruction set."""
+    arch = (
+        cls.march
+        if cls is not None
+        else ARCH_FLAGS.get((machine or platform.machine()).lower(), ())
+    )
     return ("-O3", *arch, *MATH_FLAGS)
 
 
-CFLAGS = compile_flags()
+def cflags() -> tuple[str, ...]:
+    """This process's flags: the host's, or its ``HEARTH_CPU`` class's."""
+    return compile_flags(cls=cpu_class.selected())
+
+
 STALE_LOCK_S = 900.0  # the longest wait for another process's build (one takes a minute)
 LOCK_POLL_S = 1.0  # how often a build lock held by another process is tried again
 DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -146,7 +158,7 @@ def enabled() -> bool:
 def build_dir() -> Path:
     """``~/.cache/hearth/kernels/<torch>-<host key>-<source hash>``."""
     base = cache_root() / "kernels"
-    digest = hashlib.sha256(" ".join(CFLAGS).encode())
+    digest = hashlib.sha256(" ".join(cflags()).encode())
     for path in (*SOURCES, *HEADERS):
         digest.update(path.read_bytes())
     source = digest.hexdigest()[:12]
@@ -176,13 +188,21 @@ def load() -> ModuleType | None:
             _LOGGER.warning("Native kernels unavailable, using torch's (%s)", reason)
             return None
         _STATE.module = module
-        tiles = module.use_attention_amx(os.environ.get(AMX_SWITCH, "1") != "0")
+        tiles = module.use_attention_amx(amx_wanted())
         _LOGGER.info(
             "Native kernels ready (%.1f s)%s",
             time.monotonic() - started,
             ", attention on AMX tiles" if tiles else "",
         )
         return module
+
+
+def amx_wanted() -> bool:
+    """Whether attention may run on AMX tiles: not with ``HEARTH_AMX=0``, nor under a
+    ``HEARTH_CPU`` class below ``amx`` (whose build has no tiles anyway)."""
+    chosen = cpu_class.selected()
+    below = chosen is not None and "amx_tile" not in chosen.flags
+    return os.environ.get(AMX_SWITCH, "1") != "0" and not below
 
 
 def _load_or_build(folder: Path) -> ModuleType:
@@ -238,7 +258,9 @@ def _build_lock(folder: Path) -> Iterator[None]:
 def _build(folder: Path) -> ModuleType:
     from torch.utils.cpp_extension import load as load_extension
 
-    _LOGGER.info("Building the native kernels (once for this host; about a minute)")
+    _LOGGER.info(
+        "Building the native kernels (once for this host; about a minute): %s", " ".join(cflags())
+    )
     bin_dir = str(Path(sys.executable).parent)  # a venv's ninja (requirements/engine.txt)
     if bin_dir not in os.environ.get("PATH", "").split(os.pathsep):
         os.environ["PATH"] = os.pathsep.join(filter(None, (bin_dir, os.environ.get("PATH"))))
@@ -246,7 +268,7 @@ def _build(folder: Path) -> ModuleType:
     return load_extension(
         name=NAME,
         sources=[str(path) for path in SOURCES],
-        extra_cflags=list(CFLAGS),
+        extra_cflags=list(cflags()),
         extra_ldflags=["-fopenmp"],
         build_directory=str(folder),
         verbose=False,

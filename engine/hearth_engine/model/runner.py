@@ -22,7 +22,7 @@ from . import native
 from .attention import PARTS_KWARG, POSITIONS_KWARG, PrefixPart
 from .decoder import LeanDecoder, unsupported_reason
 from .errors import ModelLoadError
-from .hardware import pick_device, pick_dtype
+from .hardware import check_cpu_class, pick_device, pick_dtype
 from .kv import KVBuffer, KVLayout, segment_tokens
 from .layer_types import sliding_layers, state_layers
 from .linear import Quantization, int8_unsupported
@@ -213,6 +213,7 @@ class ModelRunner:
         chat_template: str | None = None,
         max_context: int | None = None,
     ) -> ModelRunner:
+        check_cpu_class()  # HEARTH_CPU: refused here, else logged
         dev = pick_device(device)
         dt = pick_dtype(dev, dtype)
         started = time.monotonic()

@@ -21,6 +21,7 @@ from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from .. import cpu_class
 from ..model import native
 from .schemas import HEARTH_EXTENSIONS
 
@@ -68,6 +69,7 @@ def engine_stats(engine: Engine) -> dict[str, Any]:
         "forward": engine.info.forward,
         "compiled_step": engine.runner.compile_state,
         "native_attention": native.state(),
+        **cpu_class.report(cpu_class.selected()),  # HEARTH_CPU, checked at start
         "cache_mode": engine.config.cache_mode.value,
         "requests_total": c.requests,
         "requests_failed": c.requests_failed,
