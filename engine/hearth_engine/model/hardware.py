@@ -92,7 +92,10 @@ def check_cpu_class() -> CpuClass | None:
                 f"{cpu_class.ENV}={chosen.name}: torch already runs {have} kernels; set it "
                 "in the environment before the process starts"
             )
-    _LOGGER.info("CPU class: %s", cpu_class.describe(chosen))
+    # The host's own class is the usual case: said only at debug, so that a start-up
+    # error stays one line. An emulated class changes every timing: said at info.
+    level = logging.DEBUG if chosen is None else logging.INFO
+    _LOGGER.log(level, "CPU class: %s", cpu_class.describe(chosen))
     return chosen
 
 
