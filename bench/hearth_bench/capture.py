@@ -17,6 +17,9 @@ It then drives Home Assistant over its public APIs only:
 The fixture (``bench/fixtures/household.json``) keeps each agent's pinned prefix (messages
 and tools) initially and after each rename, and every chat request as the suffix after
 that prefix; the capture checks that each request starts with the prefix, tools included.
+With ``--house-scale N`` the house has N guest suites more (house_scale.py), and the
+fixture goes where ``--fixture`` says (``scripts/bench household --house-scale N``: the
+cache, scaled_fixture.py); its metadata says N and how many entities were exposed.
 """
 
 from __future__ import annotations
@@ -37,6 +40,8 @@ from typing import Any
 
 import aiohttp
 
+from .house_scale import add_argument as add_house_scale
+from .house_scale import describe
 from .proxy import Recorded, RecordingProxy
 from .server import free_port
 from .stack import ROOT, Stack
@@ -464,12 +469,15 @@ def _sample(turn: Turn, agents: list[Agent], iteration: int, record: Recorded) -
 async def capture_metadata(stack: Stack) -> dict[str, Any]:
     config = await stack.api("GET", "/api/config")
     house = (ROOT / "config" / "house.yaml").read_bytes()
+    rooms = stack.ha.house_scale
     return {
         "captured_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "capture_command": CAPTURE_COMMAND,
+        "capture_command": CAPTURE_COMMAND + (f" --house-scale {rooms}" if rooms else ""),
         "capture_model": CAPTURE_MODEL,
         "ha_version": config.get("version"),
         "house_yaml_sha256": hashlib.sha256(house).hexdigest(),
+        "house_scale": rooms,
+        "exposed_entities": len(await stack.exposed_entities()),
         "satellites": {
             s.role: {
                 "area_id": s.area_id,
@@ -486,10 +494,17 @@ async def capture_metadata(stack: Stack) -> dict[str, Any]:
     }
 
 
-async def capture_fixture(workdir: Path, model: str = CAPTURE_MODEL) -> Fixture:
+async def capture_fixture(
+    workdir: Path, model: str = CAPTURE_MODEL, house_scale: int = 0
+) -> Fixture:
     """Run a live stack behind the proxy, drive the household, return the fixture."""
     proxy_port = free_port()
-    stack = Stack(workdir, ["--model", model], engine_url=f"http://127.0.0.1:{proxy_port}")
+    stack = Stack(
+        workdir,
+        ["--model", model],
+        engine_url=f"http://127.0.0.1:{proxy_port}",
+        house_scale=house_scale,
+    )
     proxy = await RecordingProxy(stack.engine.url, port=proxy_port).start()
     try:
         await asyncio.to_thread(stack.engine.start)
@@ -520,20 +535,31 @@ def summary(fixture: Fixture) -> str:
     for sample in fixture.samples:
         roles[sample.role] = roles.get(sample.role, 0) + 1
     versions = {k: len(a.prefixes) for k, a in fixture.agents.items()}
-    return f"agents {versions} (prefix versions), samples {roles}"
+    house = house_of(fixture)
+    return f"{house}; agents {versions} (prefix versions), samples {roles}"
+
+
+def house_of(fixture: Fixture) -> str:
+    """The house a fixture was captured from, in one line (older ones do not say)."""
+    meta = fixture.meta
+    return describe(int(meta.get("house_scale") or 0), meta.get("exposed_entities"))
 
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m hearth_bench.capture", description=__doc__)
     parser.add_argument("--fixture", type=Path, default=FIXTURE)
     parser.add_argument("--workdir", type=Path, default=None, help="keep logs here")
+    add_house_scale(parser, "the demo house")
     args = parser.parse_args(argv)
+    if args.house_scale and args.fixture.resolve() == FIXTURE.resolve():
+        parser.error(f"--house-scale needs a --fixture other than the committed {FIXTURE.name}")
     started = time.monotonic()
+    print(f"capturing the household of {describe(args.house_scale, None)}", flush=True)
     with tempfile.TemporaryDirectory(prefix="hearth-capture-") as tmp:
         workdir = args.workdir or Path(tmp)
         workdir.mkdir(parents=True, exist_ok=True)
         try:
-            fixture = asyncio.run(capture_fixture(workdir))
+            fixture = asyncio.run(capture_fixture(workdir, house_scale=args.house_scale))
         except (RuntimeError, TimeoutError, aiohttp.ClientError) as err:
             print(f"capture failed: {err} (logs in {workdir})", file=sys.stderr)
             return 1
