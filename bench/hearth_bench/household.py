@@ -2,6 +2,8 @@
 
 The prompts come from ``bench/fixtures/household.json``: what the Hearth plugin really
 sent for the demo house (``--capture`` records it again through a live Home Assistant).
+``--house-scale N`` replays the demo house with N guest suites added instead: its fixture
+is captured the same way on first use and kept in the cache (scaled_fixture.py).
 A trace fixed by ``--seed`` mixes two voice satellites in different areas, a chat user
 whose history grows turn by turn (the engine's own replies are re-sent, as the plugin
 does), automations calling the second agent, bursts of 2-4 simultaneous requests, two
@@ -75,10 +77,12 @@ from typing import Any
 
 import aiohttp
 
-from .capture import FIXTURE, Fixture, FixtureMissingError, Sample, load_fixture
+from .capture import FIXTURE, Fixture, FixtureMissingError, Sample, house_of, load_fixture
 from .common import Periodic, percentile, print_table, write_json
 from .container import ContainerEngine, build_image
+from .house_scale import add_argument as add_house_scale
 from .llama_server import parse_metrics
+from .scaled_fixture import fixture_path
 from .server import EngineProcess
 
 ROLES = ("satellite_a", "satellite_b", "chat", "automation")
@@ -1022,7 +1026,14 @@ async def run_all(
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="scripts/bench household", description=__doc__)
     parser.add_argument("--capture", action="store_true", help="re-capture the fixture and exit")
-    parser.add_argument("--fixture", type=Path, default=FIXTURE)
+    parser.add_argument(
+        "--fixture",
+        type=Path,
+        default=None,
+        help=f"default: bench/fixtures/{FIXTURE.name}; with --house-scale, the cached capture"
+        " of that house (captured first when missing)",
+    )
+    add_house_scale(parser, "the demo house (its household is captured once, then cached)")
     parser.add_argument("--model", default="default", help="default, tiny-tools, a folder")
     parser.add_argument("--requests", type=int, default=20, help="requests per configuration")
     parser.add_argument("--seed", type=int, default=2026)
@@ -1062,7 +1073,22 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     args.configs = chosen_configs(args.configs, args.engine_url)
     if set(EXTERNALS) & set(args.configs) and args.engine_url is None:
         parser.error(f"--configs {' / '.join(EXTERNALS)} needs --engine-url URL")
+    if args.fixture is None:
+        args.fixture = fixture_path(args.house_scale) if args.house_scale else FIXTURE
+    elif args.house_scale and args.fixture.resolve() == FIXTURE.resolve():
+        parser.error(f"--house-scale needs a --fixture other than the committed {FIXTURE.name}")
     return args
+
+
+def check_scale(fixture: Fixture, path: Path, rooms: int) -> None:
+    """FixtureMissingError when the fixture is of another house than ``--house-scale``."""
+    captured = int(fixture.meta.get("house_scale") or 0)
+    if captured != rooms:
+        raise FixtureMissingError(
+            f"{path} was captured from the demo house + {captured} guest suites,"
+            f" not {rooms}: leave out --fixture, or capture it with --capture --house-scale"
+            f" {rooms} --fixture {path}"
+        )
 
 
 def chosen_configs(configs: list[str] | None, engine_url: str | None) -> list[str]:
@@ -1076,15 +1102,20 @@ def chosen_configs(configs: list[str] | None, engine_url: str | None) -> list[st
 
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
-    if args.capture:
+    if args.capture or (args.house_scale and not args.fixture.exists()):
         from .capture import main as capture_main
 
-        return capture_main(["--fixture", str(args.fixture)])
+        scale = ["--house-scale", str(args.house_scale)] if args.house_scale else []
+        status = capture_main(["--fixture", str(args.fixture), *scale])
+        if args.capture or status:
+            return status
     try:
         household = Household(load_fixture(args.fixture))
+        check_scale(household.fixture, args.fixture, args.house_scale)
     except FixtureMissingError as err:
         print(err)
         return 2
+    print(f"house: {house_of(household.fixture)} (fixture {args.fixture})", flush=True)
     trace = make_trace(
         args.seed, args.requests, household.pool_sizes(), len(household.chat_turns),
         household.versions() - 1,
@@ -1118,6 +1149,7 @@ def main(argv: list[str]) -> int:
         "one_at_a_time": args.one_at_a_time,
         "repin_delay_s": args.repin_delay,
         "fixture": household.fixture.meta,
+        "house_scale": args.house_scale,
         "wall_s": round(time.monotonic() - started, 1),
     }
     write_json(args.json, output)
