@@ -266,13 +266,18 @@ def add_tool_call_deltas(calls: list[dict[str, Any]], deltas: Sequence[dict[str,
         call["function"]["arguments"] += function.get("arguments") or ""
 
 
+class PinRefusedError(RuntimeError):
+    """The engine refused an agent's prefix (a house too long for the model, say)."""
+
+
 async def put_pin(
     session: aiohttp.ClientSession, url: str, name: str, body: dict[str, Any]
 ) -> dict[str, Any]:
     async with session.put(f"{url}/v1/prefixes/{name}", json=body) as resp:
         data = await resp.json()
         if resp.status != 200:
-            raise RuntimeError(f"pin {name} refused: {resp.status} {data}")
+            message = (data.get("error") or {}).get("message") if isinstance(data, dict) else None
+            raise PinRefusedError(f"pin {name} refused: {resp.status} {message or data}")
         return dict(data)
 
 
@@ -1105,8 +1110,10 @@ def main(argv: list[str]) -> int:
     if args.capture or (args.house_scale and not args.fixture.exists()):
         from .capture import main as capture_main
 
-        scale = ["--house-scale", str(args.house_scale)] if args.house_scale else []
-        status = capture_main(["--fixture", str(args.fixture), *scale])
+        extra = ["--house-scale", str(args.house_scale)] if args.house_scale else []
+        if args.workdir is not None:
+            extra += ["--workdir", str(args.workdir / "capture")]
+        status = capture_main(["--fixture", str(args.fixture), *extra])
         if args.capture or status:
             return status
     try:
@@ -1131,7 +1138,11 @@ def main(argv: list[str]) -> int:
             args.engine_url, args.one_at_a_time,
         )  # fmt: skip
         started = time.monotonic()
-        configs, runs = asyncio.run(run_all(household, trace, args.configs, settings))
+        try:
+            configs, runs = asyncio.run(run_all(household, trace, args.configs, settings))
+        except PinRefusedError as err:
+            print(f"scripts/bench household: {err} ({house_of(household.fixture)})")
+            return 2
     print()
     print_report(configs)
     print()
