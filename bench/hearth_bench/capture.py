@@ -30,6 +30,7 @@ import datetime as dt
 import hashlib
 import itertools
 import json
+import re
 import sys
 import tempfile
 import time
@@ -52,6 +53,8 @@ FORMAT = 1
 CAPTURE_MODEL = "tiny-tools"
 # The plugin's satellite class pins: ``<agent pin>.<class>`` (device_class.py).
 PIN_CLASSES = ("no_timers", "timers")
+# What the plugin logs when a prefix cannot fit the model (a house too big for it).
+TOO_LONG = re.compile(r"Could not pin the prefix (\S+) .*context_length_exceeded.*")
 
 AGENT_1 = "conversation.hearth"
 AUTOMATION_TITLE = "Automation"
@@ -329,6 +332,8 @@ class Capture:
             wanted = set(self.pins.values())
             if wanted <= ready and wanted <= put and time.time() - last > quiet:
                 return
+            if too_long := too_long_pins(self.stack.ha.log_text, wanted - ready):
+                raise RuntimeError(f"the house does not fit the model: {too_long[0]}")
             if time.monotonic() > deadline:
                 raise TimeoutError(f"pins not settled: ready {ready}, put {put}")
             await asyncio.sleep(0.5)
@@ -351,6 +356,11 @@ class Capture:
             {"type": "config/entity_registry/update", "entity_id": entity_id, "name": name}
         )
         await self.settle(after=mark)
+
+
+def too_long_pins(log: str, pins: set[str]) -> list[str]:
+    """The plugin's log lines that say one of ``pins`` is longer than the model's context."""
+    return [m.group(0) for m in TOO_LONG.finditer(log) if m.group(1) in pins]
 
 
 async def drive(capture: Capture) -> dict[str, str]:

@@ -204,3 +204,22 @@ def test_develop_says_what_the_scale_means() -> None:
     assert "--house-scale N" in done.stdout
     assert "makes 298 entities" in done.stdout
     assert f"HOUSE_SCALE_MAX={MAX}" in (ROOT / "scripts" / "develop").read_text()
+
+
+def test_a_capture_of_a_house_too_long_for_the_model_says_so() -> None:
+    """As Home Assistant logged it for 150 suites with tiny-tools (32,768 tokens)."""
+    line = (
+        "Could not pin the prefix hearth.01M94M2GF8 (retried): HTTP 422"
+        " (context_length_exceeded): this model's context is 32768 tokens, but the request"
+        " needs 48003 (48002 in the prompt + 1 for the completion)"
+    )
+    log = (
+        "2026-12-06 02:49:05.273 WARNING (MainThread) [custom_components.hearth] The house"
+        " prompt of hearth.01M94M2GF8 does not fit the model's context with its worked"
+        " examples: they are left out\n"
+        f"2026-12-06 02:49:05.512 WARNING (MainThread) [custom_components.hearth] {line}\n"
+    )
+    assert capture.too_long_pins(log, {"hearth.01M94M2GF8", "hearth.other"}) == [line]
+    assert capture.too_long_pins(log, {"hearth.other"}) == []
+    busy = log.replace("context_length_exceeded", "server_busy")
+    assert capture.too_long_pins(busy, {"hearth.01M94M2GF8"}) == []
