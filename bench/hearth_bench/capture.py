@@ -19,7 +19,9 @@ and tools) initially and after each rename, and every chat request as the suffix
 that prefix; the capture checks that each request starts with the prefix, tools included.
 With ``--house-scale N`` the house has N guest suites more (house_scale.py), and the
 fixture goes where ``--fixture`` says (``scripts/bench household --house-scale N``: the
-cache, scaled_fixture.py); its metadata says N and how many entities were exposed.
+cache, scaled_fixture.py); its metadata says N and how many entities were exposed. The
+plugin fits a house too big for the model's context to it, so ``scripts/bench household``
+captures a scaled house with the model it replays (``--model``).
 """
 
 from __future__ import annotations
@@ -315,7 +317,7 @@ class Capture:
         return placed
 
     # -- waiting ------------------------------------------------------------------
-    async def settle(self, after: int = 0, quiet: float = 4.0, timeout: float = 300) -> None:
+    async def settle(self, after: int = 0, quiet: float = 4.0, timeout: float = 900) -> None:
         """Every pin ready, each agent PUT since record ``after``, then ``quiet`` s of calm.
 
         The plugin re-pins after a 2 s debounce; ``quiet`` is longer, so once nothing has
@@ -476,14 +478,15 @@ def _sample(turn: Turn, agents: list[Agent], iteration: int, record: Recorded) -
     )
 
 
-async def capture_metadata(stack: Stack) -> dict[str, Any]:
+async def capture_metadata(stack: Stack, model: str = CAPTURE_MODEL) -> dict[str, Any]:
     config = await stack.api("GET", "/api/config")
     house = (ROOT / "config" / "house.yaml").read_bytes()
     rooms = stack.ha.house_scale
+    command = CAPTURE_COMMAND + (f" --house-scale {rooms}" if rooms else "")
     return {
         "captured_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "capture_command": CAPTURE_COMMAND + (f" --house-scale {rooms}" if rooms else ""),
-        "capture_model": CAPTURE_MODEL,
+        "capture_command": command + (f" --model {model}" if model != CAPTURE_MODEL else ""),
+        "capture_model": model,
         "ha_version": config.get("version"),
         "house_yaml_sha256": hashlib.sha256(house).hexdigest(),
         "house_scale": rooms,
@@ -499,7 +502,7 @@ async def capture_metadata(stack: Stack) -> dict[str, Any]:
         "renames": [{"entity_id": e, "name": n} for e, n in RENAMES],
         "notes": (
             "The demo house has no devices of its own: two service devices stand in for"
-            " the satellites. Assistant replies in the history come from tiny-tools."
+            f" the satellites. Assistant replies in the history come from {model}."
         ),
     }
 
@@ -525,7 +528,7 @@ async def capture_fixture(
         finally:
             records = [r.__dict__ for r in proxy.records]
             (workdir / "records.json").write_text(json.dumps(records, indent=1))
-        meta = await capture_metadata(stack)
+        meta = await capture_metadata(stack, model)
         return build_fixture(capture, meta)
     finally:
         await stack.close()
@@ -559,6 +562,12 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m hearth_bench.capture", description=__doc__)
     parser.add_argument("--fixture", type=Path, default=FIXTURE)
     parser.add_argument("--workdir", type=Path, default=None, help="keep logs here")
+    parser.add_argument(
+        "--model",
+        default=CAPTURE_MODEL,
+        help=f"the engine's model ({CAPTURE_MODEL}: scripted replies; the plugin fits a house"
+        " too big for a model's context to it, so a big house's prompts depend on the model)",
+    )
     add_house_scale(parser, "the demo house")
     args = parser.parse_args(argv)
     if args.house_scale and args.fixture.resolve() == FIXTURE.resolve():
@@ -569,7 +578,7 @@ def main(argv: list[str]) -> int:
         workdir = args.workdir or Path(tmp)
         workdir.mkdir(parents=True, exist_ok=True)
         try:
-            fixture = asyncio.run(capture_fixture(workdir, house_scale=args.house_scale))
+            fixture = asyncio.run(capture_fixture(workdir, args.model, args.house_scale))
         except (RuntimeError, TimeoutError, aiohttp.ClientError) as err:
             print(f"capture failed: {err} (logs in {workdir})", file=sys.stderr)
             return 1

@@ -1079,20 +1079,28 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     if set(EXTERNALS) & set(args.configs) and args.engine_url is None:
         parser.error(f"--configs {' / '.join(EXTERNALS)} needs --engine-url URL")
     if args.fixture is None:
-        args.fixture = fixture_path(args.house_scale) if args.house_scale else FIXTURE
+        args.fixture = FIXTURE
+        if args.house_scale:
+            args.fixture = fixture_path(args.house_scale, args.model)
     elif args.house_scale and args.fixture.resolve() == FIXTURE.resolve():
         parser.error(f"--house-scale needs a --fixture other than the committed {FIXTURE.name}")
     return args
 
 
-def check_scale(fixture: Fixture, path: Path, rooms: int) -> None:
-    """FixtureMissingError when the fixture is of another house than ``--house-scale``."""
+def check_scale(fixture: Fixture, path: Path, rooms: int, model: str) -> None:
+    """FixtureMissingError when the fixture is of another house than ``--house-scale``,
+    or a scaled house captured with another model than the replay's."""
     captured = int(fixture.meta.get("house_scale") or 0)
+    again = f"leave out --fixture, or capture it with --capture --house-scale {rooms}"
     if captured != rooms:
         raise FixtureMissingError(
             f"{path} was captured from the demo house + {captured} guest suites,"
-            f" not {rooms}: leave out --fixture, or capture it with --capture --house-scale"
-            f" {rooms} --fixture {path}"
+            f" not {rooms}: {again} --fixture {path}"
+        )
+    if rooms and fixture.meta.get("capture_model") != model:
+        raise FixtureMissingError(
+            f"{path} was captured with {fixture.meta.get('capture_model')}, not {model}:"
+            f" a big house is fitted to its model's context; {again} --model {model}"
         )
 
 
@@ -1110,7 +1118,9 @@ def main(argv: list[str]) -> int:
     if args.capture or (args.house_scale and not args.fixture.exists()):
         from .capture import main as capture_main
 
-        extra = ["--house-scale", str(args.house_scale)] if args.house_scale else []
+        extra = []
+        if args.house_scale:  # a big house is fitted to the model: the replay's captures it
+            extra = ["--house-scale", str(args.house_scale), "--model", args.model]
         if args.workdir is not None:
             extra += ["--workdir", str(args.workdir / "capture")]
         status = capture_main(["--fixture", str(args.fixture), *extra])
@@ -1118,7 +1128,7 @@ def main(argv: list[str]) -> int:
             return status
     try:
         household = Household(load_fixture(args.fixture))
-        check_scale(household.fixture, args.fixture, args.house_scale)
+        check_scale(household.fixture, args.fixture, args.house_scale, args.model)
     except FixtureMissingError as err:
         print(err)
         return 2

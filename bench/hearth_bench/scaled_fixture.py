@@ -3,17 +3,19 @@
 ``scripts/bench household --house-scale N`` replays prompts captured from the demo house
 with N guest suites. The committed fixture (``bench/fixtures/household.json``) stays the
 plain house's; a scaled one is captured on first use into
-``~/.cache/hearth/household/house-scale-N-<key>.json`` (``HEARTH_CACHE_DIR`` moves the
-cache). The key is a hash of everything the prompts follow from: N, the files of
-``config/`` (house.yaml, configuration.yaml, the demo integration, scale.py among them),
-the plugin's sources, the capture's own code and Home Assistant's version. Change any of
-them and the next run captures again; the older file is left where it is.
+``~/.cache/hearth/household/house-scale-N-<model>-<key>.json`` (``HEARTH_CACHE_DIR`` moves
+the cache). The key is a hash of everything the prompts follow from: N, the model (the
+plugin fits a house too big for the model's context to it), the files of ``config/``
+(house.yaml, configuration.yaml, the demo integration, scale.py among them), the plugin's
+sources, the capture's own code and Home Assistant's version. Change any of them and the
+next run captures again; the older file is left where it is.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -65,15 +67,24 @@ def inputs(root: Path = ROOT) -> Iterator[Path]:
     yield from (bench / name for name in CAPTURE_SOURCES)
 
 
-def fixture_key(rooms: int, root: Path = ROOT) -> str:
+def model_name(model: str) -> str:
+    """A model as the key takes it: a name as given, a folder or file by its full path."""
+    return model if re.fullmatch(r"[\w.-]+", model) else str(Path(model).resolve())
+
+
+def fixture_key(rooms: int, model: str, root: Path = ROOT) -> str:
     """The hash of the inputs of a capture of the house with ``rooms`` guest suites."""
-    digest = hashlib.sha256(f"house-scale {rooms}\nha {ha_version(root)}\n".encode())
+    head = f"house-scale {rooms}\nmodel {model_name(model)}\nha {ha_version(root)}\n"
+    digest = hashlib.sha256(head.encode())
     for path in inputs(root):
         digest.update(f"{path.relative_to(root)}\n".encode())
         digest.update(hashlib.sha256(path.read_bytes()).digest())
     return digest.hexdigest()[:KEY_CHARS]
 
 
-def fixture_path(rooms: int, root: Path = ROOT) -> Path:
-    """Where the fixture of the house with ``rooms`` guest suites is (or will be) kept."""
-    return cache_dir() / "household" / f"house-scale-{rooms}-{fixture_key(rooms, root)}.json"
+def fixture_path(rooms: int, model: str, root: Path = ROOT) -> Path:
+    """Where the fixture of the house with ``rooms`` guest suites, captured with
+    ``model``, is (or will be) kept."""
+    label = re.sub(r"[^\w.-]+", "_", Path(model).name) or "model"
+    key = fixture_key(rooms, model, root)
+    return cache_dir() / "household" / f"house-scale-{rooms}-{label}-{key}.json"

@@ -84,9 +84,12 @@ def test_household_replays_a_scaled_house_from_the_cache(
     assert (plain.house_scale, plain.fixture) == (0, FIXTURE)
     scaled = household.parse_args(["--house-scale", "32"])
     assert scaled.house_scale == 32
-    assert scaled.fixture == fixture_path(32)
+    assert scaled.fixture == fixture_path(32, "default")
     assert scaled.fixture.parent == tmp_path / "household"
-    assert scaled.fixture.name == f"house-scale-32-{fixture_key(32)}.json"
+    assert scaled.fixture.name == f"house-scale-32-default-{fixture_key(32, 'default')}.json"
+    tiny = household.parse_args(["--house-scale", "32", "--model", "tiny-tools"])
+    assert tiny.fixture.name.startswith("house-scale-32-tiny-tools-")
+    assert fixture_key(32, "tiny-tools") != fixture_key(32, "default")
     mine = household.parse_args(["--house-scale", "32", "--fixture", str(tmp_path / "f.json")])
     assert mine.fixture == tmp_path / "f.json"
 
@@ -99,14 +102,16 @@ def test_the_committed_fixture_is_never_a_scaled_one(capsys: pytest.CaptureFixtu
     assert "needs a --fixture other than the committed" in parse_error(capture.main, argv, capsys)
 
 
-def test_a_fixture_of_another_house_is_refused() -> None:
+def test_a_fixture_of_another_house_or_model_is_refused() -> None:
     committed = json.loads(FIXTURE.read_text())
     fixture = fixture_from_dict(committed)
-    household.check_scale(fixture, FIXTURE, 0)
+    household.check_scale(fixture, FIXTURE, 0, "default")  # the plain house fits either
     with pytest.raises(FixtureMissingError, match=r"demo house \+ 0 guest suites, not 3"):
-        household.check_scale(fixture, FIXTURE, 3)
-    committed["meta"]["house_scale"] = 3
-    household.check_scale(fixture_from_dict(committed), FIXTURE, 3)
+        household.check_scale(fixture, FIXTURE, 3, "default")
+    committed["meta"].update(house_scale=3, capture_model="default")
+    household.check_scale(fixture_from_dict(committed), FIXTURE, 3, "default")
+    with pytest.raises(FixtureMissingError, match="captured with default, not tiny-tools"):
+        household.check_scale(fixture_from_dict(committed), FIXTURE, 3, "tiny-tools")
 
 
 # ------------------------------------------------------------------ the cache key
@@ -134,9 +139,10 @@ def fake_root(tmp_path: Path) -> Path:
 def test_the_key_follows_the_scale_the_house_the_code_and_home_assistant(tmp_path: Path) -> None:
     root = fake_root(tmp_path)
     assert ha_version(root) == "2026.10.4"
-    key = fixture_key(32, root)
-    assert fixture_key(32, root) == key
-    assert fixture_key(33, root) != key
+    key = fixture_key(32, "default", root)
+    assert fixture_key(32, "default", root) == key
+    assert fixture_key(33, "default", root) != key
+    assert fixture_key(32, "tiny-tools", root) != key
     changes = [
         ("config/house.yaml", "floors: [{name: Loft}]\n"),
         ("config/custom_components/hearth_demo/scale.py", "MAX_ROOMS = 999\n"),
@@ -144,19 +150,19 @@ def test_the_key_follows_the_scale_the_house_the_code_and_home_assistant(tmp_pat
         ("bench/hearth_bench/capture.py", "another scenario"),
     ]
     for name, text in changes:
-        before = fixture_key(32, root)
+        before = fixture_key(32, "default", root)
         (root / name).write_text(text)
-        assert fixture_key(32, root) != before, name
+        assert fixture_key(32, "default", root) != before, name
     info = root / ".venv/ha/lib/python3.14/site-packages/homeassistant-2026.10.4.dist-info"
-    before = fixture_key(32, root)
+    before = fixture_key(32, "default", root)
     info.rename(info.with_name("homeassistant-2026.11.0.dist-info"))
     assert ha_version(root) == "2026.11.0"
-    assert fixture_key(32, root) != before
+    assert fixture_key(32, "default", root) != before
 
 
 def test_what_a_run_writes_leaves_the_key_as_it_was(tmp_path: Path) -> None:
     root = fake_root(tmp_path)
-    key = fixture_key(32, root)
+    key = fixture_key(32, "default", root)
     for name in sorted(RUNTIME_FILES):
         (root / "config" / name).write_text("written by a run")
     (root / "config/home-assistant.log").write_text("log")
@@ -164,7 +170,7 @@ def test_what_a_run_writes_leaves_the_key_as_it_was(tmp_path: Path) -> None:
     cache = root / "custom_components/hearth/__pycache__"
     cache.mkdir()
     (cache / "prefix.cpython-314.pyc").write_bytes(b"\0")
-    assert fixture_key(32, root) == key
+    assert fixture_key(32, "default", root) == key
     listed = {str(p.relative_to(root)) for p in inputs(root)}
     assert "custom_components/hearth/prefix.py" in listed  # once, not through config's link
     assert not any(p.startswith("config/custom_components/hearth/") for p in listed)
@@ -223,3 +229,9 @@ def test_a_capture_of_a_house_too_long_for_the_model_says_so() -> None:
     assert capture.too_long_pins(log, {"hearth.other"}) == []
     busy = log.replace("context_length_exceeded", "server_busy")
     assert capture.too_long_pins(busy, {"hearth.01M94M2GF8"}) == []
+
+
+def test_a_model_folder_is_keyed_by_its_full_path(tmp_path: Path) -> None:
+    folder = tmp_path / "models" / "Qwen2.5 1.5B"
+    assert fixture_key(2, str(folder)) != fixture_key(2, str(tmp_path / "other" / "Qwen2.5 1.5B"))
+    assert fixture_path(2, str(folder)).name.startswith("house-scale-2-Qwen2.5_1.5B-")
