@@ -431,10 +431,12 @@ def build_fixture(capture: Capture, meta: dict[str, Any]) -> Fixture:
                 name, capture.entities[key], pin_name, _prefixes(capture, pin_name)
             )
             variants.setdefault(key, []).append(agents[name])
+    superseded = {a.key: _superseded(capture, a.pin) for a in agents.values()}
     samples = []
     for turn in capture.turns:
         for iteration, record in enumerate(turn.records):
-            samples.append(_sample(turn, variants[turn.agent], iteration, record))
+            mine = variants[turn.agent]
+            samples.append(_sample(turn, mine, iteration, record, superseded))
     return Fixture(meta=meta, agents=agents, samples=samples)
 
 
@@ -457,18 +459,50 @@ def _prefixes(capture: Capture, pin: str) -> list[Prefix]:
     return prefixes
 
 
-def _sample(turn: Turn, agents: list[Agent], iteration: int, record: Recorded) -> Sample:
+def _superseded(capture: Capture, pin: str) -> list[tuple[int, Prefix]]:
+    """Every successful PUT of ``pin`` with its phase (0: before the first rename): the
+    plugin also re-pins a house too big for the model within a phase, once it has
+    learned how many tokens the house takes, so a request may start with an earlier one."""
+    marks = capture.rename_marks
+    return [
+        (
+            sum(seq >= mark for mark in marks),
+            Prefix("", r.body["messages"], r.body.get("tools", [])),
+        )
+        for seq, r in enumerate(capture.proxy.records)
+        if r.method == "PUT" and r.path == f"/v1/prefixes/{pin}" and r.status == 200
+    ]
+
+
+def _sample(
+    turn: Turn,
+    agents: list[Agent],
+    iteration: int,
+    record: Recorded,
+    superseded: dict[str, list[tuple[int, Prefix]]] | None = None,
+) -> Sample:
     body = dict(record.body)
     messages = body.pop("messages")
     tools = body.pop("tools", [])
+
+    def starts(prefix: Prefix) -> bool:
+        return messages[: len(prefix.messages)] == prefix.messages and tools == prefix.tools
+
     # The longest pinned prefix the request starts with: a re-pin after a rename keeps the
     # earlier pin's messages and adds one (house_delta.py), so both match.
     matches = [
         (len(prefix.messages), agent.key, index)
         for agent in agents
         for index, prefix in enumerate(agent.prefixes)
-        if messages[: len(prefix.messages)] == prefix.messages and tools == prefix.tools
+        if starts(prefix)
     ]
+    if not matches and superseded:  # else a PUT its phase replaced (its suffix is the same)
+        matches = [
+            (len(prefix.messages), agent.key, phase)
+            for agent in agents
+            for phase, prefix in superseded.get(agent.key, [])
+            if starts(prefix)
+        ]
     if matches:
         n, key, index = max(matches)
         return Sample(turn.role, key, index, turn.turn, iteration, messages[n:], body)

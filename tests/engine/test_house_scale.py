@@ -13,12 +13,14 @@ import json
 import os
 import subprocess
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from hearth_bench import accuracy, capture, household
 from hearth_bench.capture import FIXTURE, FixtureMissingError, fixture_from_dict
 from hearth_bench.house_scale import describe, environment, rooms_arg, scale_module
+from hearth_bench.proxy import Recorded
 from hearth_bench.scaled_fixture import fixture_key, fixture_path, ha_version, inputs
 from hearth_bench.stack import ROOT, RUNTIME_FILES
 
@@ -235,3 +237,44 @@ def test_a_model_folder_is_keyed_by_its_full_path(tmp_path: Path) -> None:
     folder = tmp_path / "models" / "Qwen2.5 1.5B"
     assert fixture_key(2, str(folder)) != fixture_key(2, str(tmp_path / "other" / "Qwen2.5 1.5B"))
     assert fixture_path(2, str(folder)).name.startswith("house-scale-2-Qwen2.5_1.5B-")
+
+
+def _record(seq: int, method: str, path: str, messages: list[str]) -> Recorded:
+    body = {"messages": [{"role": "system", "content": m} for m in messages], "tools": []}
+    return Recorded(seq, 0.0, method, path, body, 200)
+
+
+def test_a_request_on_a_prefix_its_phase_replaced_is_kept() -> None:
+    """A house too big for the model is pinned, then pinned again fitted (no rename): the
+    requests served between keep their suffix, in the phase they were made in."""
+    pin = "/v1/prefixes/hearth.a"
+    records = [
+        _record(0, "PUT", pin, ["house, all areas"]),
+        _record(1, "POST", "/v1/chat/completions", ["house, all areas", "turn on"]),
+        _record(2, "PUT", pin, ["house, fitted"]),
+        _record(3, "POST", "/v1/chat/completions", ["house, fitted", "turn off"]),
+        _record(4, "PUT", pin, ["house, fitted", "renamed"]),
+        _record(5, "POST", "/v1/chat/completions", ["house, fitted", "renamed", "dim"]),
+        _record(6, "PUT", pin, ["house, fitted", "renamed twice"]),
+        _record(7, "POST", "/v1/chat/completions", ["other house", "hello"]),
+    ]
+    turns = [capture.Turn("chat", "hearth", 1, [records[n]], {}) for n in (1, 3, 5)]
+    fake = SimpleNamespace(
+        proxy=SimpleNamespace(records=records),
+        rename_marks=[4, 6],
+        pins={"hearth": "hearth.a"},
+        entities={"hearth": "conversation.hearth"},
+        turns=turns,
+    )
+    built = capture.build_fixture(fake, {})  # type: ignore[arg-type]
+    prefixes = built.agents["hearth"].prefixes
+    assert [p.messages[-1]["content"] for p in prefixes] == [
+        "house, fitted",
+        "renamed",
+        "renamed twice",
+    ]
+    shapes = [(s.prefix, [m["content"] for m in s.suffix]) for s in built.samples]
+    assert shapes == [(0, ["turn on"]), (0, ["turn off"]), (1, ["dim"])]
+    fake.turns = [capture.Turn("chat", "hearth", 1, [records[7]], {})]
+    with pytest.raises(RuntimeError, match="does not start with any pinned prefix"):
+        capture.build_fixture(fake, {})  # type: ignore[arg-type]
