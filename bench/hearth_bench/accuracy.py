@@ -15,6 +15,9 @@ got right. A home is spoken to in its fixture's ``language``. A fixture entity t
 cannot build is a warning and left out, with the sentences that name it; a home that
 cannot be built at all ends the run with one line (exit status 2). The report ends with
 a row in the public leaderboard's form (per category: % right, sentences, 95 % CI).
+``--house-scale N`` adds N guest suites to every home (distractors: the sentences stay the
+same, and a change to a suite counts as a wrong action); each home's start says how many
+entities it exposes.
 
     scripts/bench accuracy --dataset bench/datasets/hearth-house --mode llm --json out.json
 """
@@ -41,6 +44,8 @@ from .accuracy_judge import judge
 from .accuracy_report import Outcome, print_report, summarize
 from .accuracy_setup import passable
 from .common import model_spec
+from .house_scale import add_argument as add_house_scale
+from .house_scale import describe
 from .proxy import RecordingProxy
 from .server import EngineProcess
 
@@ -139,12 +144,19 @@ async def run_home(
     mode: str,
     on_outcome: OnOutcome | None = None,
     agent_options: Mapping[str, Any] | None = None,
+    house_scale: int = 0,
+    exposed: dict[str, int] | None = None,
 ) -> list[Outcome]:
+    """Ask a home its sentences; ``exposed`` gets the home's count of exposed entities."""
     proxy = await RecordingProxy(engine.url, keep_responses=True).start()
-    stack = HomeStack(workdir, home, engine, proxy.url, agent_options)
+    stack = HomeStack(workdir, home, engine, proxy.url, agent_options, house_scale)
     outcomes = []
     try:
         await stack.start()
+        if exposed is not None:
+            exposed[home.name] = len(stack.exposed)
+        house = describe(house_scale, len(stack.exposed), f"home {home.name}")
+        print(f"[{home.name}] {house}", file=sys.stderr)
         for line in stack.left_out:
             print(f"[{home.name}] warning: left out {line}", file=sys.stderr)
         tasks = _buildable(home.name, tasks, stack.left_out_ids)
@@ -180,6 +192,7 @@ async def run(
     engine_args: Sequence[str] = (),
     on_outcome: OnOutcome | None = None,
     agent_options: Mapping[str, Any] | None = None,
+    house_scale: int = 0,
 ) -> tuple[dict[str, Any], list[Outcome]]:
     """Run the dataset; the report object and the per-request outcomes (each also passed
     to ``on_outcome`` as soon as it is known)."""
@@ -189,22 +202,26 @@ async def run(
     args = ["--model", model_spec(model), *engine_args]
     engine = EngineProcess(args, workdir / "engine.log").start()
     outcomes: list[Outcome] = []
+    exposed: dict[str, int] = {}
     try:
         for home in homes:
             mine = [t for t in tasks if t.home == home.name]
             if mine:
                 outcomes += await run_home(
-                    workdir / home.name, home, mine, engine, mode, on_outcome, agent_options
-                )
+                    workdir / home.name, home, mine, engine, mode, on_outcome, agent_options,
+                    house_scale, exposed,
+                )  # fmt: skip
     finally:
         engine.stop()
     report = summarize(outcomes, mode, model, str(dataset))
     report["agent_options"] = dict(agent_options or {})
     report["engine_args"] = list(engine_args)
+    report["house_scale"] = house_scale
+    report["exposed_entities"] = exposed
     return report, outcomes
 
 
-def main(argv: list[str]) -> int:
+def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="scripts/bench accuracy",
         description=__doc__,
@@ -235,7 +252,12 @@ def main(argv: list[str]) -> int:
         action="store_true",
         help="turn off the agent's worked examples (on by default; see examples.py)",
     )
-    args = parser.parse_args(argv)
+    add_house_scale(parser, "every home (distractors; the sentences stay the same)")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str]) -> int:
+    args = parse_args(argv)
     agent_options: dict[str, Any] = {"tool_first": True} if args.tool_first else {}
     if args.no_examples:
         agent_options["examples"] = False
@@ -267,6 +289,7 @@ def main(argv: list[str]) -> int:
                     engine_args,
                     write,
                     agent_options,
+                    args.house_scale,
                 )
             )
         except (HomeStartError, DatasetError) as err:

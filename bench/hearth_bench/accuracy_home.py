@@ -11,6 +11,10 @@ first start, so the preferred pipeline is made in it; conversation requests name
 too). A fixture entity the demo cannot build is left out with a warning in Home
 Assistant's log (``left_out``); a home the demo cannot build at all stops the start at
 once with the logged reason (HomeStartError).
+
+With ``house_scale`` N the demo adds N guest suites to the home (house_scale.py): names
+no sentence asks for, in the prompt beside the home's own. They are watched, not reset:
+a sentence that moves one is judged wrong, as for any change it did not ask for.
 """
 
 from __future__ import annotations
@@ -83,15 +87,18 @@ class HomeStack:
         engine: EngineProcess,
         engine_url: str,
         agent_options: Mapping[str, Any] | None = None,
+        house_scale: int = 0,
     ):
         self.home = home
-        self.stack = Stack(workdir, [], engine_url=engine_url)
+        self.stack = Stack(workdir, [], engine_url=engine_url, house_scale=house_scale)
         self.stack.engine = engine  # shared: never started or stopped here
         config = workdir / "config"
         (config / "house.yaml").write_text(house_yaml(home.fixtures, engine_url, agent_options))
         set_language(config / "configuration.yaml", home.language)
         set_unit_system(config / "configuration.yaml", unit_system(home.entities))
         self.left_out: list[str] = []  # "<entity id>: <why>", as Home Assistant logged it
+        self.exposed: list[str] = []  # the entity ids exposed to Assist, once started
+        self.distractors: set[str] = set()  # those of the guest suites (house_scale)
 
     def _log(self) -> str:
         return self.stack.ha.log_text
@@ -116,6 +123,9 @@ class HomeStack:
         except TimeoutError as err:
             raise HomeStartError(f"{self.home.name}: Hearth was not wired in: {err}") from None
         self.left_out = LEFT_OUT.findall(self._log())
+        self.exposed = await self.stack.exposed_entities()
+        if self.stack.ha.house_scale:
+            self.distractors = set(self.exposed) - set(self.home.entities)
         return self
 
     async def _agent_or_failed(self) -> bool:
@@ -156,12 +166,12 @@ class HomeStack:
             resp.raise_for_status()
 
     async def snapshot(self) -> dict[str, dict[str, Any]]:
-        """The home's entities as ``{entity_id: {state, attributes}}``."""
+        """The home's entities and the guest suites' as ``{entity_id: {state, attributes}}``."""
         states = await self.stack.api("GET", "/api/states")
         return {
             s["entity_id"]: {"state": s["state"], "attributes": s["attributes"]}
             for s in states
-            if s["entity_id"] in self.home.entities
+            if s["entity_id"] in self.home.entities or s["entity_id"] in self.distractors
         }
 
     # -- requests ------------------------------------------------------------------------

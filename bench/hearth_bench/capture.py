@@ -17,6 +17,11 @@ It then drives Home Assistant over its public APIs only:
 The fixture (``bench/fixtures/household.json``) keeps each agent's pinned prefix (messages
 and tools) initially and after each rename, and every chat request as the suffix after
 that prefix; the capture checks that each request starts with the prefix, tools included.
+With ``--house-scale N`` the house has N guest suites more (house_scale.py), and the
+fixture goes where ``--fixture`` says (``scripts/bench household --house-scale N``: the
+cache, scaled_fixture.py); its metadata says N and how many entities were exposed. The
+plugin fits a house too big for the model's context to it, so ``scripts/bench household``
+captures a scaled house with the model it replays (``--model``).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import datetime as dt
 import hashlib
 import itertools
 import json
+import re
 import sys
 import tempfile
 import time
@@ -37,6 +43,8 @@ from typing import Any
 
 import aiohttp
 
+from .house_scale import add_argument as add_house_scale
+from .house_scale import describe
 from .proxy import Recorded, RecordingProxy
 from .server import free_port
 from .stack import ROOT, Stack
@@ -47,6 +55,8 @@ FORMAT = 1
 CAPTURE_MODEL = "tiny-tools"
 # The plugin's satellite class pins: ``<agent pin>.<class>`` (device_class.py).
 PIN_CLASSES = ("no_timers", "timers")
+# What the plugin logs when a prefix cannot fit the model (a house too big for it).
+TOO_LONG = re.compile(r"Could not pin the prefix (\S+) .*context_length_exceeded.*")
 
 AGENT_1 = "conversation.hearth"
 AUTOMATION_TITLE = "Automation"
@@ -307,7 +317,7 @@ class Capture:
         return placed
 
     # -- waiting ------------------------------------------------------------------
-    async def settle(self, after: int = 0, quiet: float = 4.0, timeout: float = 300) -> None:
+    async def settle(self, after: int = 0, quiet: float = 4.0, timeout: float = 900) -> None:
         """Every pin ready, each agent PUT since record ``after``, then ``quiet`` s of calm.
 
         The plugin re-pins after a 2 s debounce; ``quiet`` is longer, so once nothing has
@@ -324,6 +334,8 @@ class Capture:
             wanted = set(self.pins.values())
             if wanted <= ready and wanted <= put and time.time() - last > quiet:
                 return
+            if too_long := too_long_pins(self.stack.ha.log_text, wanted - ready):
+                raise RuntimeError(f"the house does not fit the model: {too_long[0]}")
             if time.monotonic() > deadline:
                 raise TimeoutError(f"pins not settled: ready {ready}, put {put}")
             await asyncio.sleep(0.5)
@@ -346,6 +358,11 @@ class Capture:
             {"type": "config/entity_registry/update", "entity_id": entity_id, "name": name}
         )
         await self.settle(after=mark)
+
+
+def too_long_pins(log: str, pins: set[str]) -> list[str]:
+    """The plugin's log lines that say one of ``pins`` is longer than the model's context."""
+    return [m.group(0) for m in TOO_LONG.finditer(log) if m.group(1) in pins]
 
 
 async def drive(capture: Capture) -> dict[str, str]:
@@ -414,10 +431,12 @@ def build_fixture(capture: Capture, meta: dict[str, Any]) -> Fixture:
                 name, capture.entities[key], pin_name, _prefixes(capture, pin_name)
             )
             variants.setdefault(key, []).append(agents[name])
+    superseded = {a.key: _superseded(capture, a.pin) for a in agents.values()}
     samples = []
     for turn in capture.turns:
         for iteration, record in enumerate(turn.records):
-            samples.append(_sample(turn, variants[turn.agent], iteration, record))
+            mine = variants[turn.agent]
+            samples.append(_sample(turn, mine, iteration, record, superseded))
     return Fixture(meta=meta, agents=agents, samples=samples)
 
 
@@ -440,18 +459,50 @@ def _prefixes(capture: Capture, pin: str) -> list[Prefix]:
     return prefixes
 
 
-def _sample(turn: Turn, agents: list[Agent], iteration: int, record: Recorded) -> Sample:
+def _superseded(capture: Capture, pin: str) -> list[tuple[int, Prefix]]:
+    """Every successful PUT of ``pin`` with its phase (0: before the first rename): the
+    plugin also re-pins a house too big for the model within a phase, once it has
+    learned how many tokens the house takes, so a request may start with an earlier one."""
+    marks = capture.rename_marks
+    return [
+        (
+            sum(seq >= mark for mark in marks),
+            Prefix("", r.body["messages"], r.body.get("tools", [])),
+        )
+        for seq, r in enumerate(capture.proxy.records)
+        if r.method == "PUT" and r.path == f"/v1/prefixes/{pin}" and r.status == 200
+    ]
+
+
+def _sample(
+    turn: Turn,
+    agents: list[Agent],
+    iteration: int,
+    record: Recorded,
+    superseded: dict[str, list[tuple[int, Prefix]]] | None = None,
+) -> Sample:
     body = dict(record.body)
     messages = body.pop("messages")
     tools = body.pop("tools", [])
+
+    def starts(prefix: Prefix) -> bool:
+        return messages[: len(prefix.messages)] == prefix.messages and tools == prefix.tools
+
     # The longest pinned prefix the request starts with: a re-pin after a rename keeps the
     # earlier pin's messages and adds one (house_delta.py), so both match.
     matches = [
         (len(prefix.messages), agent.key, index)
         for agent in agents
         for index, prefix in enumerate(agent.prefixes)
-        if messages[: len(prefix.messages)] == prefix.messages and tools == prefix.tools
+        if starts(prefix)
     ]
+    if not matches and superseded:  # else a PUT its phase replaced (its suffix is the same)
+        matches = [
+            (len(prefix.messages), agent.key, phase)
+            for agent in agents
+            for phase, prefix in superseded.get(agent.key, [])
+            if starts(prefix)
+        ]
     if matches:
         n, key, index = max(matches)
         return Sample(turn.role, key, index, turn.turn, iteration, messages[n:], body)
@@ -461,15 +512,19 @@ def _sample(turn: Turn, agents: list[Agent], iteration: int, record: Recorded) -
     )
 
 
-async def capture_metadata(stack: Stack) -> dict[str, Any]:
+async def capture_metadata(stack: Stack, model: str = CAPTURE_MODEL) -> dict[str, Any]:
     config = await stack.api("GET", "/api/config")
     house = (ROOT / "config" / "house.yaml").read_bytes()
+    rooms = stack.ha.house_scale
+    command = CAPTURE_COMMAND + (f" --house-scale {rooms}" if rooms else "")
     return {
         "captured_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "capture_command": CAPTURE_COMMAND,
-        "capture_model": CAPTURE_MODEL,
+        "capture_command": command + (f" --model {model}" if model != CAPTURE_MODEL else ""),
+        "capture_model": model,
         "ha_version": config.get("version"),
         "house_yaml_sha256": hashlib.sha256(house).hexdigest(),
+        "house_scale": rooms,
+        "exposed_entities": len(await stack.exposed_entities()),
         "satellites": {
             s.role: {
                 "area_id": s.area_id,
@@ -481,15 +536,22 @@ async def capture_metadata(stack: Stack) -> dict[str, Any]:
         "renames": [{"entity_id": e, "name": n} for e, n in RENAMES],
         "notes": (
             "The demo house has no devices of its own: two service devices stand in for"
-            " the satellites. Assistant replies in the history come from tiny-tools."
+            f" the satellites. Assistant replies in the history come from {model}."
         ),
     }
 
 
-async def capture_fixture(workdir: Path, model: str = CAPTURE_MODEL) -> Fixture:
+async def capture_fixture(
+    workdir: Path, model: str = CAPTURE_MODEL, house_scale: int = 0
+) -> Fixture:
     """Run a live stack behind the proxy, drive the household, return the fixture."""
     proxy_port = free_port()
-    stack = Stack(workdir, ["--model", model], engine_url=f"http://127.0.0.1:{proxy_port}")
+    stack = Stack(
+        workdir,
+        ["--model", model],
+        engine_url=f"http://127.0.0.1:{proxy_port}",
+        house_scale=house_scale,
+    )
     proxy = await RecordingProxy(stack.engine.url, port=proxy_port).start()
     try:
         await asyncio.to_thread(stack.engine.start)
@@ -500,7 +562,7 @@ async def capture_fixture(workdir: Path, model: str = CAPTURE_MODEL) -> Fixture:
         finally:
             records = [r.__dict__ for r in proxy.records]
             (workdir / "records.json").write_text(json.dumps(records, indent=1))
-        meta = await capture_metadata(stack)
+        meta = await capture_metadata(stack, model)
         return build_fixture(capture, meta)
     finally:
         await stack.close()
@@ -520,20 +582,37 @@ def summary(fixture: Fixture) -> str:
     for sample in fixture.samples:
         roles[sample.role] = roles.get(sample.role, 0) + 1
     versions = {k: len(a.prefixes) for k, a in fixture.agents.items()}
-    return f"agents {versions} (prefix versions), samples {roles}"
+    house = house_of(fixture)
+    return f"{house}; agents {versions} (prefix versions), samples {roles}"
+
+
+def house_of(fixture: Fixture) -> str:
+    """The house a fixture was captured from, in one line (older ones do not say)."""
+    meta = fixture.meta
+    return describe(int(meta.get("house_scale") or 0), meta.get("exposed_entities"))
 
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m hearth_bench.capture", description=__doc__)
     parser.add_argument("--fixture", type=Path, default=FIXTURE)
     parser.add_argument("--workdir", type=Path, default=None, help="keep logs here")
+    parser.add_argument(
+        "--model",
+        default=CAPTURE_MODEL,
+        help=f"the engine's model ({CAPTURE_MODEL}: scripted replies; the plugin fits a house"
+        " too big for a model's context to it, so a big house's prompts depend on the model)",
+    )
+    add_house_scale(parser, "the demo house")
     args = parser.parse_args(argv)
+    if args.house_scale and args.fixture.resolve() == FIXTURE.resolve():
+        parser.error(f"--house-scale needs a --fixture other than the committed {FIXTURE.name}")
     started = time.monotonic()
+    print(f"capturing the household of {describe(args.house_scale, None)}", flush=True)
     with tempfile.TemporaryDirectory(prefix="hearth-capture-") as tmp:
         workdir = args.workdir or Path(tmp)
         workdir.mkdir(parents=True, exist_ok=True)
         try:
-            fixture = asyncio.run(capture_fixture(workdir))
+            fixture = asyncio.run(capture_fixture(workdir, args.model, args.house_scale))
         except (RuntimeError, TimeoutError, aiohttp.ClientError) as err:
             print(f"capture failed: {err} (logs in {workdir})", file=sys.stderr)
             return 1

@@ -2,6 +2,8 @@
 
 The prompts come from ``bench/fixtures/household.json``: what the Hearth plugin really
 sent for the demo house (``--capture`` records it again through a live Home Assistant).
+``--house-scale N`` replays the demo house with N guest suites added instead: its fixture
+is captured the same way on first use and kept in the cache (scaled_fixture.py).
 A trace fixed by ``--seed`` mixes two voice satellites in different areas, a chat user
 whose history grows turn by turn (the engine's own replies are re-sent, as the plugin
 does), automations calling the second agent, bursts of 2-4 simultaneous requests, two
@@ -75,10 +77,12 @@ from typing import Any
 
 import aiohttp
 
-from .capture import FIXTURE, Fixture, FixtureMissingError, Sample, load_fixture
+from .capture import FIXTURE, Fixture, FixtureMissingError, Sample, house_of, load_fixture
 from .common import Periodic, percentile, print_table, write_json
 from .container import ContainerEngine, build_image
+from .house_scale import add_argument as add_house_scale
 from .llama_server import parse_metrics
+from .scaled_fixture import fixture_path
 from .server import EngineProcess
 
 ROLES = ("satellite_a", "satellite_b", "chat", "automation")
@@ -262,13 +266,18 @@ def add_tool_call_deltas(calls: list[dict[str, Any]], deltas: Sequence[dict[str,
         call["function"]["arguments"] += function.get("arguments") or ""
 
 
+class PinRefusedError(RuntimeError):
+    """The engine refused an agent's prefix (a house too long for the model, say)."""
+
+
 async def put_pin(
     session: aiohttp.ClientSession, url: str, name: str, body: dict[str, Any]
 ) -> dict[str, Any]:
     async with session.put(f"{url}/v1/prefixes/{name}", json=body) as resp:
         data = await resp.json()
         if resp.status != 200:
-            raise RuntimeError(f"pin {name} refused: {resp.status} {data}")
+            message = (data.get("error") or {}).get("message") if isinstance(data, dict) else None
+            raise PinRefusedError(f"pin {name} refused: {resp.status} {message or data}")
         return dict(data)
 
 
@@ -1022,7 +1031,14 @@ async def run_all(
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="scripts/bench household", description=__doc__)
     parser.add_argument("--capture", action="store_true", help="re-capture the fixture and exit")
-    parser.add_argument("--fixture", type=Path, default=FIXTURE)
+    parser.add_argument(
+        "--fixture",
+        type=Path,
+        default=None,
+        help=f"default: bench/fixtures/{FIXTURE.name}; with --house-scale, the cached capture"
+        " of that house (captured first when missing)",
+    )
+    add_house_scale(parser, "the demo house (its household is captured once, then cached)")
     parser.add_argument("--model", default="default", help="default, tiny-tools, a folder")
     parser.add_argument("--requests", type=int, default=20, help="requests per configuration")
     parser.add_argument("--seed", type=int, default=2026)
@@ -1062,7 +1078,30 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     args.configs = chosen_configs(args.configs, args.engine_url)
     if set(EXTERNALS) & set(args.configs) and args.engine_url is None:
         parser.error(f"--configs {' / '.join(EXTERNALS)} needs --engine-url URL")
+    if args.fixture is None:
+        args.fixture = FIXTURE
+        if args.house_scale:
+            args.fixture = fixture_path(args.house_scale, args.model)
+    elif args.house_scale and args.fixture.resolve() == FIXTURE.resolve():
+        parser.error(f"--house-scale needs a --fixture other than the committed {FIXTURE.name}")
     return args
+
+
+def check_scale(fixture: Fixture, path: Path, rooms: int, model: str) -> None:
+    """FixtureMissingError when the fixture is of another house than ``--house-scale``,
+    or a scaled house captured with another model than the replay's."""
+    captured = int(fixture.meta.get("house_scale") or 0)
+    again = f"leave out --fixture, or capture it with --capture --house-scale {rooms}"
+    if captured != rooms:
+        raise FixtureMissingError(
+            f"{path} was captured from the demo house + {captured} guest suites,"
+            f" not {rooms}: {again} --fixture {path}"
+        )
+    if rooms and fixture.meta.get("capture_model") != model:
+        raise FixtureMissingError(
+            f"{path} was captured with {fixture.meta.get('capture_model')}, not {model}:"
+            f" a big house is fitted to its model's context; {again} --model {model}"
+        )
 
 
 def chosen_configs(configs: list[str] | None, engine_url: str | None) -> list[str]:
@@ -1076,15 +1115,24 @@ def chosen_configs(configs: list[str] | None, engine_url: str | None) -> list[st
 
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
-    if args.capture:
+    if args.capture or (args.house_scale and not args.fixture.exists()):
         from .capture import main as capture_main
 
-        return capture_main(["--fixture", str(args.fixture)])
+        extra = []
+        if args.house_scale:  # a big house is fitted to the model: the replay's captures it
+            extra = ["--house-scale", str(args.house_scale), "--model", args.model]
+        if args.workdir is not None:
+            extra += ["--workdir", str(args.workdir / "capture")]
+        status = capture_main(["--fixture", str(args.fixture), *extra])
+        if args.capture or status:
+            return status
     try:
         household = Household(load_fixture(args.fixture))
+        check_scale(household.fixture, args.fixture, args.house_scale, args.model)
     except FixtureMissingError as err:
         print(err)
         return 2
+    print(f"house: {house_of(household.fixture)} (fixture {args.fixture})", flush=True)
     trace = make_trace(
         args.seed, args.requests, household.pool_sizes(), len(household.chat_turns),
         household.versions() - 1,
@@ -1100,7 +1148,11 @@ def main(argv: list[str]) -> int:
             args.engine_url, args.one_at_a_time,
         )  # fmt: skip
         started = time.monotonic()
-        configs, runs = asyncio.run(run_all(household, trace, args.configs, settings))
+        try:
+            configs, runs = asyncio.run(run_all(household, trace, args.configs, settings))
+        except PinRefusedError as err:
+            print(f"scripts/bench household: {err} ({house_of(household.fixture)})")
+            return 2
     print()
     print_report(configs)
     print()
@@ -1118,6 +1170,7 @@ def main(argv: list[str]) -> int:
         "one_at_a_time": args.one_at_a_time,
         "repin_delay_s": args.repin_delay,
         "fixture": household.fixture.meta,
+        "house_scale": args.house_scale,
         "wall_s": round(time.monotonic() - started, 1),
     }
     write_json(args.json, output)

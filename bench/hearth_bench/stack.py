@@ -2,7 +2,8 @@
 
 Used by the end-to-end tests and by the prompt capture. Home Assistant runs from a
 private copy of ``config/`` (so runs never touch the developer's ``.storage``), on free
-loopback ports, with Hearth pointed at the engine through ``HEARTH_ENGINE_URL``.
+loopback ports, with Hearth pointed at the engine through ``HEARTH_ENGINE_URL`` and the
+house's guest suites set by ``HEARTH_HOUSE_SCALE`` (house_scale.py; 0: none).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 
 import aiohttp
 
+from .house_scale import environment
 from .server import EngineProcess, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -59,8 +61,11 @@ class HomeAssistantStartError(RuntimeError):
 
 
 class HomeAssistantProcess:
-    def __init__(self, config: Path, engine_url: str, port: int | None = None) -> None:
+    def __init__(
+        self, config: Path, engine_url: str, port: int | None = None, house_scale: int = 0
+    ) -> None:
         self.config = config
+        self.house_scale = house_scale
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.engine_url = engine_url
@@ -79,7 +84,11 @@ class HomeAssistantProcess:
             check=True,
             capture_output=True,
         )  # fmt: skip
-        env = {**os.environ, "HEARTH_ENGINE_URL": self.engine_url}
+        env = {
+            **os.environ,
+            "HEARTH_ENGINE_URL": self.engine_url,
+            **environment(self.house_scale),
+        }
         log = (self.config / "console.log").open("ab")
         self.proc = subprocess.Popen(
             # The `hass` entry point, not `python -m homeassistant`: -m puts the working
@@ -146,16 +155,21 @@ class Stack:
     """Engine + Home Assistant, with REST and WebSocket helpers."""
 
     def __init__(
-        self, workdir: Path, engine_args: list[str], engine_url: str | None = None
+        self,
+        workdir: Path,
+        engine_args: list[str],
+        engine_url: str | None = None,
+        house_scale: int = 0,
     ) -> None:
         """``engine_url``, if given, is what Home Assistant uses instead of the engine's
-        own URL (e.g. a recording proxy in front of the engine)."""
+        own URL (e.g. a recording proxy in front of the engine); ``house_scale`` guest
+        suites are added to the house (house_scale.py)."""
         self.workdir = workdir
         self.store = workdir / "store"
         self.engine_args = [*engine_args, "--prefix-store", str(self.store)]
         self.engine = EngineProcess(self.engine_args, workdir / "engine.log")
         self.ha = HomeAssistantProcess(
-            copy_config(workdir / "config"), engine_url or self.engine.url
+            copy_config(workdir / "config"), engine_url or self.engine.url, house_scale=house_scale
         )
         self.session: aiohttp.ClientSession | None = None
         self._ids = itertools.count(1)
@@ -228,6 +242,12 @@ class Stack:
         async with session.request(method, url, json=body, headers=self._auth) as resp:
             resp.raise_for_status()
             return await resp.json()
+
+    async def exposed_entities(self) -> list[str]:
+        """The entity ids exposed to Assist (conversation agents), sorted."""
+        (reply,) = await self.ws({"type": "homeassistant/expose_entity/list"})
+        exposed = reply["result"]["exposed_entities"]
+        return sorted(e for e, to in exposed.items() if to.get("conversation"))
 
     async def engine_get(self, path: str) -> dict[str, Any]:
         session = await self._session()

@@ -8,12 +8,15 @@ On every start, from house.yaml:
 4. once Home Assistant has started, Hearth is wired in when installed (wiring.py).
 A dataset home (`fixtures:`, a `_fixtures.yaml`) is built the same way (fixtures.py);
 `hearth_demo.set_states` resets its states between benchmark requests (states.py).
+With HEARTH_HOUSE_SCALE=N in the environment, N guest suites are added (scale.py).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
+from typing import Any
 
 import probatio
 from homeassistant.core import HomeAssistant
@@ -26,7 +29,8 @@ from .const import DATA_HOUSE, DOMAIN, PLATFORMS
 from .helpers import async_setup_helpers
 from .house import async_build_house
 from .prompt import async_register_services
-from .schema import CONFIG_SCHEMA, house_from_config
+from .scale import ENV_HOUSE_SCALE, rooms_from_env, scale_house
+from .schema import CONFIG_SCHEMA, HOUSE_SCHEMA, house_from_config
 from .states import async_register_set_states
 from .timers import async_register_timer_devices
 from .wiring import async_wire_hearth
@@ -39,11 +43,12 @@ _LOGGER = logging.getLogger(__name__)
 async def async_setup(hass: HomeAssistant, config: ConfigType) -> bool:
     """Build the demo house."""
     try:
+        conf = _scaled(config[DOMAIN])
         # In the executor: a dataset home's `_fixtures.yaml` is read from disk.
         house = await hass.async_add_executor_job(
-            house_from_config, config[DOMAIN], Path(hass.config.config_dir)
+            house_from_config, conf, Path(hass.config.config_dir)
         )
-    except probatio.Invalid as err:
+    except (probatio.Invalid, ValueError) as err:
         _LOGGER.error("Invalid demo house in house.yaml: %s", err)
         return False
     hass.data[DATA_HOUSE] = house
@@ -70,3 +75,12 @@ async def async_setup(hass: HomeAssistant, config: ConfigType) -> bool:
 
         async_at_started(hass, _wire)
     return True
+
+
+def _scaled(conf: dict[str, Any]) -> dict[str, Any]:
+    """The house with the guest suites HEARTH_HOUSE_SCALE asks for, validated again."""
+    rooms = rooms_from_env(os.environ)
+    if not rooms:
+        return conf
+    _LOGGER.info("Demo house scaled: %d guest suites added (%s)", rooms, ENV_HOUSE_SCALE)
+    return dict(HOUSE_SCHEMA(scale_house(conf, rooms)))
