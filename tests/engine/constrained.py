@@ -1,6 +1,7 @@
 """Shared by the constrained-decoding tests: tools a random model can finish (enums and
 bounded integers, no free strings or arrays it would never close) and a small checker
-of JSON values against those schemas (``jsonschema`` is not a dependency)."""
+of JSON values against those schemas and Home Assistant's (``anyOf``, arrays, numbers;
+``jsonschema`` is not a dependency)."""
 
 from __future__ import annotations
 
@@ -50,15 +51,24 @@ HOUSE_NAMES = ["Kitchen Light", "Porch Lamp"]
 def schema_errors(value: Any, schema: dict[str, Any], path: str = "$") -> list[str]:
     """What in ``value`` breaks ``schema`` (type, enum, range, required, extra keys)."""
     errors: list[str] = []
+    if "anyOf" in schema:
+        options = [schema_errors(value, option, path) for option in schema["anyOf"]]
+        if all(options):
+            return [f"{path}: no option of anyOf fits {value!r}: {options}"]
     kind = schema.get("type")
     checks = {
         "object": lambda v: isinstance(v, dict),
+        "array": lambda v: isinstance(v, list),
         "string": lambda v: isinstance(v, str),
         "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
+        "number": lambda v: isinstance(v, int | float) and not isinstance(v, bool),
         "boolean": lambda v: isinstance(v, bool),
     }
     if kind is not None and not checks[kind](value):
         return [f"{path}: not {kind}: {value!r}"]
+    if kind == "array" and "items" in schema:
+        for i, item in enumerate(value):
+            errors.extend(schema_errors(item, schema["items"], f"{path}[{i}]"))
     if "enum" in schema and value not in schema["enum"]:
         errors.append(f"{path}: {value!r} not in {schema['enum']}")
     if "minimum" in schema and value < schema["minimum"]:

