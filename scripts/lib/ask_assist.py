@@ -84,6 +84,11 @@ def ask(client: Client, number: int, question: str, agent_id: str) -> None:
 
     print(f"[{number}] Q: {question}")
     print(f"    A: {speech_of(result)}")
+    data = result.get("response", {}).get("data", {})
+    for outcome in ("success", "failed"):
+        if targets := data.get(outcome):
+            names = ", ".join(f"{t.get('name')} ({t.get('id')})" for t in targets)
+            print(f"    Home Assistant reports {outcome}: {names}")
     requests = after["requests_total"] - before["requests_total"]
     if requests <= 0:
         print(f"    answered by {agent_id} without the engine in {elapsed:.1f} s")
@@ -116,10 +121,15 @@ def main() -> int:
     token = args.token_file.read_text(encoding="utf-8").strip()
     client = Client(args.ha_url.rstrip("/"), token, args.engine_url.rstrip("/"))
     try:
-        if args.agent == "conversation.hearth":
-            print(f"pinned prefixes: {wait_for_pins(client, args.pin_timeout)}", flush=True)
+        pinned = args.agent == "conversation.hearth"
+        if pinned:
+            wait_for_pins(client, args.pin_timeout)
         for number in range(1, args.times + 1):
             ask(client, number, args.question, args.agent)
+        if pinned:
+            # After the turns: a pin restored from the store may be replaced by the house's
+            # own once the plugin has rendered it (a changed house pins on first use).
+            print(f"pinned prefixes: {wait_for_pins(client, args.pin_timeout)}", flush=True)
     except urllib.error.HTTPError as err:
         detail = err.read().decode(errors="replace")[:500]
         print(f"request to {err.url} failed: HTTP {err.code} {detail}", file=sys.stderr)
