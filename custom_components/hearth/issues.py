@@ -1,19 +1,22 @@
 """Repairs issues about the pins: one the engine refuses, one rebuilt too often, and a
 house too big for the model's context.
 
-Both are per agent and not persistent: the pin manager raises them when it sees the
+All three are per agent and not persistent: the pin manager raises them when it sees the
 cause and deletes them as soon as the cause is gone (a successful pin, a quiet hour),
 when the agent is removed and when the entry unloads (a reload sees the cause again).
 """
 
 from __future__ import annotations
 
+import logging
 from datetime import timedelta
 
 from homeassistant.core import HomeAssistant, callback
 from homeassistant.helpers import issue_registry as ir
 
 from .const import DOMAIN
+
+_LOGGER = logging.getLogger(__name__)
 
 PIN_REFUSED = "pin_refused"
 PIN_REBUILT_OFTEN = "pin_rebuilt_often"
@@ -67,6 +70,15 @@ def async_house_too_big(
 ) -> None:
     """The agent's house does not fit the model's context whole: its prompt lists
     ``listed`` exposed entities and leaves ``left_out`` out."""
+    # Once a pin (a house change), also in the log: a non-persistent issue keeps no counts.
+    _LOGGER.info(
+        "%s: the house prompt lists %d of %d exposed entities (the model's context is %d"
+        " tokens); see Repairs",
+        agent,
+        listed,
+        listed + left_out,
+        context,
+    )
     ir.async_create_issue(
         hass,
         DOMAIN,
