@@ -220,18 +220,26 @@ async def test_a_command_after_a_long_conversation_drops_its_history(
     alone = _first_request_tokens()
     first = await converse(hass, LONG)
     long_turn = _first_request_tokens()
+    await _light_off(hass)  # as it will be below: what a command is sent follows its state
     await converse(hass, COMMAND, first.conversation_id)
     after = _first_request_tokens()
     assert await hass.config_entries.async_remove(measuring.entry_id)
     await _light_off(hass)
-    context = _between(max(alone, long_turn) + MAX_TOKENS, after + MAX_TOKENS)
+    # Just above what the long turn needs: a command narrowed to one tool has that tool's
+    # call start written ahead by the engine, counted in its usage's prompt tokens but
+    # against its max_tokens (not the prompt) when the context is checked, so the
+    # command after the long turn needs less than ``after`` says (by those tokens).
+    low = max(alone, long_turn) + MAX_TOKENS
+    assert after + MAX_TOKENS - low > 3 * MARGIN, (low, after)
+    context = low + MARGIN
 
     short = await _short_engine(private_engine_factory, context)
     entry = make_entry(short.url, **{CONF_MAX_TOKENS: MAX_TOKENS})
     await async_setup_entry(hass, entry)
     assert entry.runtime_data.coordinator.context_length == context  # reported
     first = await converse(hass, LONG)
-    assert speech(first) == REPLY
+    # Answered whole (what tiny-tools says to so long a turn depends on its training).
+    assert first.response.response_type is not intent.IntentResponseType.ERROR, speech(first)
     assert hearth_traces()[-1]["left_out"] == []
 
     calls = async_capture_events(hass, EVENT_CALL_SERVICE)

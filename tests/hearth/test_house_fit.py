@@ -1,33 +1,42 @@
 """A house bigger than the model's context: the pin lists what fits, a Repairs issue
 names the counts, and a command on a listed thing still works (real Home Assistant,
-real engine: ``tiny-tools`` served with ``--max-context`` below what the house needs)."""
+real engine: ``tiny-tools`` served with ``--max-context`` below what the house needs,
+and the default model with its own 8,192 tokens under a house of 1,000 entities)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+import pytest
 from homeassistant.core import HomeAssistant
 from homeassistant.helpers import area_registry as ar
 from homeassistant.helpers import entity_registry as er
 from homeassistant.helpers import issue_registry as ir
 
-from custom_components.hearth.const import DOMAIN
+from custom_components.hearth.const import CONF_EXAMPLES, CONF_READ_FIRST, DOMAIN
 from custom_components.hearth.house_budget import RESERVE_SHARE
 from custom_components.hearth.issues import HOUSE_TOO_BIG, issue_id
 
-from .common import KITCHEN_LIGHT, EngineProcess, async_setup_entry, converse, make_entry
+from .common import (
+    KITCHEN_LIGHT,
+    EngineProcess,
+    async_setup_entry,
+    converse,
+    make_entry,
+    speech,
+)
 
 CONTEXT = 4000
 SUITES = 40  # each: two lights and two temperature sensors
 
 
-async def _add_suites(hass: HomeAssistant) -> int:
+async def _add_suites(hass: HomeAssistant, suites: int = SUITES) -> int:
     """Guest suites after the test house's Kitchen (by name): lights and sensors, all
     exposed to Assist by default. Returns how many entities were added."""
     areas = ar.async_get(hass)
     registry = er.async_get(hass)
     added = 0
-    for n in range(1, SUITES + 1):
+    for n in range(1, suites + 1):
         area = areas.async_create(f"Suite {n:02}")
         for kind, domain, extra in (
             ("Ceiling Light", "light", {}),
@@ -125,3 +134,53 @@ async def test_the_issue_clears_once_the_house_fits(
     agent = entry.runtime_data.prefixes.agent(subentry_id)
     assert agent is not None and agent.pinned is not None
     assert agent.pinned.house is not None and not agent.pinned.house.left_out
+
+
+@pytest.mark.parametrize("examples", [True, False], ids=["examples", "no-examples"])
+async def test_a_thousand_entities_on_the_default_model(
+    hass: HomeAssistant,
+    house: None,
+    private_engine_factory: Callable[..., EngineProcess],
+    examples: bool,
+) -> None:
+    """Issue 49's 1,000-entity house, on the model users get: its own context (8,192
+    tokens, no ``--max-context``), the Repairs counts, and one-line commands on listed
+    lights answered by the model through Home Assistant, never "too long". Without the
+    worked examples (an option; a prefix too long may go without them) HA's templates
+    still narrow the tools: the model is not left to choose among all of them."""
+    added = await _add_suites(hass, 250)
+    assert added == 1000
+    engine = private_engine_factory(model="default", kv_cache_mb=1024)
+    entry = make_entry(engine.url, **{CONF_EXAMPLES: examples, CONF_READ_FIRST: examples})
+    await async_setup_entry(hass, entry)
+    await hass.async_block_till_done(wait_background_tasks=True)
+    subentry_id = next(iter(entry.subentries))
+    agent = entry.runtime_data.prefixes.agent(subentry_id)
+    assert agent is not None and agent.pinned is not None and agent.error is None
+    assert agent.pinned.house is not None
+    assert bool(agent.pinned.examples) == examples
+    left_out = agent.pinned.house.left_out
+    listed = set(agent.pinned.house.entities) - left_out
+    lamp = next(
+        entity.entity_id
+        for entity in er.async_get(hass).entities.values()
+        if entity.original_name == "Suite 01 Reading Lamp"
+    )
+    assert left_out and lamp in listed
+
+    issue = ir.async_get(hass).async_get_issue(DOMAIN, issue_id(HOUSE_TOO_BIG, subentry_id))
+    assert issue is not None
+    placeholders = issue.translation_placeholders or {}
+    assert placeholders["listed"] == str(len(listed))
+    assert placeholders["left_out"] == str(len(left_out))
+    assert placeholders["exposed"] == str(added + 1)
+    assert placeholders["context"] == "8192"
+
+    result = await converse(hass, "turn on the kitchen light")
+    assert "too long" not in speech(result), speech(result)
+    assert hass.states.get(KITCHEN_LIGHT).state == "on", speech(result)
+    # The suites are states without entity objects behind them: a service call on one
+    # changes nothing, so what Home Assistant reports having acted on is checked.
+    result = await converse(hass, "turn on the suite 01 reading lamp")
+    assert "too long" not in speech(result), speech(result)
+    assert [target.id for target in result.response.success_results] == [lamp], speech(result)
