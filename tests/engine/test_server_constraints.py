@@ -409,12 +409,22 @@ HOUSEHOLD = Path(__file__).parents[2] / "bench" / "fixtures" / "household.json"
 
 
 async def test_the_household_tools_still_compile_and_call(client: Client) -> None:
-    """HA's 18 tools (captured from a real house) fit every limit."""
+    """HA's 18 tools (captured from a real house) fit every limit: each request compiles,
+    and every call that ends is a call of an offered tool. The tiny model's weights are
+    random: a free string (a to-do item, a color) may run past ``max_tokens`` on some
+    seeds, so four are tried and at least one must finish its call."""
     agent = json.loads(HOUSEHOLD.read_text())["agents"]["hearth"]
     tools = agent["prefixes"][0]["tools"]
-    reply = await client.chat(
-        messages=MESSAGES, tools=tools, tool_choice="required", hearth=HOUSE, **sampling(1)
-    )
-    calls = calls_of(reply)
     offered = {t["function"]["name"] for t in tools}
-    assert calls and all(name in offered for name, _ in calls), reply
+    finished = 0
+    for seed in range(1, 5):
+        reply = await client.chat(
+            messages=MESSAGES, tools=tools, tool_choice="required", hearth=HOUSE, **sampling(seed)
+        )
+        choice = reply["choices"][0]
+        if choice["finish_reason"] == "length":
+            continue
+        calls = calls_of(reply)
+        assert calls and all(name in offered for name, _ in calls), choice
+        finished += 1
+    assert finished, "no seed finished a call within max_tokens"
