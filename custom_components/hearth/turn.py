@@ -10,7 +10,7 @@ call's arguments (house_names.resolve_call) and says what Home Assistant reporte
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
@@ -180,12 +180,9 @@ async def async_prepare_turn(
     question = bool(text) and is_question(text, language, names=pairs)
     follow_up = len(asked) > 1  # "turn it off": the names are in the history
     platforms = tool_domains(hass, chat_log.llm_api) if chat_log.llm_api else {}
-    # What HA's templates read in the request (its action, target and domains) narrows
-    # the tools with or without worked examples: a big house's prefix may go without
-    # them. Its nearest example is shown only beside the pinned ones.
-    hint = house_hint(hass, plan.tools, language, text, platforms) if text else Hint()
-    if not plan.prefix.examples:
-        hint = replace(hint, messages=[])
+    hint = Hint()
+    if text and plan.prefix.examples:
+        hint = house_hint(hass, plan.tools, language, text, platforms)
     # What the request is about: its hint's domains, else those of the things it names.
     about = hint.domains if hint.domains is not None else names.named_domains(text) or None
     request = Request(

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-import pytest
 from homeassistant.core import HomeAssistant
 from homeassistant.helpers import area_registry as ar
 from homeassistant.helpers import entity_registry as er
@@ -136,29 +135,26 @@ async def test_the_issue_clears_once_the_house_fits(
     assert agent.pinned.house is not None and not agent.pinned.house.left_out
 
 
-@pytest.mark.parametrize("examples", [True, False], ids=["examples", "no-examples"])
 async def test_a_thousand_entities_on_the_default_model(
     hass: HomeAssistant,
     house: None,
     private_engine_factory: Callable[..., EngineProcess],
-    examples: bool,
 ) -> None:
     """Issue 49's 1,000-entity house, on the model users get: its own context (8,192
     tokens, no ``--max-context``), the Repairs counts, and one-line commands on listed
-    lights answered by the model through Home Assistant, never "too long". Without the
-    worked examples (an option; a prefix too long may go without them) HA's templates
-    still narrow the tools: the model is not left to choose among all of them."""
+    lights answered by the model through Home Assistant, never "too long". The agent's
+    options are a user's: worked examples and reading the house first on."""
     added = await _add_suites(hass, 250)
     assert added == 1000
     engine = private_engine_factory(model="default", kv_cache_mb=1024)
-    entry = make_entry(engine.url, **{CONF_EXAMPLES: examples, CONF_READ_FIRST: examples})
+    entry = make_entry(engine.url, **{CONF_EXAMPLES: True, CONF_READ_FIRST: True})
     await async_setup_entry(hass, entry)
     await hass.async_block_till_done(wait_background_tasks=True)
     subentry_id = next(iter(entry.subentries))
     agent = entry.runtime_data.prefixes.agent(subentry_id)
     assert agent is not None and agent.pinned is not None and agent.error is None
     assert agent.pinned.house is not None
-    assert bool(agent.pinned.examples) == examples
+    assert agent.pinned.examples  # the house is fitted around them
     left_out = agent.pinned.house.left_out
     listed = set(agent.pinned.house.entities) - left_out
     lamp = next(
