@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -134,8 +135,19 @@ class HomeStack:
         return await self.stack.find_state(AGENT) is not None
 
     async def stop(self) -> None:
-        await self.stack.close()
+        """Stop Home Assistant, then unpin what its agent pinned. The homes of a run take
+        turns on one engine, which never evicts a pin: in float32 (a CPU without native
+        bf16) four homes' pins held most of the default KV budget, and every request of
+        the fifth was refused as busy."""
         self.stack.ha.stop()
+        try:
+            await self.stack.unpin_all()
+        except (aiohttp.ClientError, OSError) as err:
+            print(
+                f"[{self.home.name}] warning: its pins stay on the engine: {err}", file=sys.stderr
+            )
+        finally:
+            await self.stack.close()
 
     async def _pipeline_wired(self) -> bool:
         (result,) = await self.stack.ws({"type": "assist_pipeline/pipeline/list"})

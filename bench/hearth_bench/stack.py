@@ -255,6 +255,13 @@ class Stack:
             resp.raise_for_status()
             return dict(await resp.json())
 
+    async def unpin_all(self) -> None:
+        """Delete every prefix pinned on the engine."""
+        session = await self._session()
+        for pin in (await self.engine_get("/v1/prefixes"))["data"]:
+            async with session.delete(f"{self.engine.url}/v1/prefixes/{pin['name']}") as resp:
+                resp.raise_for_status()
+
     async def ws(self, *messages: dict[str, Any]) -> list[dict[str, Any]]:
         """Send WebSocket commands (authenticated); returns their results in order."""
         session = await self._session()
