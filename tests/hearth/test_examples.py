@@ -19,7 +19,7 @@ from homeassistant.setup import async_setup_component
 
 from custom_components.hearth.api import HearthClient
 from custom_components.hearth.const import CONF_EXAMPLES, CONF_MAX_TOKENS
-from custom_components.hearth.examples import Thing, example_messages
+from custom_components.hearth.examples import LAST_FULL, STEPS, Thing, example_messages
 from custom_components.hearth.house_budget import MARGIN, RESERVE_SHARE
 from custom_components.hearth.intents_data import async_language_data, load_language_data
 from custom_components.hearth.prefix import async_render_prefix
@@ -74,6 +74,37 @@ def test_the_first_turn_reads_the_house_and_the_last_ones_show_the_whole_loop() 
     assert [m["role"] for m in messages[-4:]] == ["user", "assistant", "tool", "assistant"]
     assert messages[-1]["content"] == "Turned on the light"  # HA's response, not "Done."
     assert not any(arguments.get("name") == "Hall Thermostat" for _, arguments in calls)
+
+
+def test_the_examples_stay_few_whatever_the_house_size() -> None:
+    """Issue 49: the pinned examples are a few hundred tokens on any house. One turn per
+    step at most, the same turns on a house of 1,000 things as on one of a few, and only
+    the question and the last one show a result and a reply."""
+    tools = [
+        *TOOLS,
+        function_tool("intent__HassClimateSetTemperature", "name", "temperature"),
+        function_tool("intent__HassMediaPause", "name"),
+    ]
+    kinds = (("light", "Lamp"), ("lock", "Lock"), ("climate", "Thermostat"))
+    kinds += (("switch", "Plug"), ("cover", "Blind"), ("media_player", "Speaker"))
+
+    def house(rooms: int) -> list[Thing]:
+        return [
+            Thing(f"{domain}.room_{n:03}", f"Room {n:03} {name}", area=f"Room {n:03}")
+            for n in range(rooms)
+            for domain, name in kinds
+        ]
+
+    data = load_language_data("en")
+    small = example_messages(house(2), ["Room 000", "Room 001"], tools, data)
+    areas = [f"Room {n:03}" for n in range(170)]
+    big = example_messages(house(170), areas, tools, data)
+    assert len(house(170)) > 1000
+    assert [m["role"] for m in big] == [m["role"] for m in small]
+    assert sum(m["role"] == "user" for m in big) <= len(STEPS)
+    assert [m["role"] for m in big].count("tool") == 1 + LAST_FULL
+    # About four characters a token: a few hundred tokens.
+    assert len(json.dumps(big, ensure_ascii=False)) < 2500
 
 
 @pytest.fixture

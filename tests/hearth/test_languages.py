@@ -72,7 +72,7 @@ def test_examples_are_said_in_the_language_with_this_houses_names(
     data = languages[language]
     messages = example_messages(things, areas, TOOLS, data)
     calls = _calls(messages)
-    assert len(calls) >= 4
+    assert len(calls) >= 2  # a question and the lights (the steps for locks and climate find none)
     offered = {t["function"]["name"]: t["function"]["parameters"]["properties"] for t in TOOLS}
     names = {t.name for t in things}
     for (name, arguments), asked in zip(
@@ -225,7 +225,7 @@ def test_examples_say_the_templates_first_words(languages: dict[str, LanguageDat
     what comes first ("schalte ... aus"), not the shortest ("mach ... ab")."""
     de = example_messages(*HOUSES["de"], TOOLS, languages["de"])
     said = [m["content"] for m in de if m["role"] == "user"]
-    assert "schalte Wasserkocher aus" in said
+    assert "schalte Licht Küche aus" in said
 
 
 def test_a_name_said_inflected_is_said() -> None:
