@@ -2,7 +2,8 @@
 
 Asks the running Home Assistant for the Assist LLM API prompt and tools
 (`hearth_demo.render_prompt`) and counts them with a model's tokenizer: the prompt alone,
-the tools as JSON, and the system turn as the engine's chat template renders it.
+the tools as JSON, the system turn as the engine's chat template renders it, and what
+Hearth's worked examples (examples.py) add after it.
 """
 
 from __future__ import annotations
@@ -66,6 +67,15 @@ def main() -> int:
     print(f"tools as JSON ({len(tools):2d} tools):    {tools_tokens:6d} tokens")
     print(f"prompt + tools:              {prompt_tokens + tools_tokens:6d} tokens")
     print(f"system turn (chat template): {count(system):6d} tokens ({args.model} tokenizer)")
+    examples = rendered.get("examples") or []
+    with_examples = tokenizer.apply_chat_template(
+        [{"role": "system", "content": prompt}, *examples], tools=tools, tokenize=False
+    )
+    requests = sum(message["role"] == "user" for message in examples)
+    print(
+        f"worked examples ({requests:2d} requests): {count(with_examples) - count(system):6d}"
+        " tokens after the system turn"
+    )
     return 0
 
 

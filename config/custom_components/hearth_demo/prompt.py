@@ -2,7 +2,8 @@
 
 `hearth_demo.render_prompt` returns what an LLM conversation agent puts in its stable
 system prompt for the demo house: the Assist API prompt (instructions and the static
-overview of exposed entities) and the tools in OpenAI function format.
+overview of exposed entities), the tools in OpenAI function format, and the worked
+examples Hearth's agent pins for this house with those tools (``examples``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from homeassistant.core import (
     SupportsResponse,
 )
 from homeassistant.helpers import llm
+
+from custom_components.hearth.examples import async_house_examples
 
 from .const import ASSISTANT, DOMAIN, SERVICE_RENDER_PROMPT
 
@@ -49,7 +52,8 @@ async def async_render_prompt(hass: HomeAssistant, call: ServiceCall) -> Service
         (_tool_spec(tool, api.custom_serializer) for tool in api.tools),
         key=lambda spec: spec["function"]["name"],
     )
-    return {"prompt": api.api_prompt, "tools": tools}
+    examples = await async_house_examples(hass, tools)
+    return {"prompt": api.api_prompt, "tools": tools, "examples": list(examples)}
 
 
 def async_register_services(hass: HomeAssistant) -> None:
