@@ -12,7 +12,8 @@ from homeassistant.helpers.aiohttp_client import async_get_clientsession
 from homeassistant.helpers.dispatcher import async_dispatcher_send
 from homeassistant.helpers.typing import ConfigType
 
-from .api import HearthClient, HearthError
+from .backend.api import HearthClient, HearthError
+from .backend.coordinator import HearthCoordinator
 from .config_flow_options import stall_timeout
 from .const import (
     DOMAIN,
@@ -21,14 +22,13 @@ from .const import (
     SUBENTRY_AI_TASK,
     SUBENTRY_CONVERSATION,
 )
-from .coordinator import HearthCoordinator
 from .data import HearthConfigEntry, HearthData
-from .device_class import DeviceClass
 from .engine_device import async_register_engine_device
-from .issues import async_delete_all as async_delete_issues
-from .pin_history import PinHistory
-from .pin_model import pin_key, pin_name
-from .pins import PrefixManager
+from .house.device_class import DeviceClass
+from .pins.history import PinHistory
+from .pins.manager import PrefixManager
+from .pins.model import pin_key, pin_name
+from .pins.repairs import async_delete_all as async_delete_issues
 from .services import async_setup_services
 
 CONFIG_SCHEMA = cv.config_entry_only_config_schema(DOMAIN)

@@ -23,10 +23,10 @@ from homeassistant.const import UnitOfTime
 from homeassistant.helpers.typing import StateType
 from homeassistant.helpers.update_coordinator import CoordinatorEntity
 
-from .coordinator import HearthCoordinator
+from .backend.coordinator import HearthCoordinator
 from .data import AgentStats, HearthConfigEntry, HearthData
 from .entity import agent_device_info
-from .pin_model import PinState
+from .pins.model import PinState
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,9 +27,9 @@ from .const import DOMAIN, LOGGER, SUBENTRY_AI_TASK
 from .data import HearthConfigEntry
 from .entity import HearthLLMEntity
 from .errors import BACKEND_ERRORS, as_ha_error, is_auth_error
-from .prefix import ai_task_options, async_render_prefix, canonical_schema
-from .prompt import HearthNative
-from .request_plan import PrefixChoice
+from .pins.model import PrefixChoice
+from .prefix.render import ai_task_options, async_render_prefix, canonical_schema
+from .turn.prompt import HearthNative
 
 # Tasks run concurrently: the engine batches them (and queues beyond its limit).
 PARALLEL_UPDATES = 0
@@ -130,7 +130,7 @@ class HearthTaskEntity(ai_task.AITaskEntity, HearthLLMEntity):
 
         Rendered by the same code as an agent's house prefix, so it is byte-identical
         for every task; the date and time of HA's prompt travel in the context message.
-        Without an API it is the subentry's pin (pins.py); a task that passes an API
+        Without an API it is the subentry's pin (pins/manager.py); a task that passes an API
         gets its own render, unpinned (the engine's prefix cache still reuses it).
         """
         if chat_log.llm_api is None:

@@ -1,7 +1,7 @@
 """Config flow: the engine (URL + optional API key), its conversation agents and AI Tasks.
 
 The engine may be a Hearth engine or another OpenAI-compatible server (llama.cpp, vLLM,
-SGLang): the flow probes it (``backends.py``) and says what it found. On Home Assistant
+SGLang): the flow probes it (``backend/kinds.py``) and says what it found. On Home Assistant
 OS the engine add-on announces itself through the Supervisor (``config_flow_hassio.py``).
 """
 
@@ -36,7 +36,7 @@ from homeassistant.helpers.selector import (
     TextSelectorType,
 )
 
-from .backend import Backend
+from .backend.base import Backend
 from .config_flow_hassio import HassioDiscoveryFlow
 from .config_flow_options import HearthOptionsFlow
 from .const import (
@@ -64,7 +64,7 @@ from .engine_entry import (
     normalize_url,
 )
 from .names import address, async_strings, distinct, hearth_titles
-from .prefix import llm_api_ids
+from .prefix.render import llm_api_ids
 
 STEP_USER_SCHEMA = probatio.Schema(
     {

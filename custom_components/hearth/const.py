@@ -35,10 +35,10 @@ DEFAULT_REPIN_DEBOUNCE: Final = 2.0  # seconds of quiet before a re-pin
 # states); small models otherwise answer from nothing ("The garage door is open.").
 # Off by default: forced to call something, a small model may act on small talk.
 DEFAULT_TOOL_FIRST: Final = False
-# Worked examples of the house's tools in the pinned prefix (examples.py): they took the
+# Worked examples of the house's tools in the pinned prefix (prefix/examples.py): they took the
 # default model from 0 to 27 of 71 right answers on the accuracy dataset (README).
 DEFAULT_EXAMPLES: Final = True
-# An English question's turn starts by reading the house (GetLiveContext; questions.py):
+# An English question's turn starts by reading the house (GetLiveContext; language/questions.py):
 # small models otherwise answer from nothing, or act ("Is the door locked?" unlocked it).
 DEFAULT_READ_FIRST: Final = True
 
@@ -83,7 +83,7 @@ PIN_TIMEOUT: Final = 600.0  # seconds: a cold multi-thousand-token prefill on a 
 CONF_STALL_TIMEOUT: Final = "stall_timeout"
 DEFAULT_STALL_TIMEOUT: Final = 25.0
 # The served model's context in tokens, for a server that does not report it (the
-# entry's options form; absent: unknown). What a server reports wins (server_info.py).
+# entry's options form; absent: unknown). What a server reports wins (backend/server_info.py).
 CONF_CONTEXT_LENGTH: Final = "context_length"
 
 # A burst of registry changes is merged into one re-pin, but a re-pin is never
@@ -91,7 +91,7 @@ CONF_CONTEXT_LENGTH: Final = "context_length"
 REPIN_MAX_DELAY_FACTOR: Final = 10
 # While a changed house is being re-pinned, requests keep the pinned (cached) prefix for
 # at most this long; the changed lines travel in the context message meanwhile.
-# A pin that tells changes since its base (house_delta.py) is rendered in full again
+# A pin that tells changes since its base (prefix/delta.py) is rendered in full again
 # once the house has been quiet this long (seconds).
 FOLD_QUIET_S: Final = 3600.0
 STALE_PREFIX_MAX_S: Final = 180.0

@@ -16,7 +16,7 @@ from .const import DOMAIN, LOGGER, SIGNAL_AGENT_OPTIONS_UPDATED, SUBENTRY_CONVER
 from .data import HearthConfigEntry
 from .entity import HearthLLMEntity
 from .errors import BACKEND_ERRORS, async_spoken, describe, error_key, is_auth_error
-from .prefix import llm_api_ids
+from .prefix.render import llm_api_ids
 
 # Conversations run concurrently: the engine batches them (and queues beyond its limit).
 PARALLEL_UPDATES = 0

@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING, Any
 
 from homeassistant.config_entries import ConfigEntry
 
-from .api import HearthClient, RequestUsage
+from .backend.api import HearthClient, RequestUsage
 
 if TYPE_CHECKING:
-    from .backend import Backend
-    from .coordinator import HearthCoordinator
-    from .pins import PrefixManager
+    from .backend.base import Backend
+    from .backend.coordinator import HearthCoordinator
+    from .pins.manager import PrefixManager
 
 type HearthConfigEntry = ConfigEntry[HearthData]
 
@@ -93,5 +93,5 @@ class HearthData:
 
     @property
     def backend(self) -> Backend:
-        """What the server can do, and how to reach it (``backend.py``)."""
+        """What the server can do, and how to reach it (``backend/base.py``)."""
         return self.coordinator.backend

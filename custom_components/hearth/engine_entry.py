@@ -12,9 +12,9 @@ from homeassistant.core import HomeAssistant, callback
 from homeassistant.helpers.aiohttp_client import async_get_clientsession
 from yarl import URL
 
-from .api import HearthAuthError, HearthClient, HearthConnectionError, HearthError
-from .backend import Backend
-from .backends import async_connect
+from .backend.api import HearthAuthError, HearthClient, HearthConnectionError, HearthError
+from .backend.base import Backend
+from .backend.kinds import async_connect
 from .const import (
     DEFAULT_CONVERSATION_NAME,
     DOMAIN,

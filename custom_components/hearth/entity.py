@@ -13,8 +13,9 @@ from homeassistant.helpers import device_registry as dr
 from homeassistant.helpers.entity import Entity
 from homeassistant.helpers.update_coordinator import CoordinatorEntity
 
-from .api import RequestUsage
-from .chat import EngineStalled
+from .backend.api import RequestUsage
+from .backend.chat import EngineStalled
+from .backend.coordinator import HearthCoordinator
 from .const import (
     CONF_MAX_HISTORY,
     CONF_MAX_TOKENS,
@@ -25,16 +26,16 @@ from .const import (
     DEFAULT_TEMPERATURE,
     DOMAIN,
 )
-from .context_fit import ContextFit, LeftOut, async_started
-from .coordinator import HearthCoordinator
 from .data import AgentStats, HearthConfigEntry, TurnUsage
 from .engine_device import engine_device_info
 from .errors import BACKEND_ERRORS, describe, is_context_exceeded
-from .policy import Capabilities, TurnPolicy
-from .prompt import build_messages
-from .request_plan import PrefixChoice, RequestPlan, plan_request
-from .turn import async_prepare_turn, say
-from .turn_stream import Reply, transform_stream
+from .pins.model import PrefixChoice
+from .turn.context_fit import ContextFit, LeftOut, async_started
+from .turn.plan import RequestPlan, plan_request
+from .turn.policy import Capabilities, TurnPolicy
+from .turn.prepare import async_prepare_turn, say
+from .turn.prompt import build_messages
+from .turn.stream import Reply, transform_stream
 
 MANUFACTURER = "Hearth"
 
@@ -95,7 +96,7 @@ class HearthLLMEntity(Entity):
         self.async_on_remove(coordinator.async_add_listener(self.async_write_ha_state))
 
     # Whether a question's turn reads the house first when the options do not say
-    # (questions.py); an AI Task's instructions are no spoken question (ai_task.py).
+    # (language/questions.py); an AI Task's instructions are no spoken question (ai_task.py).
     _read_first_default = DEFAULT_READ_FIRST
 
     @property
@@ -105,7 +106,7 @@ class HearthLLMEntity(Entity):
 
     async def _async_prefix_choice(self, chat_log: conversation.ChatLog) -> PrefixChoice:
         """The stable prefix the requests of this turn start with: the agent's pin for
-        the class of the speaking device (device_class.py)."""
+        the class of the speaking device (house/device_class.py)."""
         return await self.entry.runtime_data.prefixes.async_prefix_for_request(
             self.subentry_id, _device_id(chat_log)
         )
@@ -113,7 +114,7 @@ class HearthLLMEntity(Entity):
     async def _async_plan(
         self, chat_log: conversation.ChatLog, without_examples: bool = False
     ) -> RequestPlan:
-        """Prefix, tools and context message of this turn's requests (request_plan.py);
+        """Prefix, tools and context message of this turn's requests (turn/plan.py);
         ``without_examples``: never a pinned prefix that still has worked examples (its
         re-pin without them failed), the fresh render instead."""
         choice = await self._async_prefix_choice(chat_log)
@@ -131,7 +132,7 @@ class HearthLLMEntity(Entity):
         iteration: int,
         response_format: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
-        """Request ``iteration`` of a turn run by ``policy`` (policy.py)."""
+        """Request ``iteration`` of a turn run by ``policy`` (turn/policy.py)."""
         options = self.options
         body: dict[str, Any] = {
             "messages": messages,
@@ -162,7 +163,7 @@ class HearthLLMEntity(Entity):
         """Send request ``iteration`` and wait for its first chunk; returns the reply's
         chunks and the plan it was sent with.
 
-        A request over the model's context is sent again with less (context_fit.py):
+        A request over the model's context is sent again with less (turn/context_fit.py):
         without the conversation's earlier turns, then with the agent's prefix pinned
         without worked examples. Nothing of a refused request reached the chat log, so
         none of its calls ran and none of its words were said.
@@ -199,15 +200,15 @@ class HearthLLMEntity(Entity):
         response_format: Mapping[str, Any] | None = None,
     ) -> TurnUsage:
         """Run the tool loop for the chat log's last user message, as the turn policy
-        says (policy.py: what each request carries, at most ``max_requests``).
+        says (turn/policy.py: what each request carries, at most ``max_requests``).
 
         Every request starts with the agent's house prefix (pinned in the engine),
         then the history as sent before (without earlier turns' hints), then this
         turn's context message, nearest example and user text. Tool calls run through
         HA's LLM API (chat log); after an action the turn says what HA reported
-        (result_speech.py). ``response_format`` (an AI Task's structure) constrains
+        (turn/result_speech.py). ``response_format`` (an AI Task's structure) constrains
         every reply, and the model's reply is then the answer. A request over the
-        model's context is sent again with less (``_async_start``, context_fit.py).
+        model's context is sent again with less (``_async_start``, turn/context_fit.py).
         """
         data = self.entry.runtime_data
         plan = await self._async_plan(chat_log)

@@ -9,7 +9,7 @@ strings only under ``common``).
 
 A request over the model's context is told apart here for every kind of server
 (``is_context_exceeded``); what a turn then leaves out, and what it says when nothing
-helps (``ContextOverflow``), is ``context_fit.py``'s.
+helps (``ContextOverflow``), is ``turn/context_fit.py``'s.
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from homeassistant.core import HomeAssistant
 from homeassistant.exceptions import HomeAssistantError
 from homeassistant.helpers import translation
 
-from .api import HearthAuthError, HearthConnectionError, HearthError, HearthResponseError
-from .chat import EngineStalled
+from .backend.api import HearthAuthError, HearthConnectionError, HearthError, HearthResponseError
+from .backend.chat import EngineStalled
 from .const import DOMAIN
-from .intents_data import async_language_data
+from .language.intents_data import async_language_data
 
 # What a request to the server can raise (for ``except``).
 BACKEND_ERRORS: tuple[type[Exception], ...] = (HearthError, openai.OpenAIError)
@@ -54,7 +54,7 @@ _OVERFLOW_MESSAGES = ("maximum context length is", "longer than the model's cont
 
 class ContextOverflow(HearthError):
     """A turn's request over the model's context with everything that could be left out
-    left out (``context_fit.py``); ``key`` names what helps (``house_too_big``,
+    left out (``turn/context_fit.py``); ``key`` names what helps (``house_too_big``,
     ``max_tokens_exceed_context``), ``cause`` is the server's refusal."""
 
     def __init__(self, key: str, cause: Exception) -> None:

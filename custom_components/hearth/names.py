@@ -19,8 +19,8 @@ from urllib.parse import urlsplit
 from homeassistant.core import HomeAssistant
 from homeassistant.helpers import translation
 
+from .backend.server_info import ServerKind
 from .const import DOMAIN
-from .server_info import ServerKind
 
 COMMON = "common"
 

@@ -4,7 +4,7 @@ each agent's sensors (``agent_sensor.py``).
 The prompt and reused-token counters change on every request: they are disabled by
 default (enable them for the dashboard's counters).
 
-On a server without Hearth's counters (llama.cpp, vLLM, SGLang: ``server_stats.py``), a
+On a server without Hearth's counters (llama.cpp, vLLM, SGLang: ``backend/server_stats.py``), a
 sensor whose figure the server does not report is unavailable, never a guess.
 """
 

@@ -34,7 +34,7 @@ from hearth_bench.stack import ROOT
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 
-HINT_CALL_ID = "example_hint"  # custom_components/hearth/hints.py (another venv: not imported)
+HINT_CALL_ID = "example_hint"  # custom_components/hearth/turn/hints.py (another venv: not imported)
 STALE = f"the household fixture is stale: run `{CAPTURE_COMMAND}` and commit {FIXTURE.name}"
 _TIME = re.compile(r"\b\d{1,2}:\d{2}(:\d{2})?\b")
 _DATE = re.compile(r"\b\d{4}-\d{2}-\d{2}\b")

@@ -2,7 +2,7 @@
 
 A small box may want a shorter context than the model's own (the KV of one request is
 bounded by it); the integration reads the served context from ``/v1/models`` to size the
-pinned house (custom_components/hearth/house_budget.py), and its tests shrink the tiny
+pinned house (custom_components/hearth/prefix/budget.py), and its tests shrink the tiny
 model's 32,768 tokens this way to try a house that does not fit.
 """
 

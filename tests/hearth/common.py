@@ -32,8 +32,8 @@ from homeassistant.const import CONF_API_KEY, CONF_URL
 from homeassistant.core import Context, HomeAssistant
 from pytest_homeassistant_custom_component.common import MockConfigEntry
 
-from custom_components.hearth.api import HearthClient
-from custom_components.hearth.chat import ChatClient
+from custom_components.hearth.backend.api import HearthClient
+from custom_components.hearth.backend.chat import ChatClient
 from custom_components.hearth.const import (
     CONF_EXAMPLES,
     CONF_READ_FIRST,

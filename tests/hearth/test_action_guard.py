@@ -1,5 +1,5 @@
 """The action guard's decisions over Home Assistant's own intents data, in English and
-German (action_guard.py): a call that cannot act on what the request asks is refused,
+German (turn/guard.py): a call that cannot act on what the request asks is refused,
 a call that can is run. Pure: no Home Assistant instance, the package's real data."""
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from hassil.sample import sample_expression
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from custom_components.hearth.action_guard import NOT_FOR_REQUEST, OPPOSITE, Guard, direction
-from custom_components.hearth.house_names import HouseNames, Named
-from custom_components.hearth.intent_words import block_domains
-from custom_components.hearth.intents_data import load_language_data
+from custom_components.hearth.house.names import HouseNames, Named
+from custom_components.hearth.language.intents_data import load_language_data
+from custom_components.hearth.language.words import block_domains
+from custom_components.hearth.turn.guard import NOT_FOR_REQUEST, OPPOSITE, Guard, direction
 
 EN = load_language_data("en")
 DE = load_language_data("de")

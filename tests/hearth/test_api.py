@@ -1,5 +1,5 @@
-"""The pin API client (``api.py``) and the probe (``server_info.py``) when the answer is
-not what a healthy Hearth engine sends.
+"""The pin API client (``backend/api.py``) and the probe (``backend/server_info.py``)
+when the answer is not what a healthy Hearth engine sends.
 
 The engine's own error statuses come from a real engine. What an engine never sends (an
 HTML error page from a proxy, a truncated body, a model list that is not a list,
@@ -16,15 +16,15 @@ from aiohttp import web
 from homeassistant.core import HomeAssistant
 from homeassistant.helpers.aiohttp_client import async_get_clientsession
 
-from custom_components.hearth.api import (
+from custom_components.hearth.backend.api import (
     HearthAuthError,
     HearthClient,
     HearthConnectionError,
     HearthNotFoundError,
     HearthResponseError,
 )
-from custom_components.hearth.backend_hearth import HearthBackend
-from custom_components.hearth.server_info import ServerKind, async_probe
+from custom_components.hearth.backend.hearth import HearthBackend
+from custom_components.hearth.backend.server_info import ServerKind, async_probe
 
 from .common import EngineProcess, LoopbackServer, free_port
 

@@ -27,9 +27,9 @@ from homeassistant.core import HomeAssistant
 from homeassistant.setup import async_setup_component
 from homeassistant.util.loop import protect_loop
 
-from custom_components.hearth import intents_data
 from custom_components.hearth.const import CONF_EXAMPLES
-from custom_components.hearth.sentences import recognize, slot_lists
+from custom_components.hearth.language import intents_data
+from custom_components.hearth.language.sentences import recognize, slot_lists
 
 from .common import KITCHEN_LIGHT, EngineProcess, async_setup_entry, converse, make_entry
 

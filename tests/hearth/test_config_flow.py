@@ -13,7 +13,7 @@ from homeassistant.data_entry_flow import FlowResultType
 from homeassistant.helpers import llm
 from pytest_homeassistant_custom_component.common import MockConfigEntry
 
-from custom_components.hearth.api import HearthClient, HearthResponseError
+from custom_components.hearth.backend.api import HearthClient, HearthResponseError
 from custom_components.hearth.const import (
     CONF_MAX_HISTORY,
     CONF_MAX_TOKENS,

@@ -1,4 +1,4 @@
-"""A one-line command never gets "too long" (context_fit.py): through real Home Assistant
+"""A one-line command never gets "too long" (turn/context_fit.py): through real Home Assistant
 and a real engine serving tiny-tools with a short context (``--max-context``).
 
 The sizes come from the engine itself: the same requests are first sent to the shared
@@ -27,13 +27,13 @@ from homeassistant.setup import async_setup_component
 from pytest_homeassistant_custom_component.common import MockConfigEntry, async_capture_events
 
 from custom_components.hearth import entity as entity_module
-from custom_components.hearth import house_budget
-from custom_components.hearth.api import HearthClient
+from custom_components.hearth.backend.api import HearthClient
 from custom_components.hearth.const import CONF_EXAMPLES, CONF_MAX_TOKENS
-from custom_components.hearth.context_fit import ContextFit, LeftOut, async_started
 from custom_components.hearth.errors import ContextOverflow
-from custom_components.hearth.intents_data import async_language_data
-from custom_components.hearth.prefix import async_render_prefix
+from custom_components.hearth.language.intents_data import async_language_data
+from custom_components.hearth.prefix.render import async_render_prefix
+from custom_components.hearth.prefix.render import budget as house_budget
+from custom_components.hearth.turn.context_fit import ContextFit, LeftOut, async_started
 
 from .common import (
     KITCHEN_LIGHT,
@@ -269,7 +269,7 @@ async def test_a_house_that_fits_a_command_only_without_its_examples(
     after them: the agent pins the house without them, sends the command again, and
     goes on without them; the light is turned on once.
 
-    The pin keeps a quarter of the context free for the request (house_budget.py), so a
+    The pin keeps a quarter of the context free for the request (prefix/budget.py), so a
     command this short overflows only where that reserve is gone: a server whose
     context the agent does not know, or a house counted short. The test lets the house
     take the whole context, the one thing here that is not as shipped."""

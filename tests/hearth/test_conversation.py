@@ -26,11 +26,11 @@ from homeassistant.setup import async_setup_component
 from homeassistant.util import dt as dt_util
 from pytest_homeassistant_custom_component.common import MockConfigEntry, async_fire_time_changed
 
-from custom_components.hearth.chat import ChatClient
+from custom_components.hearth.backend.chat import ChatClient
 from custom_components.hearth.const import CONF_MAX_TOKENS, CONF_TOOL_FIRST
-from custom_components.hearth.device_class import DeviceClass
-from custom_components.hearth.pins import pin_name
-from custom_components.hearth.prefix import HousePrefix, async_render_prefix
+from custom_components.hearth.house.device_class import DeviceClass
+from custom_components.hearth.pins.manager import pin_name
+from custom_components.hearth.prefix.render import HousePrefix, async_render_prefix
 
 from .common import (
     KITCHEN_LIGHT,
@@ -120,7 +120,7 @@ async def test_tool_loop_turns_on_the_light(hass: HomeAssistant, entry: MockConf
 
     # One request: the call. After the action, the turn says HA's result.
     (body,) = spy.bodies
-    assert body["tool_choice"] not in (None, "auto")  # a command acts (policy.py)
+    assert body["tool_choice"] not in (None, "auto")  # a command acts (turn/policy.py)
     assert spy.replies == [""]
 
     events = conversation_trace.async_get_traces()[-1].as_dict()["events"]
@@ -226,7 +226,7 @@ async def test_tool_first_makes_the_first_request_call_a_tool(
     assert first["tool_choice"] == "required"
     assert all(body.get("tool_choice") in {None, "none"} for body in rest)
     # The first reply is a call (run, or, naming a thing "hello" does not say, refused
-    # with a result the model reads: turn.py); the next request carries it.
+    # with a result the model reads: turn/prepare.py); the next request carries it.
     (*_, called) = [m for m in rest[0]["messages"] if m.get("tool_calls")]
     assert called["tool_calls"][0]["function"]["name"] in {
         t["function"]["name"] for t in first["tools"]
@@ -282,7 +282,7 @@ async def test_engine_error_is_a_spoken_error(
 ) -> None:
     """A request the engine refuses (context length) becomes a translated error that
     says what helps: here the max tokens per reply, larger than the model's whole
-    context (the conversation is one line long; context_fit.py)."""
+    context (the conversation is one line long; turn/context_fit.py)."""
     config_entry = make_entry(engine.url, **{CONF_MAX_TOKENS: 40000})  # > 32k context
     await async_setup_entry(hass, config_entry)
     result = await converse(hass, "hello")

@@ -1,4 +1,4 @@
-"""Worked examples in the pinned prefix (examples.py): valid calls of this house's tools.
+"""Worked examples in the pinned prefix (prefix/examples.py): valid calls of this house's tools.
 
 The pure part is checked on hand-made houses; the rendering through real Home Assistant
 (the Assist API's real tools, exposure, the house's language, the agent option) on the
@@ -17,12 +17,12 @@ from homeassistant.core import HomeAssistant
 from homeassistant.helpers.aiohttp_client import async_get_clientsession
 from homeassistant.setup import async_setup_component
 
-from custom_components.hearth.api import HearthClient
+from custom_components.hearth.backend.api import HearthClient
 from custom_components.hearth.const import CONF_EXAMPLES, CONF_MAX_TOKENS
-from custom_components.hearth.examples import LAST_FULL, STEPS, Thing, example_messages
-from custom_components.hearth.house_budget import MARGIN, RESERVE_SHARE
-from custom_components.hearth.intents_data import async_language_data, load_language_data
-from custom_components.hearth.prefix import async_render_prefix
+from custom_components.hearth.language.intents_data import async_language_data, load_language_data
+from custom_components.hearth.prefix.budget import MARGIN, RESERVE_SHARE
+from custom_components.hearth.prefix.examples import LAST_FULL, STEPS, Thing, example_messages
+from custom_components.hearth.prefix.render import async_render_prefix
 
 from .common import (
     KITCHEN_LIGHT,
@@ -110,7 +110,7 @@ def test_the_examples_stay_few_whatever_the_house_size() -> None:
 @pytest.fixture
 async def assist(hass: HomeAssistant, house: None) -> None:
     assert await async_setup_component(hass, "conversation", {})
-    await async_language_data(hass, "en")  # prefix.py does not load it yet
+    await async_language_data(hass, "en")  # prefix/render.py does not load it yet
     hass.states.async_set("switch.kettle", "off", {"friendly_name": "Kettle"})
     async_expose_entity(hass, "conversation", "switch.kettle", True)
     hass.states.async_set("switch.secret_safe", "off", {"friendly_name": "Secret Safe"})
@@ -169,7 +169,7 @@ async def test_examples_that_do_not_fit_the_model_context_are_left_out(
     private_engine_factory: Callable[..., EngineProcess],
 ) -> None:
     """A house prompt whose worked examples do not fit the room the model's context
-    leaves the house (``house_budget.py``), while the house alone does: the agent pins,
+    leaves the house (``prefix/budget.py``), while the house alone does: the agent pins,
     and serves, the prompt without them, listing the whole house (a thing left out
     would cost the commands naming it; the examples only help the model phrase a call)."""
     client = HearthClient(async_get_clientsession(hass), engine.url, None)

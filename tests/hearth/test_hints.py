@@ -1,7 +1,7 @@
-"""The example nearest to a request (hints.py), sent right before it.
+"""The example nearest to a request (turn/hints.py), sent right before it.
 
 The choice is pure and checked on a hand-made house; where it goes in a request
-(prompt.py) and that a real turn sends it (real Home Assistant, the tiny-tools engine)
+(turn/prompt.py) and that a real turn sends it (real Home Assistant, the tiny-tools engine)
 are checked below.
 """
 
@@ -17,14 +17,14 @@ from homeassistant.core import HomeAssistant
 from homeassistant.setup import async_setup_component
 
 from custom_components.hearth.const import CONF_EXAMPLES
-from custom_components.hearth.examples import Thing
-from custom_components.hearth.hints import HINT_CALL_ID, hint_messages
-from custom_components.hearth.house_names import HouseNames, Named
-from custom_components.hearth.house_values import allowed_for, scoped_arguments
-from custom_components.hearth.intent_words import block_words, words
-from custom_components.hearth.intents_data import async_language_data, load_language_data
-from custom_components.hearth.prefix import HousePrefix
-from custom_components.hearth.prompt import build_messages
+from custom_components.hearth.house.names import HouseNames, Named
+from custom_components.hearth.house.values import allowed_for, scoped_arguments
+from custom_components.hearth.language.intents_data import async_language_data, load_language_data
+from custom_components.hearth.language.words import block_words, words
+from custom_components.hearth.prefix.examples import Thing
+from custom_components.hearth.prefix.render import HousePrefix
+from custom_components.hearth.turn.hints import HINT_CALL_ID, hint_messages
+from custom_components.hearth.turn.prompt import build_messages
 
 from .common import (
     KITCHEN_LIGHT,
@@ -152,7 +152,7 @@ PLATFORMS = {
 
 def test_no_template_matches_the_intent_whose_templates_say_its_words() -> None:
     """HA's templates say "resume {name}" and "resume the music in {area}", not "the
-    music on {name}": its words still say which intent (intent_words.py), and the
+    music on {name}": its words still say which intent (language/words.py), and the
     example is of that intent on another thing of the same domain."""
 
     def nearest(text: str) -> Any:

@@ -22,12 +22,12 @@ from pytest_homeassistant_custom_component.common import (
 )
 
 from custom_components.hearth.const import FOLD_QUIET_S
-from custom_components.hearth.house_delta import MAX_TOLD_CHANGES, TAIL_HEADER, compose
-from custom_components.hearth.house_diff import HouseEntity, HouseSnapshot
-from custom_components.hearth.house_listing import render_listing
-from custom_components.hearth.pin_history import base_from_dict, base_to_dict
-from custom_components.hearth.pins import pin_name
-from custom_components.hearth.prefix import HousePrefix
+from custom_components.hearth.house.diff import HouseEntity, HouseSnapshot
+from custom_components.hearth.house.listing import render_listing
+from custom_components.hearth.pins.history import base_from_dict, base_to_dict
+from custom_components.hearth.pins.manager import pin_name
+from custom_components.hearth.prefix.delta import MAX_TOLD_CHANGES, TAIL_HEADER, compose
+from custom_components.hearth.prefix.render import HousePrefix
 
 from .common import KITCHEN_LIGHT, EngineProcess, PutSpy, converse, hearth_traces
 
@@ -122,7 +122,7 @@ def test_a_told_prefix_is_not_a_base() -> None:
 
 
 def test_a_base_is_stored_and_read_back_with_its_bytes() -> None:
-    """A stored base reads back as the same bytes and house (pin_history.py); a record
+    """A stored base reads back as the same bytes and house (pins/history.py); a record
     that is damaged, or whose bytes no longer match its digest, is not a base."""
     stored = json.loads(json.dumps(base_to_dict(BASE)))  # as the store writes it
     again = base_from_dict(stored)

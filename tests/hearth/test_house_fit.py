@@ -13,8 +13,8 @@ from homeassistant.helpers import entity_registry as er
 from homeassistant.helpers import issue_registry as ir
 
 from custom_components.hearth.const import CONF_EXAMPLES, CONF_READ_FIRST, DOMAIN
-from custom_components.hearth.house_budget import RESERVE_SHARE
-from custom_components.hearth.issues import HOUSE_TOO_BIG, issue_id
+from custom_components.hearth.pins.repairs import HOUSE_TOO_BIG, issue_id
+from custom_components.hearth.prefix.budget import RESERVE_SHARE
 
 from .common import (
     KITCHEN_LIGHT,

@@ -1,5 +1,5 @@
 """The house listing: HA's static-context facts said once per area and domain, fitted to
-a budget by leaving out what a voice user needs least (``house_listing.py``)."""
+a budget by leaving out what a voice user needs least (``house/listing.py``)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import random
 from hypothesis import given
 from hypothesis import strategies as st
 
-from custom_components.hearth.house_diff import HouseEntity
-from custom_components.hearth.house_listing import (
+from custom_components.hearth.house.diff import HouseEntity
+from custom_components.hearth.house.listing import (
     NO_AREA,
     drop_order,
     fit,

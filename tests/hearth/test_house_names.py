@@ -1,10 +1,10 @@
-"""Shared names resolve to one thing (house_names.py): pure, no Home Assistant."""
+"""Shared names resolve to one thing (house/names.py): pure, no Home Assistant."""
 
 from __future__ import annotations
 
 import pytest
 
-from custom_components.hearth.house_names import (
+from custom_components.hearth.house.names import (
     HouseNames,
     Named,
     resolve_call,

@@ -1,12 +1,12 @@
-"""The only thing of its kind is named by its kind (kind_names.py): pure, over HA's
+"""The only thing of its kind is named by its kind (house/kinds.py): pure, over HA's
 intents data; the kinds' names as HA's translations give them."""
 
 from __future__ import annotations
 
-from custom_components.hearth.house_names import HouseNames, Named
-from custom_components.hearth.intent_words import words
-from custom_components.hearth.intents_data import load_language_data
-from custom_components.hearth.kind_names import named_by_kind
+from custom_components.hearth.house.kinds import named_by_kind
+from custom_components.hearth.house.names import HouseNames, Named
+from custom_components.hearth.language.intents_data import load_language_data
+from custom_components.hearth.language.words import words
 
 EN = load_language_data("en")
 # What async_kind_words reads of HA's English entity_component names.

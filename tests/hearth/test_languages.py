@@ -1,6 +1,6 @@
 """Examples, hints and questions in any language Home Assistant's intents data has
-(intents_data.py, sentences.py): English, German and Japanese on small houses named
-in those languages' scripts; a language without data gets none of them."""
+(language/intents_data.py, language/sentences.py): English, German and Japanese on
+small houses named in those languages' scripts; a language without data gets none of them."""
 
 from __future__ import annotations
 
@@ -11,11 +11,15 @@ import pytest
 from hassil.parse_expression import parse_sentence
 from hassil.sample import sample_expression
 
-from custom_components.hearth.examples import Thing, example_messages
-from custom_components.hearth.hints import HINT_CALL_ID, hint_messages, words
-from custom_components.hearth.intents_data import LanguageData, load_language_data, supported
-from custom_components.hearth.questions import is_question
-from custom_components.hearth.sentences import _plainest
+from custom_components.hearth.language.intents_data import (
+    LanguageData,
+    load_language_data,
+    supported,
+)
+from custom_components.hearth.language.questions import is_question
+from custom_components.hearth.language.sentences import _plainest
+from custom_components.hearth.prefix.examples import Thing, example_messages
+from custom_components.hearth.turn.hints import HINT_CALL_ID, hint_messages, words
 
 from .common import function_tool
 

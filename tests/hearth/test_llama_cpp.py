@@ -23,13 +23,13 @@ from homeassistant.helpers import entity_registry as er
 from homeassistant.util import dt as dt_util
 from pytest_homeassistant_custom_component.common import MockConfigEntry, async_fire_time_changed
 
+from custom_components.hearth.backend.server_info import ServerKind
 from custom_components.hearth.const import (
     CONF_MAX_TOKENS,
     CONF_REPIN_DEBOUNCE,
     CONF_TOOL_FIRST,
     DOMAIN,
 )
-from custom_components.hearth.server_info import ServerKind
 from hearth_bench.llama_server import BUILD_WAIT_S, LlamaServer, LlamaServerMissingError
 
 from .common import KITCHEN_LIGHT, ChatSpy, async_setup_entry, converse, hearth_traces, make_entry
@@ -154,7 +154,7 @@ async def test_rename_is_primed_before_the_next_request(
 ) -> None:
     """After a rename, the debounced priming request puts the new house in llama.cpp's
     cache (the pinned house's bytes and a closing message with the change,
-    house_delta.py): the first request after it sends the new prefix and reuses most
+    prefix/delta.py): the first request after it sends the new prefix and reuses most
     of it."""
     agent = llama_entry.runtime_data.prefixes.agent(next(iter(llama_entry.subentries)))
     assert agent is not None and agent.pinned is not None

@@ -1,4 +1,4 @@
-"""The served model's context, known to the agents (``server_info.py``,
+"""The served model's context, known to the agents (``backend/server_info.py``,
 ``coordinator.context_length``): what each kind of server reports, the engine entry's
 option where the server reports none, and diagnostics.
 
@@ -18,13 +18,13 @@ from homeassistant.core import HomeAssistant
 from homeassistant.data_entry_flow import FlowResultType
 from pytest_homeassistant_custom_component.common import MockConfigEntry
 
-from custom_components.hearth.const import CONF_CONTEXT_LENGTH, CONF_STALL_TIMEOUT
-from custom_components.hearth.diagnostics import async_get_config_entry_diagnostics
-from custom_components.hearth.server_info import (
+from custom_components.hearth.backend.server_info import (
     ServerKind,
     model_context_length,
     props_context_length,
 )
+from custom_components.hearth.const import CONF_CONTEXT_LENGTH, CONF_STALL_TIMEOUT
+from custom_components.hearth.diagnostics import async_get_config_entry_diagnostics
 
 from .common import async_setup_entry, make_entry
 from .test_other_servers import VLLM_METRICS, FakeServer

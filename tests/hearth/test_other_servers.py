@@ -20,8 +20,8 @@ from aiohttp import web
 from homeassistant.core import HomeAssistant
 from pytest_homeassistant_custom_component.common import MockConfigEntry
 
+from custom_components.hearth.backend.server_info import ServerKind
 from custom_components.hearth.const import CONF_REPIN_DEBOUNCE, DOMAIN, SERVICE_CLEAR_CACHE
-from custom_components.hearth.server_info import ServerKind
 
 from .common import (
     KITCHEN_LIGHT,

@@ -25,7 +25,7 @@ from pytest_homeassistant_custom_component.common import (
     async_fire_time_changed,
 )
 
-from custom_components.hearth.api import HearthClient, HearthResponseError
+from custom_components.hearth.backend.api import HearthClient, HearthResponseError
 from custom_components.hearth.const import (
     CONF_REPIN_DEBOUNCE,
     DOMAIN,
@@ -33,8 +33,8 @@ from custom_components.hearth.const import (
     SERVICE_REFRESH_PREFIX,
     SUBENTRY_CONVERSATION,
 )
-from custom_components.hearth.pin_history import storage_key
-from custom_components.hearth.pins import pin_name
+from custom_components.hearth.pins.history import storage_key
+from custom_components.hearth.pins.manager import pin_name
 
 from .common import (
     KITCHEN_LIGHT,

@@ -1,4 +1,4 @@
-"""The turn policy (policy.py): what each request of a turn carries. Pure."""
+"""The turn policy (turn/policy.py): what each request of a turn carries. Pure."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from custom_components.hearth.policy import (
+from custom_components.hearth.turn.policy import (
     MAX_REQUESTS,
     Capabilities,
     Options,

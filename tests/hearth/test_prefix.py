@@ -25,7 +25,7 @@ from pytest_homeassistant_custom_component.common import (
 )
 
 from custom_components.hearth.const import CONF_REPIN_DEBOUNCE
-from custom_components.hearth.pins import pin_name
+from custom_components.hearth.pins.manager import pin_name
 
 from .common import (
     KITCHEN_LIGHT,
@@ -326,7 +326,7 @@ async def test_house_render_is_kept_until_the_house_changes(
 ) -> None:
     """A turn re-uses the house as rendered (a state change keeps it); a rename is in the
     very next turn's fresh prefix, before any re-pin: told after the pinned house's
-    bytes (house_delta.py)."""
+    bytes (prefix/delta.py)."""
     prefixes = entry.runtime_data.prefixes
     first = await prefixes.async_prefix_for_request(_agent(entry))
     again = await prefixes.async_prefix_for_request(_agent(entry))

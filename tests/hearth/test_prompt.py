@@ -10,16 +10,16 @@ import pytest
 from homeassistant.components import conversation
 from homeassistant.helpers import llm
 
-from custom_components.hearth.api import (
+from custom_components.hearth.backend.api import (
     HearthAuthError,
     HearthConnectionError,
     HearthResponseError,
 )
 from custom_components.hearth.errors import ContextOverflow, error_key
-from custom_components.hearth.prefix import HousePrefix, canonical_schema, format_tool
-from custom_components.hearth.prompt import HearthNative, build_messages, volatile_context
+from custom_components.hearth.prefix.render import HousePrefix, canonical_schema, format_tool
 from custom_components.hearth.tool_names import model_tool_names, with_shown_names
-from custom_components.hearth.turn_stream import parse_tool_args, resolve_tool_name
+from custom_components.hearth.turn.prompt import HearthNative, build_messages, volatile_context
+from custom_components.hearth.turn.stream import parse_tool_args, resolve_tool_name
 
 PREFIX = HousePrefix(system="Be brief.\nStatic Context:\n- names: Lamp", tools=())
 
@@ -228,7 +228,7 @@ def _overflow(body: dict[str, Any]) -> openai.APIStatusError:
         (_overflow(VLLM_OVERFLOW), "context_length_exceeded"),
         (_overflow(SGLANG_OVERFLOW), "context_length_exceeded"),
         (_overflow({**VLLM_OVERFLOW, "message": "Invalid 'tools' format"}), "engine_error"),
-        # What a turn found could not fit even with everything left out (context_fit.py).
+        # What a turn found could not fit even with everything left out (turn/context_fit.py).
         (ContextOverflow("house_too_big", _overflow(VLLM_OVERFLOW)), "house_too_big"),
     ],
 )

@@ -1,4 +1,4 @@
-"""A question's turn starts by reading the house (questions.py), through real Home
+"""A question's turn starts by reading the house (language/questions.py), through real Home
 Assistant and a real engine: the engine's grammar lets the first request call only the
 live-context tool, so a question is never taken for a command."""
 
@@ -9,8 +9,8 @@ from homeassistant.core import HomeAssistant
 from homeassistant.setup import async_setup_component
 
 from custom_components.hearth.const import CONF_READ_FIRST
-from custom_components.hearth.intents_data import load_language_data
-from custom_components.hearth.questions import is_question, live_context_tool
+from custom_components.hearth.language.intents_data import load_language_data
+from custom_components.hearth.language.questions import is_question, live_context_tool
 
 from .common import (
     KITCHEN_LIGHT,
@@ -66,7 +66,7 @@ async def test_a_question_turn_starts_with_the_live_context_tool(
             "type": "function",
             "function": {"name": "GetLiveContext"},
         }
-        # Only a question's first request reads; a command's must act (policy.py).
+        # Only a question's first request reads; a command's must act (turn/policy.py).
         later = [body.get("tool_choice") for body in spy.bodies[1:]]
         assert not any(isinstance(c, dict) and c.get("type") == "function" for c in later)
     else:

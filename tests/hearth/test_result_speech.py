@@ -1,4 +1,4 @@
-"""What a turn says after its tools ran (result_speech.py): what HA reports was done."""
+"""What a turn says after its tools ran (turn/result_speech.py): what HA reports was done."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from homeassistant.core import HomeAssistant
 
 import custom_components.hearth  # noqa: F401 - resolve the real package first
-from custom_components.hearth.result_speech import (
+from custom_components.hearth.turn.result_speech import (
     Outcome,
     async_responses,
     render_response,

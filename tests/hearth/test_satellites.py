@@ -26,13 +26,13 @@ from homeassistant.helpers.aiohttp_client import async_get_clientsession
 from homeassistant.setup import async_setup_component
 from pytest_homeassistant_custom_component.common import MockConfigEntry
 
-from custom_components.hearth.api import HearthClient, RequestUsage
-from custom_components.hearth.chat import ChatClient, async_create_chat_client
+from custom_components.hearth.backend.api import HearthClient, RequestUsage
+from custom_components.hearth.backend.chat import ChatClient, async_create_chat_client
 from custom_components.hearth.const import CONF_EXAMPLES
-from custom_components.hearth.device_class import DeviceClass, device_lines
-from custom_components.hearth.house_listing import replace_yaml
-from custom_components.hearth.pins import pin_name
-from custom_components.hearth.prefix import async_render_prefix, canonical_llm_context
+from custom_components.hearth.house.device_class import DeviceClass, device_lines
+from custom_components.hearth.house.listing import replace_yaml
+from custom_components.hearth.pins.manager import pin_name
+from custom_components.hearth.prefix.render import async_render_prefix, canonical_llm_context
 from custom_components.hearth.tool_names import model_tool_names, with_shown_names
 
 from .common import (
@@ -147,7 +147,7 @@ async def test_no_device_keeps_its_own_pin(
     turn = hearth_traces()[-1]
     assert turn["pin"] == turn["requests"][0]["pin"] == pin_name(next(iter(entry.subentries)))
     pinned = entry.runtime_data.prefixes.agent(next(iter(entry.subentries))).pinned
-    assert NO_TIMERS_LINE in pinned.class_lines  # closes the prefix (device_class.py)
+    assert NO_TIMERS_LINE in pinned.class_lines  # closes the prefix (house/device_class.py)
     assert NO_TIMERS_LINE not in pinned.system
     assert START_TIMER not in [tool["function"]["name"] for tool in pinned.tools]
 

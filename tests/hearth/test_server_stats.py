@@ -1,4 +1,5 @@
-"""What the integration reads from servers other than Hearth (server_stats.py, priming.py).
+"""What the integration reads from servers other than Hearth (backend/server_stats.py,
+backend/priming.py).
 
 Pure functions over what such servers send: ``/metrics`` text in the names vLLM, SGLang
 and llama.cpp export, and per-request usage. The real llama.cpp server is exercised
@@ -8,10 +9,10 @@ is written here from their documented names.
 
 from __future__ import annotations
 
-from custom_components.hearth.api import RequestUsage
-from custom_components.hearth.priming import request_extras
-from custom_components.hearth.server_info import ServerInfo, ServerKind
-from custom_components.hearth.server_stats import RequestWindow, parse_metrics, server_stats
+from custom_components.hearth.backend.api import RequestUsage
+from custom_components.hearth.backend.priming import request_extras
+from custom_components.hearth.backend.server_info import ServerInfo, ServerKind
+from custom_components.hearth.backend.server_stats import RequestWindow, parse_metrics, server_stats
 
 VLLM_METRICS = """\
 # HELP vllm:prefix_cache_queries_total Prefix cache queries, in terms of number of queried tokens.

@@ -17,8 +17,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import custom_components.hearth  # noqa: F401 - resolve the real package first
-from custom_components.hearth.speech import MarkupFilter, speakable
-from custom_components.hearth.turn_stream import Reply, transform_stream
+from custom_components.hearth.turn.speech import MarkupFilter, speakable
+from custom_components.hearth.turn.stream import Reply, transform_stream
 
 SORRY = "Sorry, I could not do that."
 

@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from custom_components.hearth.speech import plain, speakable
-from custom_components.hearth.speech_stream import SpeechStream, safe_end
+from custom_components.hearth.turn.speech import plain, speakable
+from custom_components.hearth.turn.speech_stream import SpeechStream, safe_end
 
 
 def _run(reply: str, size: int = 1) -> tuple[list[str], str]:

@@ -18,7 +18,7 @@ from homeassistant.setup import async_setup_component
 from pytest_homeassistant_custom_component.common import MockConfigEntry
 
 from custom_components.hearth.const import CONF_REPIN_DEBOUNCE
-from custom_components.hearth.house_diff import HouseEntity, HouseSnapshot, describe_changes
+from custom_components.hearth.house.diff import HouseEntity, HouseSnapshot, describe_changes
 
 from .common import KITCHEN_LIGHT, ChatSpy, EngineProcess, async_setup_entry, converse, make_entry
 

@@ -18,7 +18,7 @@ from homeassistant.core import HomeAssistant
 from pytest_homeassistant_custom_component.common import MockConfigEntry
 
 from custom_components.hearth import entity as entity_module
-from custom_components.hearth.chat import ChatClient
+from custom_components.hearth.backend.chat import ChatClient
 
 from .common import async_setup_entry, converse, hearth_traces, make_entry, speech
 from .test_other_servers import VLLM_METRICS, FakeServer

@@ -1,4 +1,5 @@
-"""The integration's module structure: no import cycles, ``data`` holds types only."""
+"""The integration's module structure: folders by job, no import cycles, ``data`` holds
+types only."""
 
 from __future__ import annotations
 
@@ -6,22 +7,36 @@ import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "custom_components" / "hearth"
+# Each folder imports only the folders before it (the top, Home Assistant's platforms
+# and the entry's wiring, imports them all).
+LAYERS = ("language", "house", "prefix", "backend", "pins", "turn")
+
+
+def _name(path: Path) -> str:
+    """A module's dotted name within the package: ``turn.policy``, ``entity``."""
+    parts = path.relative_to(PACKAGE).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts) or "__init__"
 
 
 def _imports(path: Path) -> set[str]:
-    """Sibling modules ``path`` imports, including under ``TYPE_CHECKING``."""
+    """The package's modules ``path`` imports (dotted), including under ``TYPE_CHECKING``."""
+    here = _name(path).split(".")
+    package = here if path.name == "__init__.py" else here[:-1]
     found: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.level == 1:
-            if node.module:
-                found.add(node.module.split(".")[0])
-            else:
-                found.update(alias.name for alias in node.names)
+        if not isinstance(node, ast.ImportFrom) or node.level == 0:
+            continue
+        base = package[: len(package) - (node.level - 1)]
+        module = [*base, *(node.module.split(".") if node.module else ())]
+        if node.module:
+            found.add(".".join(module))
+        else:
+            found.update(".".join([*module, alias.name]) for alias in node.names)
     return found
 
 
 def _graph() -> dict[str, set[str]]:
-    modules = {path.stem: path for path in PACKAGE.glob("*.py")}
+    modules = {_name(path): path for path in PACKAGE.rglob("*.py")}
     return {name: _imports(path) & modules.keys() for name, path in modules.items()}
 
 
@@ -46,21 +61,48 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
+def test_the_graph_reads_subfolders() -> None:
+    """The checks below see the folders' modules and their imports (not only the top's)."""
+    graph = _graph()
+    assert "turn.policy" in graph
+    assert "house.names" in graph["turn.policy"]
+
+
 def test_no_import_cycles() -> None:
     """Not even under TYPE_CHECKING: each module depends only on the layers below."""
     assert _cycle(_graph()) is None
+
+
+def test_folders_import_only_the_folders_before_them() -> None:
+    """language -> house -> prefix -> backend -> pins -> turn: a folder never reaches up
+    to a later one, nor to the top's modules other than the shared leaves (``const``, ``errors``,
+    ``tool_names``)."""
+    shared = {"const", "errors", "tool_names"}
+    wrong = []
+    for module, targets in _graph().items():
+        folder = module.split(".")[0]
+        if folder not in LAYERS:
+            continue
+        allowed = set(LAYERS[: LAYERS.index(folder) + 1]) | shared
+        wrong += [(module, t) for t in targets if t.split(".")[0] not in allowed]
+    assert wrong == []
 
 
 def test_data_holds_types_only() -> None:
     """``data`` is imported by the runtime modules; it imports only types (api's usage,
     the backend interface)."""
     graph = _graph()
-    assert graph["data"] - {"coordinator", "pins"} <= {"api", "backend"}
-    assert "data" not in graph["coordinator"] | graph["pins"] | graph["prefix"]
+    assert graph["data"] - {"backend.coordinator", "pins.manager"} <= {
+        "backend.api",
+        "backend.base",
+    }
+    assert (
+        "data" not in graph["backend.coordinator"] | graph["pins.manager"] | graph["prefix.render"]
+    )
 
 
 def test_render_and_pin_lifecycle_are_split() -> None:
     """``prefix`` renders; ``pins`` pins: the render knows nothing of the engine."""
     graph = _graph()
-    assert graph["prefix"].isdisjoint({"api", "coordinator", "pins", "data"})
-    assert "prefix" in graph["pins"]
+    assert graph["prefix.render"].isdisjoint({"backend.api", "coordinator", "pins.manager", "data"})
+    assert "prefix.render" in graph["pins.manager"]

@@ -28,8 +28,8 @@ from homeassistant.components.conversation import trace as conversation_trace
 from homeassistant.core import Context, HomeAssistant
 from homeassistant.setup import async_setup_component
 
-from custom_components.hearth.action_guard import NOT_FOR_REQUEST
 from custom_components.hearth.tool_names import bare_name
+from custom_components.hearth.turn.guard import NOT_FOR_REQUEST
 
 from .common import async_setup_entry, make_entry, speech
 from .test_other_servers import VLLM_METRICS, FakeServer

@@ -20,7 +20,7 @@ from homeassistant.core import (
 )
 from homeassistant.helpers import llm
 
-from custom_components.hearth.examples import async_house_examples
+from custom_components.hearth.prefix.examples import async_house_examples
 
 from .const import ASSISTANT, DOMAIN, SERVICE_RENDER_PROMPT
 

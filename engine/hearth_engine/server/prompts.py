@@ -2,7 +2,7 @@
 
 Every request of a Hearth agent starts with the same *house part*: one system message
 (instructions and the static context of the house's entities) and the tools, which is
-also what the integration pins (see ``custom_components/hearth/prefix.py``). It is
+also what the integration pins (see ``custom_components/hearth/prefix/render.py``). It is
 thousands of tokens, and tokenizing it again for every request is most of the work of
 preparing one. ``PromptEncoder`` keeps, per house part (a hash of the first message and
 the tools), the rendered house text up to a *safe cut* and its token ids, so a warm

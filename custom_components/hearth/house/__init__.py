@@ -1,0 +1,1 @@
+"""What the house has, and what it calls its things, areas and floors."""

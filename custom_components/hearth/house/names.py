@@ -1,0 +1,292 @@
+"""What the house calls its things, areas and floors, and what a call must carry to
+name exactly one of them.
+
+Home Assistant matches a call's ``name`` against every exposed entity's name and
+aliases; where two of them share it (a garage door opener exposed as a cover and as a
+light, a lock whose device gives its name to two entities), the intent fails with
+"Multiple entities share the name" unless the call also carries what tells them apart:
+a ``domain`` or a ``device_class`` (HA's ``async_match_targets``). The engine's grammar
+narrows each argument to the house's values on its own (house/values.py); it cannot
+make ``domain`` depend on ``name``. So ``resolve_call`` adds what resolves a shared
+name to the call before Home Assistant runs it, chosen from what the call and the
+request say, never a guess between equals. An area or floor given where a thing of that
+name was meant (or the other way round) is moved to the argument HA matches it by.
+
+``unasked`` tells a call that names a thing none of whose names the request says a
+word of (turn/prepare.py does not run it in a conversation's first turn); ``worded`` lists the
+names such a call may use (turn/policy.py narrows the grammar's names to them).
+
+Pure: ``HouseNames`` is built by house_values.house_names from the registries.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..language.words import said_in, words
+from ..tool_names import bare_name
+
+# Domains in the order a shared name most likely means them when nothing else tells:
+# the thing a device is (a garage door opener is a cover, a lock a lock) before the
+# lights and switches it also exposes.
+DOMAIN_ORDER = (
+    "lock", "cover", "valve", "climate", "water_heater", "humidifier", "vacuum",
+    "lawn_mower", "media_player", "fan", "todo", "alarm_control_panel", "light", "switch",
+)  # fmt: skip
+# Intent tools that name no entity by ``name`` (a timer's name is free text).
+FREE_NAME = ("Timer", "Broadcast")
+
+
+def names_entity(tool: str) -> bool:
+    """Whether ``tool`` is an intent whose ``name`` is an exposed entity's (not a
+    timer's or a broadcast's free text)."""
+    short = bare_name(tool)
+    return short.startswith("Hass") and not any(word in short for word in FREE_NAME)
+
+
+def normalize(name: str) -> str:
+    """A name as Home Assistant compares it (``intent._normalize_name``)."""
+    return name.strip().casefold()
+
+
+@dataclass(frozen=True, slots=True)
+class Named:
+    """An exposed entity that a name or alias names."""
+
+    entity_id: str
+    device_class: str | None = None
+    main: bool = False  # the device's own entity: it has the device's name
+
+    @property
+    def domain(self) -> str:
+        return self.entity_id.split(".", 1)[0]
+
+
+@dataclass(frozen=True, slots=True)
+class HouseNames:
+    """Normalized entity names and aliases -> the exposed entities they name; the
+    normalized names and aliases of areas and floors."""
+
+    things: Mapping[str, tuple[Named, ...]] = field(default_factory=dict)
+    areas: frozenset[str] = frozenset()
+    floors: frozenset[str] = frozenset()
+
+    @classmethod
+    def of(
+        cls,
+        things: Iterable[tuple[Iterable[str], Named]],
+        areas: Iterable[str] = (),
+        floors: Iterable[str] = (),
+    ) -> HouseNames:
+        """From (names and aliases, entity) pairs and area and floor names."""
+        by_name: dict[str, dict[str, Named]] = {}
+        for names, named in things:
+            for name in names:
+                if key := normalize(name):
+                    by_name.setdefault(key, {})[named.entity_id] = named
+        return cls(
+            {key: tuple(found.values()) for key, found in by_name.items()},
+            frozenset(normalize(a) for a in areas if normalize(a)),
+            frozenset(normalize(f) for f in floors if normalize(f)),
+        )
+
+    def house_slots(self, slots: Mapping[str, str]) -> dict[str, str]:
+        """``slots`` (what a template read of a target) without a device class that no
+        exposed thing of the slots' domain has. HA's English templates read "the garage
+        door" as area Garage with class ``door`` too, and Home Assistant refuses a call
+        for class ``door`` on a cover whose class is ``garage``: left out, the call's
+        class is the model's, from the house's own."""
+        wanted, domain = slots.get("device_class"), slots.get("domain")
+        if not wanted:
+            return dict(slots)
+        has = any(
+            named.device_class == wanted and (not domain or named.domain == domain)
+            for found in self.things.values()
+            for named in found
+        )
+        return dict(slots) if has else {k: v for k, v in slots.items() if k != "device_class"}
+
+    def shared(self) -> dict[str, tuple[Named, ...]]:
+        """The names that name more than one entity."""
+        return {key: found for key, found in self.things.items() if len(found) > 1}
+
+    def said_things(self, text: str) -> frozenset[str]:
+        """The names and aliases (normalized) of things that ``text`` says; the longest
+        wins where one holds another ("kitchen ceiling light", not "kitchen")."""
+        said = [name for name in self.mentioned(text) if name in self.things]
+        return frozenset(n for n in said if not any(n != o and n in o for o in said))
+
+    def named_domains(self, text: str) -> frozenset[str]:
+        """The domains of the things whose name or alias ``text`` says."""
+        return frozenset(named.domain for n in self.said_things(text) for named in self.things[n])
+
+    def mentioned(self, text: str) -> set[str]:
+        """The names of things, areas and floors that ``text`` says."""
+        said = normalize(text)
+        return {name for name in (*self.things, *self.areas, *self.floors) if says(said, name)}
+
+
+def unasked(name: str, names: HouseNames, request: str) -> bool:
+    """Whether ``name`` names things of the house none of whose names and aliases
+    shares a word with the ``request`` (a word, one of four letters or more inside
+    another: "Flur" in "Flurlicht", or the word inflected: "roletę" for "Roleta"). A
+    name the house does not have is not judged here: Home Assistant refuses it."""
+    key = normalize(name)
+    return key in names.things and key not in worded(names, request)
+
+
+def worded(names: HouseNames, request: str) -> frozenset[str]:
+    """The names and aliases (normalized) of the things one of whose names or aliases
+    shares a word with the ``request`` (see ``unasked``)."""
+    said = words(request)
+    by_entity: dict[str, list[str]] = {}
+    for name, found in names.things.items():
+        for named in found:
+            by_entity.setdefault(named.entity_id, []).append(name)
+    kept = (own for own in by_entity.values() if _says_a_word_of(said, own))
+    return frozenset(name for own in kept for name in own)
+
+
+def _says_a_word_of(said: set[str], names: Iterable[str]) -> bool:
+    theirs = set().union(*(words(name) for name in names))
+    return any(said_in(word, theirs) for word in said)
+
+
+def says(text: str, name: str) -> bool:
+    """Whether normalized ``text`` says ``name``: as whole words where the name starts
+    or ends with a letter of a spaced script (``tv`` is not in "activate"), anywhere
+    in unspaced scripts (キッチン in キッチンの電気をつけて)."""
+    start = 0
+    while (at := text.find(name, start)) >= 0:
+        before = text[at - 1] if at else " "
+        after = text[at + len(name)] if at + len(name) < len(text) else " "
+        if not (_joins(before, name[0]) or _joins(name[-1], after)):
+            return True
+        start = at + 1
+    return False
+
+
+_SPACED = re.compile(r"[0-9a-zß-ɏͰ-ӿ]")  # Latin, Greek, Cyrillic (casefolded)
+
+
+def _joins(left: str, right: str) -> bool:
+    """Whether two letters side by side are one word in a spaced script."""
+    return bool(_SPACED.match(left) and _SPACED.match(right))
+
+
+def resolve_call(
+    tool: str,
+    arguments: dict[str, Any],
+    names: HouseNames,
+    *,
+    accepts: Iterable[str],
+    platforms: frozenset[str] | None = None,
+    about: frozenset[str] | None = None,
+    request: str = "",
+) -> dict[str, Any]:
+    """``arguments`` of a call of ``tool`` (which takes the arguments ``accepts``) with
+    what makes them name one thing: a shared ``name`` gets the ``domain`` (or
+    ``device_class``) of the thing meant, judged by the call's own ``domain`` and
+    ``device_class``, the tool's ``platforms`` (the domains it acts on), the domains
+    the request is ``about``, a domain the ``request`` says by its id ("the garage door
+    opener light"), then the device's own entity and ``DOMAIN_ORDER``. A
+    ``name`` that is only an area or floor becomes that; an ``area`` or ``floor`` alone
+    that is only, or also, a thing's name becomes that ``name``."""
+    accepts = frozenset(accepts)
+    if not names_entity(tool):
+        return arguments
+    arguments = _moved(arguments, names, accepts)
+    name = arguments.get("name")
+    if not isinstance(name, str):
+        return arguments
+    found = names.things.get(normalize(name), ())
+    if len(found) < 2:
+        return arguments
+    told = _telling_apart(
+        found, arguments, accepts, platforms=platforms, about=about, request=normalize(request)
+    )
+    return {**arguments, **told}
+
+
+def _moved(arguments: dict[str, Any], names: HouseNames, accepts: frozenset[str]) -> dict[str, Any]:
+    """A thing's name given as an area or floor (or an area's or floor's given as a
+    thing's) moved to the argument HA matches it by."""
+    name = arguments.get("name")
+    if isinstance(name, str) and normalize(name) not in names.things:
+        for place, known in (("area", names.areas), ("floor", names.floors)):
+            if normalize(name) in known and place in accepts and place not in arguments:
+                rest = {k: v for k, v in arguments.items() if k != "name"}
+                return {**rest, place: name}
+        return arguments
+    if "name" in arguments or "name" not in accepts or "domain" in arguments:
+        return arguments
+    for place in ("area", "floor"):
+        value = arguments.get(place)
+        others = {"area", "floor"} - {place}
+        if (
+            isinstance(value, str)
+            and normalize(value) in names.things
+            and not others & set(arguments)
+        ):
+            rest = {k: v for k, v in arguments.items() if k != place}
+            return {**rest, "name": value}
+    return arguments
+
+
+def _as_set(value: Any) -> frozenset[str] | None:
+    if isinstance(value, str):
+        return frozenset({value})
+    if isinstance(value, list):
+        return frozenset(str(v) for v in value)
+    return None
+
+
+def _telling_apart(
+    found: tuple[Named, ...],
+    arguments: Mapping[str, Any],
+    accepts: frozenset[str],
+    *,
+    platforms: frozenset[str] | None,
+    about: frozenset[str] | None,
+    request: str,
+) -> dict[str, Any]:
+    """The ``domain`` or ``device_class`` that leaves one of ``found`` (or those of one
+    kind), or nothing where nothing tells them apart."""
+    left = list(found)
+    for wanted, of in (
+        (_as_set(arguments.get("domain")), lambda n: n.domain),
+        (_as_set(arguments.get("device_class")), lambda n: n.device_class),
+        (platforms, lambda n: n.domain),
+        (about, lambda n: n.domain),
+    ):
+        if wanted and (kept := [n for n in left if of(n) in wanted]):
+            left = kept
+    if len({n.domain for n in left}) > 1:
+        said = [n for n in left if says(request, n.domain.replace("_", " "))]
+        left = said or left
+    if len({n.domain for n in left}) > 1:
+        main = [n for n in left if n.main]
+        left = main or left
+    if len({n.domain for n in left}) > 1:
+        rank = {domain: i for i, domain in enumerate(DOMAIN_ORDER)}
+        best = min(rank.get(n.domain, len(rank)) for n in left)
+        left = [n for n in left if rank.get(n.domain, len(rank)) == best]
+    domains = {n.domain for n in left}
+    if len(domains) > 1:
+        return {}
+    added: dict[str, Any] = {}
+    if "domain" in accepts:
+        added["domain"] = sorted(domains)
+    classes = {n.device_class for n in left}
+    same_domain = [n for n in found if n.domain in domains]
+    if (
+        len(same_domain) > len(left)
+        and "device_class" in accepts
+        and len(classes) == 1
+        and None not in classes
+    ):
+        added["device_class"] = sorted(classes)  # type: ignore[type-var]
+    return added

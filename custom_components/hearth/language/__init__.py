@@ -1,0 +1,1 @@
+"""Home Assistant's own language data, read for each request."""

@@ -1,0 +1,227 @@
+"""The words Home Assistant's intents say, and which intent a request says most of.
+
+Where no sentence template matches a request ("resume the music on the bedroom
+speaker": HA's templates say "resume {name}" or "resume the music in {area}"), the
+request's nearest example is of the intent whose templates say most of its words. The
+words of an intent are those its templates (``home-assistant-intents``, in the
+request's language) can say, less the names and numbers: the words of each text chunk,
+and, so that a chunk joined to its neighbour is a word too ("degree[s]"), those of one
+walk through the template per choice of its widest alternative. A word counts for
+less the more of the language's intents say it: "the" and "is" next to nothing, a word
+that one intent alone says ("resume", "degrees") decides.
+
+Pure; the words are kept per language data (they are its immutable templates), and
+counted as the language loads, in the executor (language/intents_data.py).
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from hassil.expression import (
+    Alternative,
+    Expression,
+    Group,
+    ListReference,
+    RuleReference,
+    Sentence,
+    TextChunk,
+)
+from hassil.intents import IntentData, Intents
+
+
+class LanguageData(Protocol):
+    """What is read of a language's data (intents_data.LanguageData, which imports
+    this module to count the words as it loads)."""
+
+    @property
+    def intents(self) -> Intents: ...
+
+    @property
+    def said(self) -> dict[Any, Any]: ...
+
+
+_WORDS = re.compile(r"\w+", re.UNICODE)
+_ALIKE_LETTERS = 4  # a word inside another, or an inflection's stem, at least
+_ENDING_LETTERS = 2  # the letters an inflection may change at a word's end
+_MAX_WALKS = 16  # walks of one template: its widest alternative's choices, at most
+_MAX_DEPTH = 12  # expansion rules inside rules
+
+
+def words(text: str) -> set[str]:
+    """The words of ``text``, in any script: lower-case ``\\w+`` runs, and for runs of
+    a script written without spaces (CJK, Thai...) their character pairs. Numbers are
+    not words here: they are a slot's value."""
+    found: set[str] = set()
+    for word in _WORDS.findall(unicodedata.normalize("NFKC", text).casefold()):
+        if word.isdigit():
+            continue
+        if any(unspaced(ch) for ch in word) and len(word) > 1:
+            found |= {word[i : i + 2] for i in range(len(word) - 1)}
+        else:
+            found.add(word)
+    return found
+
+
+def alike(word: str, other: str) -> bool:
+    """Whether two words (of ``words``) say the same: equal, one of four letters or
+    more inside the other ("flur" in "flurlicht"), or one inflected as the other: all
+    but their last two letters alike, four at least (Polish "roleta" and "roletę",
+    Russian "штора" and "штору", "light" and "lights")."""
+    if word == other:
+        return True
+    short, long = sorted((word, other), key=len)
+    if len(short) < _ALIKE_LETTERS:
+        return False
+    if short in long:
+        return True
+    pairs = zip(short, long[: len(short)], strict=True)
+    same = next((i for i, (a, b) in enumerate(pairs) if a != b), len(short))
+    return same >= max(_ALIKE_LETTERS, len(short) - _ENDING_LETTERS)
+
+
+def said_in(word: str, asked: Iterable[str]) -> bool:
+    """Whether one of the words ``asked`` says ``word`` (``alike``)."""
+    return any(alike(word, other) for other in asked)
+
+
+def unspaced(ch: str) -> bool:
+    """Whether ``ch`` is of a script written without spaces between words."""
+    name = unicodedata.name(ch, "")
+    return name.startswith(("CJK", "HIRAGANA", "KATAKANA", "THAI", "HANGUL", "LAO", "KHMER"))
+
+
+def _widest(expression: Expression, rules: Mapping[str, Sentence], depth: int = 0) -> int:
+    """The most choices one alternative in ``expression`` has (rules expanded)."""
+    if isinstance(expression, RuleReference):
+        rule = rules.get(expression.rule_name)
+        return _widest(rule.expression, rules, depth + 1) if rule and depth < _MAX_DEPTH else 1
+    if not isinstance(expression, Group):
+        return 1
+    inner = max((_widest(item, rules, depth) for item in expression.items), default=1)
+    return max(inner, len(expression.items) if isinstance(expression, Alternative) else 1)
+
+
+def _walk(expression: Expression, rules: Mapping[str, Sentence], choice: int, depth: int) -> str:
+    """One sentence of ``expression``: the ``choice``-th item of every alternative
+    (modulo its size); a list (a name, a number) is a gap."""
+    if isinstance(expression, TextChunk):
+        return expression.text
+    if isinstance(expression, ListReference):
+        return " "
+    if isinstance(expression, RuleReference):
+        rule = rules.get(expression.rule_name)
+        if rule is None or depth >= _MAX_DEPTH:
+            return " "
+        return _walk(rule.expression, rules, choice, depth + 1)
+    if isinstance(expression, Alternative):
+        if not expression.items:
+            return ""
+        item = expression.items[choice % len(expression.items)]
+        return _walk(item, rules, choice, depth)
+    if isinstance(expression, Group):
+        return "".join(_walk(item, rules, choice, depth) for item in expression.items)
+    return " "
+
+
+def _chunks(expression: Expression, rules: Mapping[str, Sentence], depth: int = 0) -> set[str]:
+    """The words of every text chunk in ``expression`` (rules expanded)."""
+    if isinstance(expression, TextChunk):
+        return words(expression.text)
+    if isinstance(expression, RuleReference):
+        rule = rules.get(expression.rule_name)
+        return _chunks(rule.expression, rules, depth + 1) if rule and depth < _MAX_DEPTH else set()
+    if isinstance(expression, Group):
+        return set().union(*(_chunks(item, rules, depth) for item in expression.items))
+    return set()
+
+
+def template_words(sentence: Sentence, rules: Mapping[str, Sentence]) -> set[str]:
+    """Every word that the template ``sentence`` can say, less its lists' values: the
+    words of each of its text chunks, and those that chunks say together ("degree[s]")
+    in one walk per choice of its widest alternative."""
+    found = _chunks(sentence.expression, rules)
+    for choice in range(min(_widest(sentence.expression, rules), _MAX_WALKS)):
+        found |= words(_walk(sentence.expression, rules, choice, 0))
+    return found
+
+
+def block_words(data: LanguageData, intent: str) -> list[tuple[IntentData, frozenset[str]]]:
+    """Each template block of ``intent`` with the words its templates say (kept per
+    language data)."""
+    key = ("words", intent)
+    if key not in data.said:
+        found = data.intents.intents.get(intent)
+        blocks = []
+        for block in found.data if found else ():
+            rules = {**data.intents.expansion_rules, **block.expansion_rules}
+            said: set[str] = set()
+            for sentence in block.sentences:
+                said |= template_words(sentence, rules)
+            blocks.append((block, frozenset(said)))
+        data.said[key] = blocks
+    return data.said[key]
+
+
+@dataclass(frozen=True, slots=True)
+class Scored:
+    """How much of a request an intent's templates for ``domain`` say (``own``: a
+    template of the intent is for that domain alone, not for any thing)."""
+
+    score: float
+    intent: str
+    domain: str
+    own: bool = False
+
+
+def block_domains(block: IntentData) -> list[str]:
+    """The domains ``block`` is for (none: any)."""
+    wanted = (block.requires_context or {}).get("domain") or (block.slots or {}).get("domain")
+    if not wanted:
+        return []
+    return [wanted] if isinstance(wanted, str) else [str(d) for d in wanted]
+
+
+def _fits_domain(block: IntentData, domain: str | None) -> bool:
+    """Whether ``block`` can act on ``domain`` (any block where None)."""
+    wanted = block_domains(block)
+    return domain is None or not wanted or domain in wanted
+
+
+def said_by(data: LanguageData) -> dict[str, int]:
+    """Word -> how many of the language's intents say it (kept per language data;
+    tenths of a second to a second: intents_data computes it as it loads)."""
+    key = ("said_by",)
+    if key not in data.said:
+        counts: dict[str, int] = {}
+        for intent in data.intents.intents:
+            for word in set().union(*(w for _, w in block_words(data, intent))):
+                counts[word] = counts.get(word, 0) + 1
+        data.said[key] = counts
+    return data.said[key]
+
+
+def said_most(
+    data: LanguageData,
+    asked: set[str],
+    candidates: Iterable[tuple[str, str | None]],
+) -> list[Scored]:
+    """The ``candidates`` ((intent, domain) pairs; domain None: any) by how much of the
+    request's words ``asked`` (less its names) the intent's templates for the domain
+    say, best first. Each word weighs 1 / the number of the language's intents that
+    say it: "the" and "is" next to nothing, "resume" and "degrees" much. Those that
+    say none are left out."""
+    counts = said_by(data)
+    scored = []
+    for intent, domain in sorted(set(candidates), key=lambda c: (c[0], c[1] or "")):
+        blocks = block_words(data, intent)
+        said = set().union(*(w for b, w in blocks if _fits_domain(b, domain)))
+        score = sum(1 / counts[word] for word in said & asked)
+        own = any(domain in block_domains(b) for b, _ in blocks)
+        if score > 0:
+            scored.append(Scored(round(score, 6), intent, domain or "", own))
+    return sorted(scored, key=lambda s: (-s.score, not s.own, s.intent, s.domain))

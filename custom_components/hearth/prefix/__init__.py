@@ -1,0 +1,1 @@
+"""The stable house prefix of an agent: rendered, sized, and told as changes."""

@@ -1,0 +1,1 @@
+"""One turn: understand the request, decide, call Home Assistant's tools, speak."""

@@ -1,0 +1,264 @@
+"""Whether a tool call can act on what the request asks: a wrong action is worse than
+none.
+
+A small model picks the wrong tool in ways Home Assistant then runs: it cancelled every
+timer when asked to skip a track, it called ``HassTurnOff`` ("unlock") when asked to
+lock a door, and ``HassTurnOn`` on a vacuum (HA fails: vacuums have no ``turn_on``).
+``refusal`` tells such a call, before it runs (turn.Turn.refusal, the one caller); the
+model reads why and may call again within the turn's bound, and Assist otherwise asks
+the user to say it another way. Every rule is decided from Home Assistant's own data,
+in the request's language, never from word lists of ours:
+
+- **A call that names no thing** (a timer, a broadcast) runs only where the request
+  reads as one of its intents: one of those intents' templates matches it whole, or it
+  says a word that the intents of that kind say (most of them) and no other intent says
+  ("timer", "minutes"; German "Minuten"). "Skip this track" says none.
+- **A call of an intent for some domains** (``HassMediaPause``: media players) does not
+  run on a request about other domains only (the curtains).
+- **On/off on a domain HA cannot switch**: ``HassTurnOn``/``HassTurnOff`` act on covers,
+  locks, valves and buttons by their own services, else by the domain's
+  ``turn_on``/``turn_off`` service; where the house has none (a vacuum), the call
+  cannot act, and the tools made for that domain are named instead.
+- **Direction**: where the request reads as the opposite intent of the call on that
+  kind of thing (lock / unlock, open / close, on / off, start / return to base, pause /
+  resume), the call is not run. The request reads as an intent where one of its
+  templates for that domain matches it whole with the house's names; failing that,
+  where it says a word that only that intent's templates for that domain say (and few
+  intents of the language say at all), and none of the other's.
+
+Pure: ``Guard`` holds what the turn read of the request and the house.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..house.names import HouseNames, normalize
+from ..language.questions import QUESTION_INTENTS
+from ..language.sentences import recognize, slot_lists
+from ..language.words import LanguageData, block_domains, block_words, said_by, said_in, words
+from ..tool_names import bare_name
+
+# Where a tool error starts when the guard refuses a call (result_speech reads it).
+NOT_FOR_REQUEST = "The call does not fit the request"
+# HA intents and the intent that does the opposite on the same thing (its identifiers).
+OPPOSITE: dict[str, str] = {
+    "HassTurnOn": "HassTurnOff",
+    "HassVacuumStart": "HassVacuumReturnToBase",
+    "HassMediaUnpause": "HassMediaPause",
+    "HassLawnMowerStartMowing": "HassLawnMowerDock",
+}
+OPPOSITE |= {off: on for on, off in OPPOSITE.items()}
+# Domains HA's on/off handler switches by their own services (intent/__init__.py).
+OWN_ON_OFF = frozenset({"cover", "lock", "valve", "button", "input_button"})
+ON_OFF = {"HassTurnOn": "turn_on", "HassTurnOff": "turn_off"}
+# A word says a direction where at most this many of the language's intents say it
+# ("unlock": 1, "ferme": 8); "is", "the", German "auf" are said by many more.
+FEW_INTENTS = 8
+# Intents of one kind (HA's identifiers): a call of one may run where the request reads
+# as any of them ("how long is left" before "cancel the timer").
+KINDS = ("Timer",)
+
+
+@dataclass(frozen=True, slots=True)
+class Guard:
+    """What the guard reads of one turn: the request's ``text``, the ``data`` of its
+    language (None: not covered), the house's ``names``, the domains the request is
+    ``about`` (None: not known), each offered tool's ``platforms`` (tool -> the domains
+    it acts on), and ``switchable``: the domains that have ``turn_on``/``turn_off``."""
+
+    text: str
+    data: LanguageData | None
+    names: HouseNames
+    about: frozenset[str] | None = None
+    platforms: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    switchable: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    follow_up: bool = False  # "cancel it": what it is is in the history, not the text
+    question: bool = False  # the request asks (questions.is_question): it is read, not acted on
+
+    def refusal(self, tool: str, arguments: Mapping[str, Any]) -> str | None:
+        """Why a call of ``tool`` with ``arguments`` cannot act on what the request
+        asks (None: it may run)."""
+        intent = bare_name(tool)
+        if not intent.startswith("Hass") or intent in QUESTION_INTENTS:
+            return None  # reading never acts; a script's tool is its author's
+        if self.question:
+            return f"{NOT_FOR_REQUEST}: the request asks a question; read the house, do not act."
+        targets = self.target_domains(arguments)
+        return (
+            self._unnamed(intent, targets)
+            or self._other_domain(tool, intent, targets)
+            or self._cannot_switch(intent, targets)
+            or self._opposite(intent, targets)
+        )
+
+    def target_domains(self, arguments: Mapping[str, Any]) -> frozenset[str]:
+        """The domains a call acts on: those of the things its ``name`` names, else its
+        ``domain``; empty where it names neither (an area's things, a timer)."""
+        name = arguments.get("name")
+        found = self.names.things.get(normalize(name)) if isinstance(name, str) else None
+        if found:
+            return frozenset(named.domain for named in found)
+        domain = arguments.get("domain")
+        listed = [domain] if isinstance(domain, str) else domain
+        return frozenset(str(d) for d in listed or () if d)
+
+    def _unnamed(self, intent: str, targets: frozenset[str]) -> str | None:
+        """A call of an intent that names no thing of the house (a timer, a broadcast),
+        where the request does not read as one of that kind."""
+        if (
+            targets
+            or self.follow_up
+            or self.data is None
+            or intent not in self.data.intents.intents
+        ):
+            return None
+        if intent in ON_OFF or intent in _DOMAIN_FREE_EXEMPT or self._platforms(intent):
+            return None
+        kin = kind_of(self.data, intent)
+        if reads_as(self.data, self.text, kin, self.names) or says_kind(self.data, self.text, kin):
+            return None
+        return f"{NOT_FOR_REQUEST}: the request asks nothing {intent} does."
+
+    def _other_domain(self, tool: str, intent: str, targets: frozenset[str]) -> str | None:
+        """An intent for some domains, called on a request about others only."""
+        acts = self.platforms.get(tool) or self._platforms(intent)
+        if not acts or not self.about:
+            return None
+        asked = self.about | self.names.named_domains(self.text)
+        if acts & asked:
+            return None
+        return (
+            f"{NOT_FOR_REQUEST}: {intent} acts on {', '.join(sorted(acts))}; the request is "
+            f"about {', '.join(sorted(asked))}."
+        )
+
+    def _cannot_switch(self, intent: str, targets: frozenset[str]) -> str | None:
+        """On/off on things of a domain that has no such service (a vacuum)."""
+        service = ON_OFF.get(intent)
+        if service is None or not targets or not self.switchable:
+            return None
+        stuck = sorted(
+            d
+            for d in targets
+            if d not in OWN_ON_OFF and d not in self.switchable.get(service, frozenset())
+        )
+        if not stuck or len(stuck) < len(targets):
+            return None
+        instead = sorted(
+            bare_name(t) for t, acts in self.platforms.items() if acts & frozenset(stuck)
+        )
+        better = f"; call {' or '.join(instead)}" if instead else ""
+        return f"{NOT_FOR_REQUEST}: {intent} cannot act on {', '.join(stuck)}{better}."
+
+    def _opposite(self, intent: str, targets: frozenset[str]) -> str | None:
+        """A call whose opposite intent is what the request reads as, on that kind."""
+        other = OPPOSITE.get(intent)
+        if other is None or self.data is None:
+            return None
+        domains = targets or self.about or frozenset()
+        if not domains:
+            domains = self._platforms(intent) or frozenset()
+        read = {direction(self.data, self.text, intent, d, self.names) for d in domains}
+        if other in read and intent not in read:
+            return f"{NOT_FOR_REQUEST}: the request asks for {other}, not {intent}."
+        return None
+
+    def _platforms(self, intent: str) -> frozenset[str]:
+        """The domains ``intent``'s tool acts on (empty: any, or none)."""
+        found = (acts for tool, acts in self.platforms.items() if bare_name(tool) == intent)
+        return next(found, frozenset())
+
+
+# Intents that act on no thing and need no words of their own (they do nothing).
+_DOMAIN_FREE_EXEMPT = frozenset({"HassNevermind", "HassRespond"})
+
+
+def kind_of(data: LanguageData, intent: str) -> frozenset[str]:
+    """``intent`` and the intents of its kind in ``data`` (all the timer intents)."""
+    kind = next((k for k in KINDS if k in intent), None)
+    if kind is None:
+        return frozenset({intent})
+    return frozenset(i for i in data.intents.intents if kind in i)
+
+
+def kind_words(data: LanguageData, kin: frozenset[str]) -> frozenset[str]:
+    """The words that at least half the intents ``kin`` say and no other intent says
+    ("timer", "minutes"; not "a", which three timer intents say)."""
+    key = ("kind_words", kin)
+    if key not in data.said:
+        counts: dict[str, int] = {}
+        others: set[str] = set()
+        for intent in data.intents.intents:
+            said = set().union(*(w for _, w in block_words(data, intent)))
+            if intent in kin:
+                for word in said:
+                    counts[word] = counts.get(word, 0) + 1
+            else:
+                others |= said
+        half = (len(kin) + 1) // 2
+        data.said[key] = frozenset(w for w, n in counts.items() if n >= half and w not in others)
+    return data.said[key]
+
+
+def says_kind(data: LanguageData, text: str, kin: frozenset[str]) -> bool:
+    """Whether ``text`` says a word of the intents ``kin`` (inflected or not)."""
+    own = kind_words(data, kin)
+    return any(said_in(word, own) for word in words(text))
+
+
+def reads_as(data: LanguageData, text: str, intents: Iterable[str], names: HouseNames) -> bool:
+    """Whether a template of one of ``intents`` matches ``text`` whole, with the
+    house's names, areas and floors as HA's matcher reads them."""
+    wanted = {i for i in intents if i in data.intents.intents}
+    if not wanted:
+        return False
+    result = recognize(data, text, _lists(names), wanted)
+    return result is not None and not result.unmatched_entities
+
+
+def direction(
+    data: LanguageData, text: str, intent: str, domain: str, names: HouseNames
+) -> str | None:
+    """Which of ``intent`` and its opposite ``text`` reads as on ``domain`` (None:
+    neither, or both): a template of one for that domain that matches it whole, else a
+    word only one's templates for that domain say (said by few of the language's
+    intents), and none of the other's."""
+    pair = (intent, OPPOSITE[intent])
+    if not all(i in data.intents.intents for i in pair):
+        return None
+    result = recognize(data, text, _lists(names, domain), set(pair))
+    if result is not None and not result.unmatched_entities:
+        return result.intent.name  # the names it read are of ``domain`` only
+    asked = words(text)
+    for said in names.said_things(text) | (names.mentioned(text) - set(names.things)):
+        asked -= words(said)
+    counts = said_by(data)
+    own = [_domain_words(data, i, domain) for i in pair]
+    says = [
+        any(counts.get(w, FEW_INTENTS + 1) <= FEW_INTENTS for w in (mine - theirs) & asked)
+        for mine, theirs in (own, own[::-1])
+    ]
+    if says[0] != says[1]:
+        return pair[0] if says[0] else pair[1]
+    return None
+
+
+def _domain_words(data: LanguageData, intent: str, domain: str) -> frozenset[str]:
+    """The words of ``intent``'s templates for ``domain`` (those made for it)."""
+    return frozenset().union(
+        *(w for b, w in block_words(data, intent) if domain in block_domains(b))
+    )
+
+
+def _lists(names: HouseNames, domain: str | None = None) -> dict[str, Any]:
+    """hassil lists of the house's names (of ``domain`` where given), areas, floors."""
+    pairs = [
+        (name, named.domain)
+        for name, found in names.things.items()
+        for named in found
+        if domain is None or named.domain == domain
+    ]
+    return slot_lists(pairs, names.areas, names.floors)
