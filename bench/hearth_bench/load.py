@@ -32,8 +32,8 @@ from typing import Any
 import aiohttp
 
 from .capture import FIXTURE, Fixture, FixtureMissingError, load_fixture
+from .client import StatsPoller, get_json, put_pin, stream_chat
 from .common import Periodic, percentile, print_table, write_json
-from .household import StatsPoller, get_json, put_pin, stream_chat
 from .server import EngineProcess
 
 MIB = 1 << 20

@@ -50,8 +50,8 @@ from typing import Any, TypeVar
 import aiohttp
 
 from .capture import Fixture, load_fixture
+from .client import Reply, put_pin, stream_chat
 from .common import median, print_table, write_json
-from .household import Reply, put_pin, stream_chat
 from .llama_server import LlamaServer
 from .quant_files import FORMATS, SHAPES, make_gguf
 from .reply import QUESTIONS, request_body, satellite_sample

@@ -11,17 +11,15 @@ from typing import Any
 import pytest
 
 from hearth_bench.capture import CAPTURE_COMMAND, FIXTURE, FixtureMissingError, load_fixture
+from hearth_bench.client import Reply, Server, add_tool_call_deltas
 from hearth_bench.household import (
     ROLES,
     Call,
     Household,
     Record,
     Replay,
-    Reply,
-    Server,
     Settings,
     Step,
-    add_tool_call_deltas,
     chat_turns,
     fallback_window,
     goal_lines,
