@@ -44,10 +44,10 @@ from .accuracy_judge import judge
 from .accuracy_report import Outcome, print_report, summarize
 from .accuracy_setup import passable
 from .common import model_spec
+from .harness.proxy import RecordingProxy
+from .harness.server import EngineProcess
 from .house_scale import add_argument as add_house_scale
 from .house_scale import describe
-from .proxy import RecordingProxy
-from .server import EngineProcess
 
 MODES = ("llm", "pipeline")
 OnOutcome = Callable[[Outcome], None]

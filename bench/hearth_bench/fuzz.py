@@ -26,7 +26,7 @@ import aiohttp
 
 from .fuzz_base import WEIRD_TEXT, Case, odd_text, to_json, valid_chat
 from .fuzz_hostile import HOSTILE
-from .server import EngineProcess
+from .harness.server import EngineProcess
 
 
 def _deep_json(depth: int) -> str:

@@ -75,7 +75,6 @@ from typing import Any
 
 import aiohttp
 
-from .capture import FIXTURE, Fixture, FixtureMissingError, Sample, house_of, load_fixture
 from .client import (
     PinRefusedError,
     Reply,
@@ -89,9 +88,10 @@ from .client import (
 )
 from .common import percentile, print_table, write_json
 from .container import ContainerEngine, build_image
+from .harness.fixture import FIXTURE, Fixture, FixtureMissingError, Sample, house_of, load_fixture
+from .harness.server import EngineProcess
 from .house_scale import add_argument as add_house_scale
 from .scaled_fixture import fixture_path
-from .server import EngineProcess
 
 ROLES = ("satellite_a", "satellite_b", "chat", "automation")
 ROLE_WEIGHTS = (0.3, 0.3, 0.25, 0.15)
@@ -939,7 +939,7 @@ def chosen_configs(configs: list[str] | None, engine_url: str | None) -> list[st
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
     if args.capture or (args.house_scale and not args.fixture.exists()):
-        from .capture import main as capture_main
+        from .harness.capture import main as capture_main
 
         extra = []
         if args.house_scale:  # a big house is fitted to the model: the replay's captures it

@@ -49,13 +49,13 @@ from typing import Any, TypeVar
 
 import aiohttp
 
-from .capture import Fixture, load_fixture
 from .client import Reply, put_pin, stream_chat
 from .common import median, print_table, write_json
+from .harness.fixture import Fixture, load_fixture
+from .harness.server import EngineProcess
 from .llama_server import LlamaServer
 from .quant_files import FORMATS, SHAPES, make_gguf
 from .reply import QUESTIONS, request_body, satellite_sample
-from .server import EngineProcess
 
 FIELDS = (
     "shape", "format", "context", "hearth_ms_per_token", "llama_ms_per_token",

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from hearth_bench.capture import CAPTURE_COMMAND, FIXTURE, FixtureMissingError, load_fixture
 from hearth_bench.client import Reply, Server, add_tool_call_deltas
+from hearth_bench.harness.fixture import CAPTURE_COMMAND, FIXTURE, FixtureMissingError, load_fixture
 from hearth_bench.household import (
     ROLES,
     Call,
