@@ -19,7 +19,7 @@ MODES = {
     "decode": "hearth_bench.decode",
     "agreement": "hearth_bench.agreement",
     "models": "hearth_bench.models",
-    "accuracy": "hearth_bench.accuracy",
+    "accuracy": "hearth_bench.accuracy.main",
     "compile": "hearth_bench.compile_step",
     "quant": "hearth_bench.quant",
     "first-speech": "hearth_bench.first_speech",

@@ -17,7 +17,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from hearth_bench import accuracy, household
+import hearth_bench.accuracy.main as accuracy
+from hearth_bench import household
 from hearth_bench.harness import capture
 from hearth_bench.harness.fixture import FIXTURE, FixtureMissingError, fixture_from_dict
 from hearth_bench.harness.proxy import Recorded

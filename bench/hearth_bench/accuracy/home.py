@@ -30,10 +30,10 @@ from typing import Any
 
 import aiohttp
 
-from .accuracy_data import Home
-from .accuracy_setup import set_unit_system, unit_system
-from .harness.server import EngineProcess
-from .harness.stack import HomeAssistantStartError, Stack
+from ..harness.server import EngineProcess
+from ..harness.stack import HomeAssistantStartError, Stack
+from .data import Home
+from .setup import set_unit_system, unit_system
 
 AGENT = "conversation.hearth"
 LANGUAGE_LINE = re.compile(r"^(\s+language:) \S+$", re.MULTILINE)
