@@ -21,7 +21,7 @@ MODES = {
     "models": "hearth_bench.models",
     "accuracy": "hearth_bench.accuracy.main",
     "compile": "hearth_bench.compile_step",
-    "quant": "hearth_bench.quant",
+    "quant": "hearth_bench.quant.main",
     "first-speech": "hearth_bench.first_speech",
 }
 
