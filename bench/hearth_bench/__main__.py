@@ -13,7 +13,7 @@ MODES = {
     "ttft": "hearth_bench.ttft",
     "concurrency": "hearth_bench.concurrency",
     "household": "hearth_bench.household",
-    "fuzz": "hearth_bench.fuzz",
+    "fuzz": "hearth_bench.fuzz.main",
     "load": "hearth_bench.load",
     "faults": "hearth_bench.faults",
     "decode": "hearth_bench.decode",

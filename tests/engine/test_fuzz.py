@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hearth_bench.fuzz import fuzz
+from hearth_bench.fuzz.main import fuzz
 from hearth_bench.harness.server import EngineProcess
 
 
