@@ -12,7 +12,7 @@ from hearth_engine import cpu_class
 MODES = {
     "ttft": "hearth_bench.ttft",
     "concurrency": "hearth_bench.concurrency",
-    "household": "hearth_bench.household",
+    "household": "hearth_bench.household.main",
     "fuzz": "hearth_bench.fuzz.main",
     "load": "hearth_bench.load",
     "faults": "hearth_bench.faults",

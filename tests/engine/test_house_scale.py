@@ -18,7 +18,7 @@ from types import SimpleNamespace
 import pytest
 
 import hearth_bench.accuracy.main as accuracy
-from hearth_bench import household
+import hearth_bench.household.main as household
 from hearth_bench.harness import capture
 from hearth_bench.harness.fixture import FIXTURE, FixtureMissingError, fixture_from_dict
 from hearth_bench.harness.proxy import Recorded
