@@ -12,16 +12,16 @@ from hearth_engine import cpu_class
 MODES = {
     "ttft": "hearth_bench.ttft",
     "concurrency": "hearth_bench.concurrency",
-    "household": "hearth_bench.household",
-    "fuzz": "hearth_bench.fuzz",
+    "household": "hearth_bench.household.main",
+    "fuzz": "hearth_bench.fuzz.main",
     "load": "hearth_bench.load",
     "faults": "hearth_bench.faults",
     "decode": "hearth_bench.decode",
     "agreement": "hearth_bench.agreement",
     "models": "hearth_bench.models",
-    "accuracy": "hearth_bench.accuracy",
+    "accuracy": "hearth_bench.accuracy.main",
     "compile": "hearth_bench.compile_step",
-    "quant": "hearth_bench.quant",
+    "quant": "hearth_bench.quant.main",
     "first-speech": "hearth_bench.first_speech",
 }
 

@@ -17,7 +17,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from .server import free_port
+from .harness.server import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 IMAGE_SCRIPT = ROOT / "scripts" / "image"

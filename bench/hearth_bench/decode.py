@@ -62,7 +62,6 @@ from hearth_engine.serving.engine import Engine
 from hearth_engine.serving.sampling import SamplingParams
 from hearth_engine.serving.sequence import ErrorEvent, FinishEvent
 
-from .capture import FIXTURE, FixtureMissingError, load_fixture
 from .common import (
     load_engine,
     median,
@@ -73,6 +72,7 @@ from .common import (
     token_range,
     write_json,
 )
+from .harness.fixture import FIXTURE, FixtureMissingError, load_fixture
 from .mask import MaskBench, house_tools
 from .overhead import overhead_ms
 from .reply import reply_row

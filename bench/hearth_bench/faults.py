@@ -33,7 +33,7 @@ from typing import Any
 import aiohttp
 
 from .common import print_table, write_json
-from .server import EngineProcess
+from .harness.server import EngineProcess
 
 PIN = "hearth.faults"
 ROOMS = ("Kitchen", "Hallway", "Bedroom", "Office", "Garden", "Garage", "Attic", "Cellar")

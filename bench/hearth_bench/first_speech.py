@@ -33,7 +33,7 @@ from typing import Any
 import aiohttp
 
 from .common import percentile
-from .stack import ROOT, Stack
+from .harness.stack import ROOT, Stack
 
 QUESTIONS = (
     "What is the living room temperature?",

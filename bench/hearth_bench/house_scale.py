@@ -2,7 +2,7 @@
 
 Home Assistant builds the suites itself: the demo integration reads
 ``HEARTH_HOUSE_SCALE`` when it starts (``config/custom_components/hearth_demo/scale.py``),
-and stack.py gives every Home Assistant it starts that variable (0 unless asked, so one
+and harness/stack.py gives every Home Assistant it starts that variable (0 unless asked, so one
 left in a shell never scales a run by surprise). The bench reads N with the demo's own
 rule: it loads scale.py by its path, which needs no Home Assistant.
 """

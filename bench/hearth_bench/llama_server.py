@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .process import ServerStartError, wait_healthy
+from .harness.process import ServerStartError, wait_healthy
 
 ROOT = Path(__file__).resolve().parents[2]
 PIN_FILE = ROOT / "requirements" / "llamacpp.txt"

@@ -31,10 +31,10 @@ from typing import Any
 
 import aiohttp
 
-from .capture import FIXTURE, Fixture, FixtureMissingError, load_fixture
+from .client import StatsPoller, get_json, put_pin, stream_chat
 from .common import Periodic, percentile, print_table, write_json
-from .household import StatsPoller, get_json, put_pin, stream_chat
-from .server import EngineProcess
+from .harness.fixture import FIXTURE, Fixture, FixtureMissingError, load_fixture
+from .harness.server import EngineProcess
 
 MIB = 1 << 20
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}

@@ -22,8 +22,8 @@ from hearth_engine.constraints.grammar import ConstraintRequest
 from hearth_engine.constraints.mask import Masker
 from hearth_engine.serving.engine import Engine
 
-from .capture import FIXTURE
 from .common import median
+from .harness.fixture import FIXTURE
 
 HOUSE_NAMES = ["Kitchen Lights", "Living Room Lights", "Front Door", "Garage Door", "Porch Light"]
 REPLY = (

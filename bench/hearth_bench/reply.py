@@ -26,10 +26,10 @@ from typing import Any
 
 import aiohttp
 
-from .capture import Fixture, Sample
+from .client import Reply, put_pin, stream_chat
 from .common import median, percentile
-from .household import Reply, put_pin, stream_chat
-from .server import EngineProcess
+from .harness.fixture import Fixture, Sample
+from .harness.server import EngineProcess
 
 AGENT = "hearth"  # the conversation agent; a satellite's requests use its class pin
 ROLE = "satellite_a"

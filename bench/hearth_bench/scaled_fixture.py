@@ -19,10 +19,16 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
-from .stack import ROOT, RUNTIME_FILES
+from .harness.stack import ROOT, RUNTIME_FILES
 
 KEY_CHARS = 16
-CAPTURE_SOURCES = ("capture.py", "proxy.py", "stack.py", "house_scale.py")
+CAPTURE_SOURCES = (
+    "harness/capture.py",
+    "harness/fixture.py",
+    "harness/proxy.py",
+    "harness/stack.py",
+    "house_scale.py",
+)
 
 
 def cache_dir() -> Path:

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from hearth_bench.accuracy import run
-from hearth_bench.stack import ROOT
+from hearth_bench.accuracy.main import run
+from hearth_bench.harness.stack import ROOT
 
 DATASET = ROOT / "bench" / "datasets" / "hearth-house"
 FIELDS = {

@@ -22,15 +22,9 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from hearth_bench.capture import (
-    CAPTURE_COMMAND,
-    FIXTURE,
-    Fixture,
-    Sample,
-    capture_fixture,
-    load_fixture,
-)
-from hearth_bench.stack import ROOT
+from hearth_bench.harness.capture import capture_fixture
+from hearth_bench.harness.fixture import CAPTURE_COMMAND, FIXTURE, Fixture, Sample, load_fixture
+from hearth_bench.harness.stack import ROOT
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-from hearth_bench.stack import Stack
+from hearth_bench.harness.stack import Stack
 
 pytestmark = pytest.mark.asyncio(loop_scope="module")
 

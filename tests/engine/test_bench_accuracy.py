@@ -9,13 +9,13 @@ from typing import Any
 import pytest
 import yaml
 
-from hearth_bench.accuracy import _buildable, pick
-from hearth_bench.accuracy_calls import invalid_calls, parse_reply, rejected_calls
-from hearth_bench.accuracy_data import DatasetError, EntityState, load_dataset
-from hearth_bench.accuracy_home import HomeStartError, set_language
-from hearth_bench.accuracy_judge import judge, same
-from hearth_bench.accuracy_report import Outcome, ci95, leaderboard_table, summarize
-from hearth_bench.stack import copy_config
+from hearth_bench.accuracy.calls import invalid_calls, parse_reply, rejected_calls
+from hearth_bench.accuracy.data import DatasetError, EntityState, load_dataset
+from hearth_bench.accuracy.home import HomeStartError, set_language
+from hearth_bench.accuracy.judge import judge, same
+from hearth_bench.accuracy.main import _buildable, pick
+from hearth_bench.accuracy.report import Outcome, ci95, leaderboard_table, summarize
+from hearth_bench.harness.stack import copy_config
 
 DATASETS = Path(__file__).resolve().parents[2] / "bench" / "datasets"
 PROJECT_DATASET = DATASETS / "hearth-house"

@@ -1,7 +1,7 @@
 """The accuracy bench counts what hurts, and runs every file of the public format (48.9).
 
 Pure parts, on homes of our own written in the public format: the harm counts of one
-sentence (accuracy_harm.py) from states before and after, the tools called and what Home
+sentence (accuracy/harm.py) from states before and after, the tools called and what Home
 Assistant reported in the tool results; the report per run and per category; setup
 values YAML gives that JSON cannot carry (dates, times), and the unit system of a home
 written in °F.
@@ -15,12 +15,12 @@ from typing import Any
 
 import yaml
 
-from hearth_bench.accuracy_calls import Reported, reported_results
-from hearth_bench.accuracy_data import EntityState, Task, load_dataset
-from hearth_bench.accuracy_harm import acts, assess
-from hearth_bench.accuracy_judge import judge
-from hearth_bench.accuracy_report import Outcome, print_report, summarize
-from hearth_bench.accuracy_setup import (
+from hearth_bench.accuracy.calls import Reported, reported_results
+from hearth_bench.accuracy.data import EntityState, Task, load_dataset
+from hearth_bench.accuracy.harm import acts, assess
+from hearth_bench.accuracy.judge import judge
+from hearth_bench.accuracy.report import Outcome, print_report, summarize
+from hearth_bench.accuracy.setup import (
     METRIC,
     US_CUSTOMARY,
     passable,

@@ -10,26 +10,12 @@ from typing import Any
 
 import pytest
 
-from hearth_bench.capture import CAPTURE_COMMAND, FIXTURE, FixtureMissingError, load_fixture
-from hearth_bench.household import (
-    ROLES,
-    Call,
-    Household,
-    Record,
-    Replay,
-    Reply,
-    Server,
-    Settings,
-    Step,
-    add_tool_call_deltas,
-    chat_turns,
-    fallback_window,
-    goal_lines,
-    make_trace,
-    parse_args,
-    summarize,
-    trace_summary,
-)
+from hearth_bench.client import Reply, Server, add_tool_call_deltas
+from hearth_bench.harness.fixture import CAPTURE_COMMAND, FIXTURE, FixtureMissingError, load_fixture
+from hearth_bench.household.main import parse_args
+from hearth_bench.household.replay import Household, Record, Replay, Settings, chat_turns
+from hearth_bench.household.report import fallback_window, goal_lines, summarize
+from hearth_bench.household.trace import ROLES, Call, Step, make_trace, trace_summary
 
 POOLS = {"satellite_a": 5, "satellite_b": 4, "automation": 3}
 

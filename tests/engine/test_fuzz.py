@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hearth_bench.fuzz import fuzz
-from hearth_bench.server import EngineProcess
+from hearth_bench.fuzz.main import fuzz
+from hearth_bench.harness.server import EngineProcess
 
 
 async def test_fuzz_500_cases(tmp_path: Path) -> None:

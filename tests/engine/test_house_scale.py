@@ -17,12 +17,14 @@ from types import SimpleNamespace
 
 import pytest
 
-from hearth_bench import accuracy, capture, household
-from hearth_bench.capture import FIXTURE, FixtureMissingError, fixture_from_dict
+import hearth_bench.accuracy.main as accuracy
+import hearth_bench.household.main as household
+from hearth_bench.harness import capture
+from hearth_bench.harness.fixture import FIXTURE, FixtureMissingError, fixture_from_dict
+from hearth_bench.harness.proxy import Recorded
+from hearth_bench.harness.stack import ROOT, RUNTIME_FILES
 from hearth_bench.house_scale import describe, environment, rooms_arg, scale_module
-from hearth_bench.proxy import Recorded
 from hearth_bench.scaled_fixture import fixture_key, fixture_path, ha_version, inputs
-from hearth_bench.stack import ROOT, RUNTIME_FILES
 
 MAX = 1000
 NOT_A_NUMBER = "the house scale is a whole number of guest suites from 0 to 1000, not 'many'"
@@ -128,8 +130,9 @@ def fake_root(tmp_path: Path) -> Path:
         "config/custom_components/hearth_demo/scale.py": "MAX_ROOMS = 1000\n",
         "custom_components/hearth/prefix.py": "PREFIX = 1\n",
         ".venv/ha/lib/python3.14/site-packages/homeassistant-2026.10.4.dist-info/METADATA": "",
-        **{f"bench/hearth_bench/{name}": name for name in ("capture.py", "proxy.py")},
-        **{f"bench/hearth_bench/{name}": name for name in ("stack.py", "house_scale.py")},
+        **{f"bench/hearth_bench/harness/{name}": name for name in ("capture.py", "proxy.py")},
+        **{f"bench/hearth_bench/harness/{name}": name for name in ("fixture.py", "stack.py")},
+        "bench/hearth_bench/house_scale.py": "house_scale.py",
     }
     for name, text in files.items():
         (root / name).parent.mkdir(parents=True, exist_ok=True)
@@ -149,7 +152,7 @@ def test_the_key_follows_the_scale_the_house_the_code_and_home_assistant(tmp_pat
         ("config/house.yaml", "floors: [{name: Loft}]\n"),
         ("config/custom_components/hearth_demo/scale.py", "MAX_ROOMS = 999\n"),
         ("custom_components/hearth/prefix.py", "PREFIX = 2\n"),
-        ("bench/hearth_bench/capture.py", "another scenario"),
+        ("bench/hearth_bench/harness/capture.py", "another scenario"),
     ]
     for name, text in changes:
         before = fixture_key(32, "default", root)

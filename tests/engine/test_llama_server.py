@@ -25,7 +25,7 @@ import pytest
 from transformers import AutoTokenizer
 
 from hearth_bench import llama_server
-from hearth_bench.household import probe_server
+from hearth_bench.client import probe_server
 from hearth_bench.llama_server import BUILD_WAIT_S, LlamaServer, default_gguf, find_llama_server
 from hearth_engine.chat.formatter import ChatFormatter
 from hearth_engine.model.prepare.templates import HERMES_CHATML_TEMPLATE

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from hearth_bench.quant_quality import log_likelihood
+from hearth_bench.quant.quality import log_likelihood
 from hearth_engine.model.runner import ModelRunner
 
 

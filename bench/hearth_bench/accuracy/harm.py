@@ -29,9 +29,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .accuracy_calls import Reported
-from .accuracy_data import Task
-from .accuracy_judge import DERIVED_ATTRIBUTES, expected_states, flatten, on_scale, same
+from .calls import Reported
+from .data import Task
+from .judge import DERIVED_ATTRIBUTES, expected_states, flatten, on_scale, same
 
 TIMER_CANCELS = frozenset({"HassCancelTimer", "HassCancelAllTimers"})
 # States a thing reaches when it lets someone in (or gas, or water).

@@ -29,7 +29,7 @@ import torch
 from hearth_engine.model.quant.linear import QuantLinear, quantize_int4, quantize_int8_groups
 from hearth_engine.model.quant.tiles import pack
 
-from .common import print_table
+from ..common import print_table
 
 COPIES = 3
 SHAPES = {

@@ -1,12 +1,12 @@
 """``scripts/bench accuracy``: does the house do what was asked? Through real Home Assistant.
 
 A home-control dataset in the public format of allenporter/home-assistant-datasets
-(accuracy_data.py) runs through the whole product: one engine, a recording proxy in
+(data.py) runs through the whole product: one engine, a recording proxy in
 front of it, and per home a real Home Assistant whose demo integration builds the home
-from its ``_fixtures.yaml`` (accuracy_home.py). Before each sentence the home is reset
+from its ``_fixtures.yaml`` (home.py). Before each sentence the home is reset
 to the fixture's states plus the test's ``setup``; after it, the states are judged
-(accuracy_judge.py) and the engine's replies checked for invalid tool calls
-(accuracy_calls.py).
+(judge.py) and the engine's replies checked for invalid tool calls
+(calls.py).
 
 Modes: ``llm`` sends every sentence to the Hearth agent; ``pipeline`` runs Assist's
 pipeline with "prefer handling commands locally" (Home Assistant's sentence matcher
@@ -36,18 +36,18 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from .accuracy_calls import Reported, invalid_calls, parse_reply, rejected_calls, reported_results
-from .accuracy_data import DatasetError, Home, Task, load_dataset
-from .accuracy_harm import assess
-from .accuracy_home import REQUEST_ERRORS, Answer, HomeStack, HomeStartError, ResetRefused
-from .accuracy_judge import judge
-from .accuracy_report import Outcome, print_report, summarize
-from .accuracy_setup import passable
-from .common import model_spec
-from .house_scale import add_argument as add_house_scale
-from .house_scale import describe
-from .proxy import RecordingProxy
-from .server import EngineProcess
+from ..common import model_spec
+from ..harness.proxy import RecordingProxy
+from ..harness.server import EngineProcess
+from ..house_scale import add_argument as add_house_scale
+from ..house_scale import describe
+from .calls import Reported, invalid_calls, parse_reply, rejected_calls, reported_results
+from .data import DatasetError, Home, Task, load_dataset
+from .harm import assess
+from .home import REQUEST_ERRORS, Answer, HomeStack, HomeStartError, ResetRefused
+from .judge import judge
+from .report import Outcome, print_report, summarize
+from .setup import passable
 
 MODES = ("llm", "pipeline")
 OnOutcome = Callable[[Outcome], None]

@@ -1,8 +1,8 @@
 """``scripts/bench quant``: Hearth and llama.cpp's ``llama-server`` on the same GGUF file.
 
-For each shape (``--shapes``; ``quant_files.SHAPES``) and format (``--formats``:
+For each shape (``--shapes``; ``files.SHAPES``) and format (``--formats``:
 ``Q4_K_M``, ``Q8_0``) the file is made once with llama.cpp's own tools
-(``quant_files``), then Hearth and llama-server (2 threads each) serve it, both up at
+(``files.py``), then Hearth and llama-server (2 threads each) serve it, both up at
 once and measured in turns (the other one paused with SIGSTOP): ``--rounds`` rounds
 per context, each round ``--runs`` requests to one server and then the same to the
 other, the order reversed every round. This VM's speed drifts by up to 2x within
@@ -27,8 +27,8 @@ round's pair is back to back; the ratio reported is the median of the rounds' ra
 printed with the table: this VM's speed drifts, so only figures of one run compare.
 
 ``--kernels`` instead times the linear kernels on the 1.5B and 3B layer shapes
-(``quant_kernels.py``); ``--quality`` measures greedy agreement with bf16 and the mean
-log-likelihood of a fixed text per format on the default model (``quant_quality.py``).
+(``kernels.py``); ``--quality`` measures greedy agreement with bf16 and the mean
+log-likelihood of a fixed text per format on the default model (``quality.py``).
 """
 
 from __future__ import annotations
@@ -49,13 +49,13 @@ from typing import Any, TypeVar
 
 import aiohttp
 
-from .capture import Fixture, load_fixture
-from .common import median, print_table, write_json
-from .household import Reply, put_pin, stream_chat
-from .llama_server import LlamaServer
-from .quant_files import FORMATS, SHAPES, make_gguf
-from .reply import QUESTIONS, request_body, satellite_sample
-from .server import EngineProcess
+from ..client import Reply, put_pin, stream_chat
+from ..common import median, print_table, write_json
+from ..harness.fixture import Fixture, load_fixture
+from ..harness.server import EngineProcess
+from ..llama_server import LlamaServer
+from ..reply import QUESTIONS, request_body, satellite_sample
+from .files import FORMATS, SHAPES, make_gguf
 
 FIELDS = (
     "shape", "format", "context", "hearth_ms_per_token", "llama_ms_per_token",
@@ -320,11 +320,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
     if args.kernels:
-        from .quant_kernels import main as kernels_main
+        from .kernels import main as kernels_main
 
         return kernels_main(args)
     if args.quality:
-        from .quant_quality import main as quality_main
+        from .quality import main as quality_main
 
         return quality_main(args)
     rows: list[dict[str, Any]] = []

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from .accuracy_data import EntityState
+from .data import EntityState
 
 US_CUSTOMARY, METRIC = "us_customary", "metric"
 UNIT_SYSTEM_LINE = re.compile(r"^(\s+unit_system:) \S+$", re.MULTILINE)

@@ -22,10 +22,10 @@ from typing import Any
 
 import aiohttp
 
-from .house_scale import environment
+from ..house_scale import environment
 from .server import EngineProcess, free_port
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 HA_PYTHON = ROOT / ".venv" / "ha" / "bin" / "python"
 RUNTIME_FILES = {
     ".storage",

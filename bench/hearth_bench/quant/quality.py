@@ -2,7 +2,7 @@
 
 The default model's real weights (SmolLM2-135M-Instruct) in each format (``--quality-
 formats``): ``bf16`` (the reference), ``int8`` and ``int4`` (``--quantize``), and the
-GGUF files llama.cpp's tools make from it (``Q4_K_M``, ``Q8_0``; ``quant_files``), served
+GGUF files llama.cpp's tools make from it (``Q4_K_M``, ``Q8_0``; ``files.py``), served
 packed, plus the wheel's own ``Q4_1`` file. For each format:
 
 * **greedy agreement** with bf16 on ``--prompts`` prompts (``agreement.make_cases``):
@@ -30,9 +30,9 @@ from hearth_engine.model.runner import ModelRunner
 from hearth_engine.serving.engine import Engine
 from hearth_engine.serving.sampling import SamplingParams
 
-from .agreement import Agreement, make_cases
-from .common import print_table
-from .quant_files import make_gguf
+from ..agreement import Agreement, make_cases
+from ..common import print_table
+from .files import make_gguf
 
 FORMATS = ("bf16", "int8", "int4", "Q4_K_M", "Q8_0", "Q4_1")
 LL_TOKENS = 384

@@ -12,7 +12,7 @@ not). A turn has an **invalid tool call** when a reply of the engine
   and ``arguments`` or ``parameters``). Such a call never reaches Home Assistant.
 
 What Home Assistant **reported** of a turn's calls (the targets it says it acted on, and
-its speech) is read from the same tool results (accuracy_harm.py counts a reply that
+its speech) is read from the same tool results (harm.py counts a reply that
 claims more).
 
 Separately, a call is **rejected** when Home Assistant answered it with an error (the

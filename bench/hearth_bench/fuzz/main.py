@@ -24,9 +24,9 @@ from typing import Any
 
 import aiohttp
 
-from .fuzz_base import WEIRD_TEXT, Case, odd_text, to_json, valid_chat
-from .fuzz_hostile import HOSTILE
-from .server import EngineProcess
+from ..harness.server import EngineProcess
+from .base import WEIRD_TEXT, Case, odd_text, to_json, valid_chat
+from .hostile import HOSTILE
 
 
 def _deep_json(depth: int) -> str:

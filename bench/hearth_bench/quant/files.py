@@ -24,7 +24,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from .llama_server import build_dir, build_key, hearth_cache, pinned_version
+from ..llama_server import build_dir, build_key, hearth_cache, pinned_version
 
 FORMATS = ("Q4_K_M", "Q8_0")
 SHAPES: dict[str, dict[str, Any]] = {
@@ -151,7 +151,7 @@ def make_gguf(shape: str, fmt: str, log: Any = print) -> Path:
 
 
 def main(argv: list[str]) -> int:
-    """``python -m hearth_bench.quant_files SHAPE FORMAT``: make one file, print its path."""
+    """``python -m hearth_bench.quant.files SHAPE FORMAT``: make one file, print its path."""
     print(make_gguf(argv[0], argv[1]))
     return 0
 

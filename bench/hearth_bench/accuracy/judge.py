@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .accuracy_data import EntityState, Task
+from .data import EntityState, Task
 
 DERIVED_ATTRIBUTES = frozenset(
     {

@@ -14,7 +14,7 @@ import random
 from collections.abc import Callable
 from typing import Any
 
-from .fuzz_base import Case, to_json, valid_chat
+from .base import Case, to_json, valid_chat
 
 # Strings that are control tokens in ChatML, Llama 3, Mistral and Gemma templates.
 CONTROL_STRINGS = [

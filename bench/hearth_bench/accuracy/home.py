@@ -1,6 +1,6 @@
 """One dataset home in a real Home Assistant, with Hearth wired in, and how to ask it.
 
-The demo stack's Home Assistant (stack.py) runs from a private copy of ``config/``
+The demo stack's Home Assistant (harness/stack.py) runs from a private copy of ``config/``
 whose ``house.yaml`` is replaced: no demo floors, the home's ``_fixtures.yaml`` instead
 (``hearth_demo`` builds it: areas, entities with the fixture's ids and states), Hearth
 pointed at the engine (through the recording proxy) and the preferred Assist pipeline
@@ -30,10 +30,10 @@ from typing import Any
 
 import aiohttp
 
-from .accuracy_data import Home
-from .accuracy_setup import set_unit_system, unit_system
-from .server import EngineProcess
-from .stack import HomeAssistantStartError, Stack
+from ..harness.server import EngineProcess
+from ..harness.stack import HomeAssistantStartError, Stack
+from .data import Home
+from .setup import set_unit_system, unit_system
 
 AGENT = "conversation.hearth"
 LANGUAGE_LINE = re.compile(r"^(\s+language:) \S+$", re.MULTILINE)

@@ -5,7 +5,7 @@ Rates come as the public Home LLM Leaderboard (allenporter/home-assistant-datase
 count of sentences and a 95 % confidence half-width (normal approximation), e.g.
 ``82.9% (n=41, CI: 11.5)``. ``leaderboard_table`` prints one such row per run.
 
-Beside the rate, per run and per category, the sentences that hurt (accuracy_harm.py):
+Beside the rate, per run and per category, the sentences that hurt (harm.py):
 ``wrong_actions``, ``destructive_calls``, ``questions_acted`` and ``unreported_claims``.
 """
 
@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .common import percentile, print_table
+from ..common import percentile, print_table
 
 
 @dataclass
@@ -47,7 +47,7 @@ HARMS = ("wrong_actions", "destructive_calls", "questions_acted", "unreported_cl
 
 
 def harms(outcomes: Sequence[Outcome]) -> dict[str, int]:
-    """The sentences with each kind of harm (accuracy_harm.py)."""
+    """The sentences with each kind of harm (harm.py)."""
     return {
         "wrong_actions": sum(bool(o.wrong_actions) for o in outcomes),
         "destructive_calls": sum(bool(o.destructive) for o in outcomes),
