@@ -11,7 +11,7 @@ import yaml
 
 from hearth_bench.accuracy.calls import invalid_calls, parse_reply, rejected_calls
 from hearth_bench.accuracy.data import DatasetError, EntityState, load_dataset
-from hearth_bench.accuracy.home import HomeStartError, set_language
+from hearth_bench.accuracy.home import STALL_TIMEOUT_S, HomeStartError, house_yaml, set_language
 from hearth_bench.accuracy.judge import judge, same
 from hearth_bench.accuracy.main import _buildable, pick
 from hearth_bench.accuracy.report import Outcome, ci95, leaderboard_table, summarize
@@ -235,6 +235,15 @@ def test_the_language_reaches_home_assistants_configuration(tmp_path: Path) -> N
     configuration.write_text("homeassistant:\n  name: x\n")
     with pytest.raises(HomeStartError, match="no `language:` line"):
         set_language(configuration, "de")
+
+
+def test_a_home_waits_for_a_slow_token_instead_of_calling_it_a_stall(tmp_path: Path) -> None:
+    """The bench judges answers: on a loaded host a first token over Hearth's default 25 s
+    stall time was spoken as "stalled" and counted wrong (before 2026-12-06)."""
+    hearth = json.loads(house_yaml(tmp_path, "http://127.0.0.1:1", {"tool_first": True}))["hearth"]
+    assert hearth["entry_options"] == {"stall_timeout": STALL_TIMEOUT_S}
+    assert STALL_TIMEOUT_S > 25
+    assert hearth["agent_options"] == {"tool_first": True}
 
 
 def test_sentences_naming_left_out_entities_are_skipped(

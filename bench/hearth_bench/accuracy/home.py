@@ -36,6 +36,7 @@ from .data import Home
 from .setup import set_unit_system, unit_system
 
 AGENT = "conversation.hearth"
+STALL_TIMEOUT_S = 120.0  # the most Hearth's options form takes (config_flow_options)
 LANGUAGE_LINE = re.compile(r"^(\s+language:) \S+$", re.MULTILINE)
 # What Home Assistant logs when the demo integration cannot build the home.
 SETUP_FAILED = re.compile(
@@ -63,7 +64,14 @@ def house_yaml(
     fixtures: Path, engine_url: str, agent_options: Mapping[str, Any] | None = None
 ) -> str:
     """The demo integration's config for a dataset home (JSON is YAML)."""
-    hearth = {"engine_url": engine_url, "set_pipeline": True, "prefer_local": True}
+    hearth: dict[str, Any] = {
+        "engine_url": engine_url,
+        "set_pipeline": True,
+        "prefer_local": True,
+        # Answers are judged, not speed: a token that a loaded host is slow to send is
+        # waited for as long as Hearth's options allow, not spoken as "stalled".
+        "entry_options": {"stall_timeout": STALL_TIMEOUT_S},
+    }
     if agent_options:
         hearth["agent_options"] = dict(agent_options)
     return json.dumps({"hearth": hearth, "fixtures": str(fixtures.resolve())})
