@@ -31,8 +31,8 @@ from custom_components.hearth.backend.api import HearthClient
 from custom_components.hearth.const import CONF_EXAMPLES, CONF_MAX_TOKENS
 from custom_components.hearth.errors import ContextOverflow
 from custom_components.hearth.language.intents_data import async_language_data
+from custom_components.hearth.prefix import budget as house_budget
 from custom_components.hearth.prefix.render import async_render_prefix
-from custom_components.hearth.prefix.render import budget as house_budget
 from custom_components.hearth.turn.context_fit import ContextFit, LeftOut, async_started
 
 from .common import (
