@@ -24,7 +24,7 @@ from homeassistant.helpers.storage import Store
 
 from ..const import DOMAIN
 from ..house.diff import HouseEntity, HouseSnapshot
-from ..prefix.render import HousePrefix
+from ..prefix.value import HousePrefix
 
 STORAGE_VERSION = 1
 

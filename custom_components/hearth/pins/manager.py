@@ -72,7 +72,8 @@ from ..errors import BACKEND_ERRORS, describe, http_status, is_context_exceeded
 from ..house.device_class import DeviceClass, classes_in_use, device_class, representative
 from ..prefix.budget import HouseBudget
 from ..prefix.delta import compose
-from ..prefix.render import HousePrefix, async_render_prefix, render_options
+from ..prefix.render import async_render_prefix, render_options
+from ..prefix.value import HousePrefix
 from . import repairs
 from .events import device_registry_filter, entity_registry_filter, state_changed_filter
 from .history import PinHistory

@@ -16,7 +16,7 @@ from homeassistant.core import CALLBACK_TYPE
 
 from ..const import DOMAIN
 from ..house.device_class import DeviceClass
-from ..prefix.render import HousePrefix
+from ..prefix.value import HousePrefix
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 
 from ..house.diff import describe_changes, fully_described
-from .render import HousePrefix
+from .value import HousePrefix
 
 # More changes than this are folded into a fresh render: by then a full prefill of the
 # house costs about as much as the told changes do over a few requests, and the model
