@@ -14,7 +14,7 @@ the same base and the same house give the same bytes.
 
 The base is rendered in full again (*folded*) when this cannot hold: the instructions,
 the tools or the worked examples' presence changed, a change cannot be told, or so many
-changed that a full render is the smaller prompt. ``pins/manager.py`` also folds once the house
+changed that a full render is the smaller prompt. ``pins/pinning.py`` also folds once the house
 has been quiet for a while, so the told changes do not linger.
 """
 

@@ -173,7 +173,7 @@ async def async_render_prefix(
 
     The house is listed compactly (``house/listing.py``). Where the prefix's data would
     be longer than ``max_chars``, its listing leaves out what matters least
-    (``HouseSnapshot.left_out``; the pin manager sizes ``max_chars`` from the model's
+    (``HouseSnapshot.left_out``; ``pins/renders.py`` sizes ``max_chars`` from the model's
     context).
     """
     llm_context = canonical_llm_context(hass, None if cls is DeviceClass.NONE else device_id)
