@@ -32,7 +32,7 @@ from custom_components.hearth.const import (
     SUBENTRY_AI_TASK,
     SUBENTRY_CONVERSATION,
 )
-from custom_components.hearth.pins.manager import pin_name
+from custom_components.hearth.pins.model import pin_name
 
 from .common import (
     ChatSpy,

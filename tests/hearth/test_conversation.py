@@ -29,8 +29,9 @@ from pytest_homeassistant_custom_component.common import MockConfigEntry, async_
 from custom_components.hearth.backend.chat import ChatClient
 from custom_components.hearth.const import CONF_MAX_TOKENS, CONF_TOOL_FIRST
 from custom_components.hearth.house.device_class import DeviceClass
-from custom_components.hearth.pins.manager import pin_name
-from custom_components.hearth.prefix.render import HousePrefix, async_render_prefix
+from custom_components.hearth.pins.model import pin_name
+from custom_components.hearth.prefix.render import async_render_prefix
+from custom_components.hearth.prefix.value import HousePrefix
 
 from .common import (
     KITCHEN_LIGHT,

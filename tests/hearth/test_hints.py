@@ -22,7 +22,7 @@ from custom_components.hearth.house.values import allowed_for, scoped_arguments
 from custom_components.hearth.language.intents_data import async_language_data, load_language_data
 from custom_components.hearth.language.words import block_words, words
 from custom_components.hearth.prefix.examples import Thing
-from custom_components.hearth.prefix.render import HousePrefix
+from custom_components.hearth.prefix.value import HousePrefix
 from custom_components.hearth.turn.hints import HINT_CALL_ID, hint_messages
 from custom_components.hearth.turn.prompt import build_messages
 

@@ -25,9 +25,9 @@ from custom_components.hearth.const import FOLD_QUIET_S
 from custom_components.hearth.house.diff import HouseEntity, HouseSnapshot
 from custom_components.hearth.house.listing import render_listing
 from custom_components.hearth.pins.history import base_from_dict, base_to_dict
-from custom_components.hearth.pins.manager import pin_name
+from custom_components.hearth.pins.model import pin_name
 from custom_components.hearth.prefix.delta import MAX_TOLD_CHANGES, TAIL_HEADER, compose
-from custom_components.hearth.prefix.render import HousePrefix
+from custom_components.hearth.prefix.value import HousePrefix
 
 from .common import KITCHEN_LIGHT, EngineProcess, PutSpy, converse, hearth_traces
 

@@ -15,7 +15,7 @@ from pytest_homeassistant_custom_component.common import MockConfigEntry
 
 from custom_components.hearth.backend.api import HearthClient
 from custom_components.hearth.const import DOMAIN, SERVICE_REFRESH_PREFIX
-from custom_components.hearth.pins.manager import pin_name
+from custom_components.hearth.pins.model import pin_name
 
 from .common import (
     ENGINE_KEY,

@@ -34,7 +34,7 @@ from custom_components.hearth.const import (
     SUBENTRY_CONVERSATION,
 )
 from custom_components.hearth.pins.history import storage_key
-from custom_components.hearth.pins.manager import pin_name
+from custom_components.hearth.pins.model import pin_name
 
 from .common import (
     KITCHEN_LIGHT,

@@ -25,7 +25,7 @@ from pytest_homeassistant_custom_component.common import (
 )
 
 from custom_components.hearth.const import CONF_REPIN_DEBOUNCE
-from custom_components.hearth.pins.manager import pin_name
+from custom_components.hearth.pins.model import pin_name
 
 from .common import (
     KITCHEN_LIGHT,

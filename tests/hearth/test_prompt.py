@@ -16,7 +16,8 @@ from custom_components.hearth.backend.api import (
     HearthResponseError,
 )
 from custom_components.hearth.errors import ContextOverflow, error_key
-from custom_components.hearth.prefix.render import HousePrefix, canonical_schema, format_tool
+from custom_components.hearth.prefix.render import canonical_schema, format_tool
+from custom_components.hearth.prefix.value import HousePrefix
 from custom_components.hearth.tool_names import model_tool_names, with_shown_names
 from custom_components.hearth.turn.prompt import HearthNative, build_messages, volatile_context
 from custom_components.hearth.turn.stream import parse_tool_args, resolve_tool_name

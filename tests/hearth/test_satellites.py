@@ -31,7 +31,7 @@ from custom_components.hearth.backend.chat import ChatClient, async_create_chat_
 from custom_components.hearth.const import CONF_EXAMPLES
 from custom_components.hearth.house.device_class import DeviceClass, device_lines
 from custom_components.hearth.house.listing import replace_yaml
-from custom_components.hearth.pins.manager import pin_name
+from custom_components.hearth.pins.model import pin_name
 from custom_components.hearth.prefix.render import async_render_prefix, canonical_llm_context
 from custom_components.hearth.tool_names import model_tool_names, with_shown_names
 

@@ -11,7 +11,7 @@ from homeassistant.exceptions import HomeAssistantError, ServiceValidationError
 from pytest_homeassistant_custom_component.common import MockConfigEntry
 
 from custom_components.hearth.const import DOMAIN
-from custom_components.hearth.pins.manager import pin_name
+from custom_components.hearth.pins.model import pin_name
 
 from .common import EngineProcess, async_setup_entry, make_entry
 

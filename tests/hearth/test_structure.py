@@ -105,4 +105,4 @@ def test_render_and_pin_lifecycle_are_split() -> None:
     """``prefix`` renders; ``pins`` pins: the render knows nothing of the engine."""
     graph = _graph()
     assert graph["prefix.render"].isdisjoint({"backend.api", "coordinator", "pins.manager", "data"})
-    assert "prefix.render" in graph["pins.manager"]
+    assert "prefix.render" in graph["pins.renders"]

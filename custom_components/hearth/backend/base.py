@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from ..prefix.render import HousePrefix
+from ..prefix.value import HousePrefix
 from .chat import ChatClient
 from .server_info import ServerInfo
 from .server_stats import RequestWindow

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..prefix.render import HousePrefix
+from ..prefix.value import HousePrefix
 from .api import HearthClient
 from .base import EngineStatus
 from .chat import ChatClient

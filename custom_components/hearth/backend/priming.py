@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..prefix.render import HousePrefix
+from ..prefix.value import HousePrefix
 from .chat import ChatClient
 from .server_info import ServerInfo, ServerKind
 

@@ -3,7 +3,7 @@
 A restart or an upgrade of Home Assistant can change the rendered prefix: a new prompt
 text in core, or a house changed while Home Assistant was down. The first pin after it
 then replaces a pin made in an earlier run, so it counts as a rebuild like any other
-(``PrefixManager``); without this record it would look like a first pin.
+(``rebuilds.py``); without this record it would look like a first pin.
 
 Each pin's *base* (the prefix last rendered in full, ``prefix/delta.py``) is kept too, so
 that a restart after a told change (a rename, say) pins the same bytes again, base and
@@ -24,7 +24,7 @@ from homeassistant.helpers.storage import Store
 
 from ..const import DOMAIN
 from ..house.diff import HouseEntity, HouseSnapshot
-from ..prefix.render import HousePrefix
+from ..prefix.value import HousePrefix
 
 STORAGE_VERSION = 1
 

@@ -1,7 +1,7 @@
 """What Hearth keeps of each pin: its name, state, bookkeeping and why it was (re)pinned.
 
-Types only (plus the pin's UI state), shared by the pin manager (``pins/manager.py``), the
-sensors and the tests; the lifecycle itself is ``pins/manager.py``'s.
+Types only (plus the pin's UI state), shared by the parts of ``pins/``, the sensors and
+the tests; the lifecycle itself is ``pins/manager.py``'s.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from homeassistant.core import CALLBACK_TYPE
 
 from ..const import DOMAIN
 from ..house.device_class import DeviceClass
-from ..prefix.render import HousePrefix
+from ..prefix.value import HousePrefix
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +31,10 @@ class PrefixChoice:
     def stale(self) -> bool:
         """Whether the house or options changed since ``sent`` was rendered."""
         return self.sent.digest != self.fresh.digest
+
+
+# A pin among the entry's: its agent (subentry id) and device class.
+type PinKey = tuple[str, DeviceClass]
 
 
 def pin_name(subentry_id: str, cls: DeviceClass = DeviceClass.NONE) -> str:
@@ -111,6 +115,11 @@ class AgentPin:
     def key(self) -> str:
         """History and Repairs key."""
         return pin_key(self.subentry_id, self.device_class)
+
+    @property
+    def slot(self) -> PinKey:
+        """The pin among the entry's pins (``AgentPins``)."""
+        return (self.subentry_id, self.device_class)
 
 
 def pin_state(agent: AgentPin) -> PinState:

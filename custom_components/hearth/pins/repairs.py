@@ -1,20 +1,25 @@
 """Repairs issues about the pins: one the engine refuses, one rebuilt too often, and a
 house too big for the model's context.
 
-All three are per agent and not persistent: the pin manager raises them when it sees the
-cause and deletes them as soon as the cause is gone (a successful pin, a quiet hour),
-when the agent is removed and when the entry unloads (a reload sees the cause again).
+All three are per agent and not persistent: the pins raise them when they see the cause
+(``pinning.py``, ``rebuilds.py``) and delete them as soon as the cause is gone (a
+successful pin, a quiet hour), when the agent is removed and when the entry unloads (a
+reload sees the cause again).
 """
 
 from __future__ import annotations
 
 import logging
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 from homeassistant.core import HomeAssistant, callback
 from homeassistant.helpers import issue_registry as ir
 
 from ..const import DOMAIN
+
+if TYPE_CHECKING:
+    from ..house.diff import HouseSnapshot
 
 _LOGGER = logging.getLogger(__name__)
 
@@ -94,6 +99,25 @@ def async_house_too_big(
             "exposed": str(listed + left_out),
             "context": str(context),
         },
+    )
+
+
+@callback
+def async_house_listed(
+    hass: HomeAssistant, subentry_id: str, agent: str, house: HouseSnapshot | None, context: int
+) -> None:
+    """The agent's prefix lists ``house``: the "house too big" issue where the listing
+    left entities out, none where it lists them all."""
+    if house is None or not house.left_out:
+        async_delete(hass, HOUSE_TOO_BIG, subentry_id)
+        return
+    async_house_too_big(
+        hass,
+        subentry_id,
+        agent,
+        listed=len(house.entities) - len(house.left_out),
+        left_out=len(house.left_out),
+        context=context,
     )
 
 

@@ -14,7 +14,7 @@ the same base and the same house give the same bytes.
 
 The base is rendered in full again (*folded*) when this cannot hold: the instructions,
 the tools or the worked examples' presence changed, a change cannot be told, or so many
-changed that a full render is the smaller prompt. ``pins/manager.py`` also folds once the house
+changed that a full render is the smaller prompt. ``pins/pinning.py`` also folds once the house
 has been quiet for a while, so the told changes do not linger.
 """
 
@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 
 from ..house.diff import describe_changes, fully_described
-from .render import HousePrefix
+from .value import HousePrefix
 
 # More changes than this are folded into a fresh render: by then a full prefill of the
 # house costs about as much as the told changes do over a few requests, and the model

@@ -14,7 +14,7 @@ sentence template of the intent it calls (``home-assistant-intents``, see
 language/sentences.py) filled with this house's names, its arguments are the slots HA's matcher
 reads from that sentence, and the reply is HA's response for it. A language the
 intents data does not have gets no examples. Where they would make the house prompt
-longer than the model's context, the agent pins without them (``pins/manager.py``).
+longer than the model's context, the agent pins without them (``pins/pinning.py``).
 
 ``house_examples`` picks the entities (HA glue); ``example_messages`` is pure. ``House``
 renders one step's turn; turn/hints.py uses it for each request's nearest example.

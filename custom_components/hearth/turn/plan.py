@@ -24,7 +24,8 @@ from ..house.diff import describe_changes
 from ..house.listing import replace_yaml
 from ..house.values import house_values
 from ..pins.model import PrefixChoice
-from ..prefix.render import HousePrefix, format_tool
+from ..prefix.render import format_tool
+from ..prefix.value import HousePrefix
 from ..tool_names import model_tool_names, with_shown_names
 from .prompt import volatile_lines
 

@@ -31,7 +31,7 @@ from typing import Any
 from homeassistant.components import conversation
 from homeassistant.helpers.json import json_dumps
 
-from ..prefix.render import HousePrefix
+from ..prefix.value import HousePrefix
 
 
 @dataclass(frozen=True, slots=True)
