@@ -20,7 +20,6 @@ from ..house.names import names_entity, normalize, resolve_call, unasked
 from ..house.values import scoped_arguments
 from ..language.intents_data import cached_language_data
 from ..tool_names import bare_name
-from .decide import TurnPolicy
 from .guard import Guard
 from .result_speech import NOT_ASKED
 from .understand import House, Request
@@ -28,13 +27,13 @@ from .understand import House, Request
 
 @dataclass(frozen=True, slots=True)
 class Calls:
-    """What a turn's calls are judged by: the ``request``, the ``house``'s names, each
-    tool's arguments (``accepts``), the domains the request is ``about``."""
+    """What a turn's calls are judged by: the ``request`` (and the domains it is
+    about, as the policy keeps them), the ``house``'s names, each tool's arguments
+    (``accepts``)."""
 
     request: Request
     house: House
     accepts: Mapping[str, tuple[str, ...]]  # tool (as shown) -> its arguments
-    about: frozenset[str] | None = None
     spoken: bool = True  # a conversation (speech); an AI Task's reply is structured data
     guard: Guard | None = None  # whether a call can act on what was asked (turn/guard.py)
     kinds: Kinds = field(default_factory=dict)  # HA's names of each kind (house/kinds.py)
@@ -46,13 +45,12 @@ class Calls:
         request: Request,
         house: House,
         *,
-        policy: TurnPolicy,
         tools: tuple[dict[str, Any], ...],
         spoken: bool,
         kinds: Kinds,
     ) -> Calls:
-        """The calls of a turn whose request is ``request`` and policy ``policy``, in a
-        house with ``kinds`` (house/kinds.py), offered ``tools``."""
+        """The calls of a turn whose request is ``request``, in a house with ``kinds``
+        (house/kinds.py), offered ``tools``."""
         accepts = {
             str(function.get("name", "")): tuple(
                 (function.get("parameters") or {}).get("properties") or {}
@@ -70,27 +68,20 @@ class Calls:
             question=request.question,
             said=request.words,
         )
-        return cls(
-            request,
-            house,
-            accepts,
-            policy.about,
-            spoken,
-            guard if spoken else None,
-            kinds,
-        )
+        return cls(request, house, accepts, spoken, guard if spoken else None, kinds)
 
     def resolve(self, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
         """A call's arguments as Home Assistant should run them (see resolve_call)."""
         key = tool if tool in self.accepts else _shown(tool, self.accepts)
-        arguments = scoped_arguments(tool, arguments, self.about)
+        about = self.request.about
+        arguments = scoped_arguments(tool, arguments, about)
         return resolve_call(
             tool,
             arguments,
             self.house.names,
             accepts=self.accepts.get(key, ()),
             platforms=self.house.platforms.get(key),
-            about=self.about,
+            about=about,
             request=self.request.text,
         )
 

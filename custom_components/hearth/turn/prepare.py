@@ -97,9 +97,7 @@ async def async_prepare_turn(
     kinds = await async_kind_words(
         hass, language, {n.domain for f in house.names.things.values() for n in f}
     )
-    calls = Calls.of(
-        hass, request, house, policy=policy, tools=plan.tools, spoken=spoken, kinds=kinds
-    )
+    calls = Calls.of(hass, request, house, tools=plan.tools, spoken=spoken, kinds=kinds)
     tools = chat_log.llm_api.tools if chat_log.llm_api else []
     return Turn(
         request,

@@ -153,16 +153,15 @@ async def _async_start(
     response_format: Mapping[str, Any] | None,
 ) -> AsyncGenerator[dict[str, Any]]:
     """Send request ``iteration`` and wait for its first chunk; returns the reply's
-    chunks (``run.plan``: the plan it was sent with).
+    chunks (``run.plan`` is then the plan it was sent with).
 
     A request over the model's context is sent again with less (turn/context_fit.py):
     without the conversation's earlier turns, then with the agent's prefix pinned
     without worked examples. Nothing of a refused request reached the chat log, so
     none of its calls ran and none of its words were said.
     """
-    fit, hint = run.fit, turn.policy.hint
+    fit, hint, plan = run.fit, turn.policy.hint, run.plan
     while True:
-        plan = run.plan
         messages = build_messages(
             plan.prefix, chat_log.content, plan.context, fit.max_history, hint
         )
@@ -170,7 +169,7 @@ async def _async_start(
             agent, plan, messages, turn, iteration=iteration, response_format=response_format
         )
         try:
-            return await async_started(agent.coordinator.backend.chat.async_chat_stream(body))
+            chunks = await async_started(agent.coordinator.backend.chat.async_chat_stream(body))
         except BACKEND_ERRORS as err:
             if not is_context_exceeded(err):
                 raise
@@ -183,4 +182,7 @@ async def _async_start(
                 context_length=agent.coordinator.context_length,
             )
             if step is LeftOut.EXAMPLES:
-                run.plan = await agent.without_examples()
+                plan = await agent.without_examples()
+        else:
+            run.plan = plan
+            return chunks
