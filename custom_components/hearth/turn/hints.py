@@ -31,7 +31,7 @@ and the answer too). Pure: ``house_hint`` (turn/understand.py) reads the house f
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Set
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -270,7 +270,7 @@ def _one_kind(implied: list[str]) -> dict[str, str]:
     return {"domain": implied[0]} if len(implied) == 1 else {}
 
 
-def _said_in(asked: set[str], things: list[Thing], house: House) -> tuple[list[Thing], list[str]]:
+def _said_in(asked: Set[str], things: list[Thing], house: House) -> tuple[list[Thing], list[str]]:
     """The things and the areas all of whose name's words are among the words
     ``asked``, inflected or not ("roletę" says "Roleta": ``words.alike``)."""
     named = [t for t in things if _says_all(asked, t.name)]
@@ -278,13 +278,13 @@ def _said_in(asked: set[str], things: list[Thing], house: House) -> tuple[list[T
     return named, places
 
 
-def _says_all(asked: set[str], name: str) -> bool:
+def _says_all(asked: Set[str], name: str) -> bool:
     """Whether each word of ``name`` is said in ``asked``."""
     theirs = words(name)
     return bool(theirs) and all(said_in(w, asked) for w in theirs)
 
 
-def _less(asked: set[str], name: str) -> set[str]:
+def _less(asked: Set[str], name: str) -> set[str]:
     """``asked`` without the words that say ``name``'s."""
     theirs = words(name)
     return {a for a in asked if not said_in(a, theirs)}
@@ -330,7 +330,7 @@ def _guess(result: RecognizeResult, house: House) -> list[str]:
 
 def _nearest(  # noqa: PLR0917
     data: LanguageData,
-    asked: frozenset[str],
+    asked: Set[str],
     things: list[Thing],
     house: House,
     offered: Mapping[str, tuple[str, tuple[str, ...]]],
