@@ -25,7 +25,7 @@ from homeassistant.helpers.update_coordinator import CoordinatorEntity
 
 from .backend.coordinator import HearthCoordinator
 from .data import AgentStats, HearthConfigEntry, HearthData
-from .entity import agent_device_info
+from .engine_device import agent_device_info
 from .pins.model import PinState
 
 

@@ -1,6 +1,6 @@
 """The AI Task platform: ``ai_task.generate_data`` through Hearth (one per subentry).
 
-A task runs through the same request path as a conversation turn (``entity.py``): a
+A task runs through the same request path as a conversation turn (turn/run.py): a
 stable prefix first (HA's AI Task instructions, plus an LLM API's prompt and tools when a
 caller passes one), then the volatile context (date and time) and the task's
 instructions. When the task asks for a structure, the request carries an OpenAI

@@ -12,7 +12,7 @@ from homeassistant.core import HomeAssistant
 from homeassistant.helpers.entity_platform import AddConfigEntryEntitiesCallback
 
 from .data import HearthConfigEntry
-from .entity import HearthCoordinatorEntity
+from .engine_device import HearthCoordinatorEntity
 
 PARALLEL_UPDATES = 0  # the coordinator does all the I/O
 

@@ -1,4 +1,6 @@
-"""The engine entry's service device: named after the entry, and kept current.
+"""The engine entry's service device: named after the entry, and kept current; the
+service devices of its agents (``agent_device_info``) and the base of the engine
+device's entities (``HearthCoordinatorEntity``).
 
 Its model and software version are what the server reports at each poll (a restarted
 engine may serve another model or run a newer release), so the device registry is
@@ -9,9 +11,12 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit, urlunsplit
 
+from homeassistant.config_entries import ConfigSubentry
 from homeassistant.core import CALLBACK_TYPE, HomeAssistant, callback
 from homeassistant.helpers import device_registry as dr
+from homeassistant.helpers.update_coordinator import CoordinatorEntity
 
+from .backend.coordinator import HearthCoordinator
 from .const import DOMAIN
 from .data import HearthConfigEntry
 
@@ -68,3 +73,36 @@ def async_register_engine_device(hass: HomeAssistant, entry: HearthConfigEntry) 
             registry.async_update_device(device.id, **changes)
 
     return entry.runtime_data.coordinator.async_add_listener(_async_update)
+
+
+MANUFACTURER = "Hearth"
+
+
+def agent_device_info(
+    entry: HearthConfigEntry, subentry: ConfigSubentry, model: str = "Conversation agent"
+) -> dr.DeviceInfo:
+    """The service device of an agent or AI task (subentry), served by the engine's device."""
+    info = dr.DeviceInfo(
+        identifiers={(DOMAIN, subentry.subentry_id)},
+        name=subentry.title,
+        manufacturer=MANUFACTURER,
+        model=model,
+        entry_type=dr.DeviceEntryType.SERVICE,
+    )
+    if (engine_device_id := entry.runtime_data.engine_device_id) is not None:
+        info["via_device_id"] = engine_device_id  # the engine device is registered first
+    return info
+
+
+class HearthCoordinatorEntity(CoordinatorEntity[HearthCoordinator]):
+    """An entity of the engine's service device, fed by the coordinator."""
+
+    _attr_has_entity_name = True
+
+    def __init__(self, entry: HearthConfigEntry, key: str) -> None:
+        """Attach to the engine device of ``entry``."""
+        coordinator = entry.runtime_data.coordinator
+        super().__init__(coordinator)
+        self.entry = entry
+        self._attr_unique_id = f"{entry.entry_id}_{key}"
+        self._attr_device_info = engine_device_info(entry)

@@ -1,73 +1,33 @@
-"""Base entities of the Hearth integration; the LLM entity holds the chat loop."""
+"""Base entities of the Hearth integration; the LLM entity adapts Home Assistant's chat
+log to a turn (turn/prepare.py: understand, decide, call, speak; turn/run.py: the
+requests) and records what the turn used."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Mapping
-from contextlib import aclosing
+from collections.abc import Mapping
 from typing import Any
 
 from homeassistant.components import conversation
 from homeassistant.config_entries import ConfigSubentry
 from homeassistant.core import callback
-from homeassistant.helpers import device_registry as dr
 from homeassistant.helpers.entity import Entity
-from homeassistant.helpers.update_coordinator import CoordinatorEntity
 
-from .backend.api import RequestUsage
 from .backend.chat import EngineStalled
-from .backend.coordinator import HearthCoordinator
 from .const import (
     CONF_MAX_HISTORY,
-    CONF_MAX_TOKENS,
-    CONF_TEMPERATURE,
     DEFAULT_MAX_HISTORY,
-    DEFAULT_MAX_TOKENS,
     DEFAULT_READ_FIRST,
-    DEFAULT_TEMPERATURE,
     DOMAIN,
 )
 from .data import AgentStats, HearthConfigEntry, TurnUsage
-from .engine_device import engine_device_info
-from .errors import BACKEND_ERRORS, describe, is_context_exceeded
+from .engine_device import agent_device_info
+from .errors import BACKEND_ERRORS, describe
 from .pins.model import PrefixChoice
-from .turn.context_fit import ContextFit, LeftOut, async_started
+from .turn.context_fit import ContextFit
+from .turn.decide import Capabilities
 from .turn.plan import RequestPlan, plan_request
-from .turn.policy import Capabilities, TurnPolicy
-from .turn.prepare import async_prepare_turn, say
-from .turn.prompt import build_messages
-from .turn.stream import Reply, transform_stream
-
-MANUFACTURER = "Hearth"
-
-
-def agent_device_info(
-    entry: HearthConfigEntry, subentry: ConfigSubentry, model: str = "Conversation agent"
-) -> dr.DeviceInfo:
-    """The service device of an agent or AI task (subentry), served by the engine's device."""
-    info = dr.DeviceInfo(
-        identifiers={(DOMAIN, subentry.subentry_id)},
-        name=subentry.title,
-        manufacturer=MANUFACTURER,
-        model=model,
-        entry_type=dr.DeviceEntryType.SERVICE,
-    )
-    if (engine_device_id := entry.runtime_data.engine_device_id) is not None:
-        info["via_device_id"] = engine_device_id  # the engine device is registered first
-    return info
-
-
-class HearthCoordinatorEntity(CoordinatorEntity[HearthCoordinator]):
-    """An entity of the engine's service device, fed by the coordinator."""
-
-    _attr_has_entity_name = True
-
-    def __init__(self, entry: HearthConfigEntry, key: str) -> None:
-        """Attach to the engine device of ``entry``."""
-        coordinator = entry.runtime_data.coordinator
-        super().__init__(coordinator)
-        self.entry = entry
-        self._attr_unique_id = f"{entry.entry_id}_{key}"
-        self._attr_device_info = engine_device_info(entry)
+from .turn.prepare import async_prepare_turn
+from .turn.run import Agent, TurnRun, async_run_turn
 
 
 class HearthLLMEntity(Entity):
@@ -95,8 +55,7 @@ class HearthLLMEntity(Entity):
         coordinator = self.entry.runtime_data.coordinator
         self.async_on_remove(coordinator.async_add_listener(self.async_write_ha_state))
 
-    # Whether a question's turn reads the house first when the options do not say
-    # (language/questions.py); an AI Task's instructions are no spoken question (ai_task.py).
+    # Whether a question reads the house first where the options do not say (ai_task.py: no)
     _read_first_default = DEFAULT_READ_FIRST
 
     @property
@@ -124,96 +83,18 @@ class HearthLLMEntity(Entity):
         system_prompt = first.content if isinstance(first, conversation.SystemContent) else ""
         return plan_request(self.hass, choice, system_prompt, chat_log.llm_api)
 
-    def _request_body(
-        self,
-        plan: RequestPlan,
-        messages: list[dict[str, Any]],
-        policy: TurnPolicy,
-        iteration: int,
-        response_format: Mapping[str, Any] | None = None,
-    ) -> dict[str, Any]:
-        """Request ``iteration`` of a turn run by ``policy`` (turn/policy.py)."""
-        options = self.options
-        body: dict[str, Any] = {
-            "messages": messages,
-            "stream": True,
-            "stream_options": {"include_usage": True},
-            "temperature": float(options.get(CONF_TEMPERATURE, DEFAULT_TEMPERATURE)),
-            "max_tokens": int(options.get(CONF_MAX_TOKENS, DEFAULT_MAX_TOKENS)),
-        }
-        if plan.tools:
-            body["tools"] = list(plan.tools)
-            if (choice := policy.tool_choice(iteration, True)) is not None:
-                body["tool_choice"] = choice
-        body.update(self.entry.runtime_data.backend.request_extensions(policy.values))
-        if response_format is not None:
-            body["response_format"] = dict(response_format)
-        return body
-
-    async def _async_start(
-        self,
-        chat_log: conversation.ChatLog,
-        plan: RequestPlan,
-        fit: ContextFit,
-        *,
-        policy: TurnPolicy,
-        iteration: int,
-        response_format: Mapping[str, Any] | None,
-    ) -> tuple[AsyncGenerator[dict[str, Any]], RequestPlan]:
-        """Send request ``iteration`` and wait for its first chunk; returns the reply's
-        chunks and the plan it was sent with.
-
-        A request over the model's context is sent again with less (turn/context_fit.py):
-        without the conversation's earlier turns, then with the agent's prefix pinned
-        without worked examples. Nothing of a refused request reached the chat log, so
-        none of its calls ran and none of its words were said.
-        """
-        data = self.entry.runtime_data
-        while True:
-            messages = build_messages(
-                plan.prefix, chat_log.content, plan.context, fit.max_history, policy.hint
-            )
-            body = self._request_body(plan, messages, policy, iteration, response_format)
-            try:
-                return await async_started(data.backend.chat.async_chat_stream(body)), plan
-            except BACKEND_ERRORS as err:
-                if not is_context_exceeded(err):
-                    raise
-                alone = build_messages(plan.prefix, chat_log.content, plan.context, 0, policy.hint)
-                step = fit.next_step(
-                    err,
-                    history=len(alone) < len(messages),
-                    examples=bool(plan.prefix.examples),
-                    max_tokens=int(body["max_tokens"]),
-                    context_length=data.coordinator.context_length,
-                )
-                if step is LeftOut.EXAMPLES:
-                    await data.prefixes.async_leave_out_examples(
-                        self.subentry_id, _device_id(chat_log)
-                    )
-                    plan = await self._async_plan(chat_log, without_examples=True)
-
     async def _async_handle_chat_log(
         self,
         chat_log: conversation.ChatLog,
         language: str | None = None,
         response_format: Mapping[str, Any] | None = None,
     ) -> TurnUsage:
-        """Run the tool loop for the chat log's last user message, as the turn policy
-        says (turn/policy.py: what each request carries, at most ``max_requests``).
-
-        Every request starts with the agent's house prefix (pinned in the engine),
-        then the history as sent before (without earlier turns' hints), then this
-        turn's context message, nearest example and user text. Tool calls run through
-        HA's LLM API (chat log); after an action the turn says what HA reported
-        (turn/result_speech.py). ``response_format`` (an AI Task's structure) constrains
-        every reply, and the model's reply is then the answer. A request over the
-        model's context is sent again with less (``_async_start``, turn/context_fit.py).
-        """
+        """Run the turn of the chat log's last user message (turn/prepare.py, then
+        turn/run.py; ``response_format``: an AI Task's structure); record its usage."""
         data = self.entry.runtime_data
         plan = await self._async_plan(chat_log)
-        fit = ContextFit(int(self.options.get(CONF_MAX_HISTORY, DEFAULT_MAX_HISTORY)))
-        tool_names = [tool.name for tool in chat_log.llm_api.tools] if chat_log.llm_api else []
+        history = int(self.options.get(CONF_MAX_HISTORY, DEFAULT_MAX_HISTORY))
+        run = TurnRun(plan, ContextFit(history))
         turn = await async_prepare_turn(
             self.hass,
             chat_log,
@@ -224,75 +105,24 @@ class HearthLLMEntity(Entity):
             read_first=self._read_first_default,
             spoken=response_format is None,
         )
-        policy = turn.policy
-        requests: list[RequestUsage] = []
-        client_ttfts: list[float | None] = []
-        first_speech: list[float | None] = []
-        seen_calls: set[str] = set()
+
+        async def without_examples() -> RequestPlan:
+            await data.prefixes.async_leave_out_examples(self.subentry_id, _device_id(chat_log))
+            return await self._async_plan(chat_log, without_examples=True)
+
+        agent = Agent(
+            self.hass, self.entity_id, lambda: self.options, data.coordinator, without_examples
+        )
         error: Exception | None = None
         try:
-            for iteration in range(policy.max_requests):
-                failure = turn.error_speech(self.hass, chat_log.content)
-                reply = Reply()  # its time to the first token counts the requests sent again
-                chunks, plan = await self._async_start(
-                    chat_log,
-                    plan,
-                    fit,
-                    policy=policy,
-                    iteration=iteration,
-                    response_format=response_format,
-                )
-                # ``chunks`` is closed even where the chat log stops before reading it.
-                async with aclosing(chunks):
-                    stream = transform_stream(
-                        chunks,
-                        reply,
-                        tool_names,
-                        plan.context if iteration == 0 else None,
-                        turn.fallback if turn.spoken else None,
-                        seen_calls=seen_calls,
-                        repeat_speech=turn.speech(self.hass, chat_log.content) or failure,
-                        resolve=turn.resolve,
-                        refuse=turn.refusal,
-                        instead=failure,
-                        asks=turn.asks,
-                        early=not policy.command,  # a command ends with what HA reports
-                    )
-                    async for _content in chat_log.async_add_delta_content_stream(
-                        self.entity_id, stream
-                    ):
-                        pass
-                client_ttfts.append(reply.client_ttft_ms)
-                first_speech.append(reply.first_speech_ms)
-                if reply.usage is not None:
-                    requests.append(reply.usage)
-                if not chat_log.unresponded_tool_results:
-                    break
-                if (said := turn.speech(self.hass, chat_log.content)) is not None:
-                    say(chat_log, self.entity_id, said)  # what HA reports was done
-                    break
+            await async_run_turn(chat_log, agent, turn, run, response_format=response_format)
         except BACKEND_ERRORS as err:
             error = err
             raise
         finally:
-            usage = TurnUsage(agent_id=self.entity_id, requests=tuple(requests))
+            usage = TurnUsage(agent_id=self.entity_id, requests=tuple(run.requests))
             self._async_record_turn(usage, error)
-            chat_log.async_trace(
-                {
-                    "hearth": {
-                        "pin": plan.pin,
-                        "prefix_digest": plan.prefix.digest,
-                        "prefix_bytes": len(plan.prefix.data),
-                        "context_lines": len(plan.context.splitlines()),
-                        **policy.as_trace(),
-                        **fit.as_trace(),
-                        "client_ttft_ms": client_ttfts,
-                        # per request: when its first word reached the chat log (ms)
-                        "first_speech_ms": first_speech,
-                        **usage.as_dict(),
-                    }
-                }
-            )
+            chat_log.async_trace({"hearth": {**run.as_trace(turn), **usage.as_dict()}})
         return usage
 
     @callback
@@ -309,11 +139,10 @@ class HearthLLMEntity(Entity):
             stats.last_turn = data.last_turn = turn
             data.coordinator.requests.record(turn.requests)
         data.coordinator.async_update_listeners()
-        if not turn.requests:
-            return
-        self.entry.async_create_background_task(
-            self.hass, data.coordinator.async_request_refresh(), f"{DOMAIN} refresh after turn"
-        )
+        if turn.requests:
+            self.entry.async_create_background_task(
+                self.hass, data.coordinator.async_request_refresh(), f"{DOMAIN} refresh after turn"
+            )
 
 
 def _device_id(chat_log: conversation.ChatLog) -> str | None:

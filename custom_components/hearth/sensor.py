@@ -28,7 +28,7 @@ from homeassistant.helpers.typing import StateType
 from .agent_sensor import AGENT_SENSORS, HearthAgentSensor
 from .const import MIB, SUBENTRY_CONVERSATION
 from .data import HearthConfigEntry, HearthData
-from .entity import HearthCoordinatorEntity
+from .engine_device import HearthCoordinatorEntity
 
 PARALLEL_UPDATES = 0  # the coordinator does all the I/O
 

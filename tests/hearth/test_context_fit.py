@@ -26,13 +26,13 @@ from homeassistant.helpers.aiohttp_client import async_get_clientsession
 from homeassistant.setup import async_setup_component
 from pytest_homeassistant_custom_component.common import MockConfigEntry, async_capture_events
 
-from custom_components.hearth import entity as entity_module
 from custom_components.hearth.backend.api import HearthClient
 from custom_components.hearth.const import CONF_EXAMPLES, CONF_MAX_TOKENS
 from custom_components.hearth.errors import ContextOverflow
 from custom_components.hearth.language.intents_data import async_language_data
 from custom_components.hearth.prefix import budget as house_budget
 from custom_components.hearth.prefix.render import async_render_prefix
+from custom_components.hearth.turn import run as run_module
 from custom_components.hearth.turn.context_fit import ContextFit, LeftOut, async_started
 
 from .common import (
@@ -112,7 +112,7 @@ def _said() -> Iterator[list[dict[str, Any]]]:
     """Every delta a turn's replies gave the chat log (a pass-through of
     ``transform_stream``); one list per reply that reached it."""
     replies: list[dict[str, Any]] = []
-    original = entity_module.transform_stream
+    original = run_module.transform_stream
 
     async def transform(*args: Any, **kwargs: Any) -> AsyncGenerator[Any]:
         deltas: list[Any] = []
@@ -121,7 +121,7 @@ def _said() -> Iterator[list[dict[str, Any]]]:
             deltas.append(delta)
             yield delta
 
-    with patch.object(entity_module, "transform_stream", transform):
+    with patch.object(run_module, "transform_stream", transform):
         yield replies
 
 

@@ -11,6 +11,7 @@ from custom_components.hearth.house.names import (
     unasked,
     worded,
 )
+from custom_components.hearth.language.words import words
 
 GARAGE_COVER = Named("cover.garage_door_opener", "garage", main=True)
 GARAGE_LIGHT = Named("light.garage_door_opener")
@@ -163,7 +164,7 @@ def test_the_domains_of_the_things_a_request_names() -> None:
     ],
 )
 def test_a_call_may_name_only_what_the_request_says(name: str, text: str, not_asked: bool) -> None:
-    assert unasked(name, HOUSE, text) is not_asked
+    assert unasked(name, HOUSE, words(text)) is not_asked
 
 
 @pytest.mark.parametrize(
@@ -178,6 +179,6 @@ def test_a_call_may_name_only_what_the_request_says(name: str, text: str, not_as
     ],
 )
 def test_the_names_a_call_may_use_are_those_unasked_accepts(text: str, kept: set[str]) -> None:
-    assert worded(HOUSE, text) == kept
+    assert worded(HOUSE, words(text)) == kept
     for name in HOUSE.things:
-        assert (name in kept) is not unasked(name, HOUSE, text)
+        assert (name in kept) is not unasked(name, HOUSE, words(text))

@@ -1,4 +1,4 @@
-"""The turn policy (turn/policy.py): what each request of a turn carries. Pure."""
+"""The turn policy (turn/decide.py): what each request of a turn carries. Pure."""
 
 from __future__ import annotations
 
@@ -6,13 +6,13 @@ from typing import Any
 
 import pytest
 
-from custom_components.hearth.turn.policy import (
+from custom_components.hearth.turn.decide import (
     MAX_REQUESTS,
     Capabilities,
     Options,
-    Request,
     decide,
 )
+from custom_components.hearth.turn.understand import Request
 
 LIVE = "GetLiveContext"
 

@@ -23,6 +23,24 @@ from custom_components.hearth.turn.stream import Reply, transform_stream
 SORRY = "Sorry, I could not do that."
 
 
+class _Turn:
+    """What the stream reads of a turn (turn/prepare.py's ``Turn``): a spoken answer
+    whose calls all run as the model made them."""
+
+    tool_names: tuple[str, ...] = ()
+    fallback = SORRY
+    early = False
+
+    def resolve(self, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        return arguments
+
+    def refusal(self, tool: str, arguments: dict[str, Any]) -> str | None:
+        return None
+
+    def asks(self, text: str) -> bool:
+        return False
+
+
 def run(chunks: list[str]) -> tuple[str, MarkupFilter]:
     speech = MarkupFilter()
     text = "".join(speech.feed(chunk) for chunk in chunks) + speech.finish()
@@ -80,7 +98,7 @@ async def _chunks(texts: list[str]) -> AsyncGenerator[dict[str, Any]]:
 
 
 async def _spoken(texts: list[str]) -> str:
-    stream = transform_stream(_chunks(texts), Reply(), [], None, SORRY, seen_calls=set())
+    stream = transform_stream(_chunks(texts), Reply(), _Turn(), seen_calls=set())
     return "".join([d.get("content") or "" async for d in stream if "content" in d])
 
 
@@ -95,7 +113,7 @@ async def test_text_around_markup_is_kept_and_no_sorry() -> None:
 async def test_the_history_keeps_the_raw_text() -> None:
     reply = Reply()
     chunks = _chunks(["a <tool_call>{}</tool_call>"])
-    stream = transform_stream(chunks, reply, [], None, SORRY, seen_calls=set())
+    stream = transform_stream(chunks, reply, _Turn(), seen_calls=set())
     deltas = [d async for d in stream]
     native = deltas[-1]["native"]
     assert native.message["content"] == "a <tool_call>{}</tool_call>"

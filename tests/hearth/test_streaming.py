@@ -17,8 +17,8 @@ from aiohttp import web
 from homeassistant.core import HomeAssistant
 from pytest_homeassistant_custom_component.common import MockConfigEntry
 
-from custom_components.hearth import entity as entity_module
 from custom_components.hearth.backend.chat import ChatClient
+from custom_components.hearth.turn import run as run_module
 
 from .common import async_setup_entry, converse, hearth_traces, make_entry, speech
 from .test_other_servers import VLLM_METRICS, FakeServer
@@ -76,7 +76,7 @@ class Timeline:
     def __enter__(self) -> Timeline:
         timeline = self
         original_stream = ChatClient.async_chat_stream
-        original_transform = entity_module.transform_stream
+        original_transform = run_module.transform_stream
 
         async def chat(client: ChatClient, body: Any) -> AsyncGenerator[dict[str, Any]]:
             async for chunk in original_stream(client, body):
@@ -95,7 +95,7 @@ class Timeline:
 
         self._patches = [
             patch.object(ChatClient, "async_chat_stream", chat),
-            patch.object(entity_module, "transform_stream", transform),
+            patch.object(run_module, "transform_stream", transform),
         ]
         for item in self._patches:
             item.start()

@@ -13,7 +13,7 @@ LAYERS = ("language", "house", "prefix", "backend", "pins", "turn")
 
 
 def _name(path: Path) -> str:
-    """A module's dotted name within the package: ``turn.policy``, ``entity``."""
+    """A module's dotted name within the package: ``turn.decide``, ``entity``."""
     parts = path.relative_to(PACKAGE).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts) or "__init__"
 
@@ -64,8 +64,8 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
 def test_the_graph_reads_subfolders() -> None:
     """The checks below see the folders' modules and their imports (not only the top's)."""
     graph = _graph()
-    assert "turn.policy" in graph
-    assert "house.names" in graph["turn.policy"]
+    assert "turn.decide" in graph
+    assert "house.names" in graph["turn.decide"]
 
 
 def test_no_import_cycles() -> None:

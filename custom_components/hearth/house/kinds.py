@@ -1,7 +1,7 @@
 """The only thing of its kind is named by its kind: "start the vacuum" in a house with
 one vacuum, called "Roborock".
 
-People name the only thing of a kind by the kind. The name guard (``Turn.refusal``)
+People name the only thing of a kind by the kind. The name guard (turn/call.py)
 refuses a call that names a thing none of whose names the request says; without this,
 a house with one vacuum refused every request that called it "the vacuum".
 
@@ -43,19 +43,25 @@ async def async_kind_words(hass: HomeAssistant, language: str, domains: Iterable
 
 
 def named_by_kind(
-    names: HouseNames, text: str, kinds: Kinds, data: LanguageData | None
+    names: HouseNames,
+    text: str,
+    kinds: Kinds,
+    data: LanguageData | None,
+    *,
+    said: frozenset[str] | None = None,
 ) -> frozenset[str]:
     """The entities that ``text`` names by their kind: each the only exposed thing of a
     kind (a domain, or a device class of it) whose name the request says, or of a
     domain one of whose intents' templates the request matches (``data``: HA's
-    intents in the request's language)."""
+    intents in the request's language). ``said``: the request's words, where the turn
+    has split it (turn/understand.py)."""
     by_kind: dict[tuple[str, str], set[str]] = {}
     for found in names.things.values():
         for named in found:
             by_kind.setdefault((named.domain, DOMAIN_KIND), set()).add(named.entity_id)
             if named.device_class:
                 by_kind.setdefault((named.domain, named.device_class), set()).add(named.entity_id)
-    said = words(text)
+    said = frozenset(words(text)) if said is None else said
     chosen: set[str] = set()
     for (domain, kind), entities in by_kind.items():
         if len(entities) != 1 or entities <= chosen:

@@ -13,10 +13,11 @@ request say, never a guess between equals. An area or floor given where a thing 
 name was meant (or the other way round) is moved to the argument HA matches it by.
 
 ``unasked`` tells a call that names a thing none of whose names the request says a
-word of (turn/prepare.py does not run it in a conversation's first turn); ``worded`` lists the
-names such a call may use (turn/policy.py narrows the grammar's names to them).
+word of (turn/call.py does not run it in a conversation's first turn); ``worded`` lists
+the names such a call may use (turn/decide.py narrows the grammar's names to them). Both
+take the request's words, split once per turn (turn/understand.py).
 
-Pure: ``HouseNames`` is built by house_values.house_names from the registries.
+Pure: ``HouseNames`` is built by values.house_names from the registries.
 """
 
 from __future__ import annotations
@@ -129,19 +130,20 @@ class HouseNames:
         return {name for name in (*self.things, *self.areas, *self.floors) if says(said, name)}
 
 
-def unasked(name: str, names: HouseNames, request: str) -> bool:
+def unasked(name: str, names: HouseNames, said: Iterable[str]) -> bool:
     """Whether ``name`` names things of the house none of whose names and aliases
-    shares a word with the ``request`` (a word, one of four letters or more inside
-    another: "Flur" in "Flurlicht", or the word inflected: "roletę" for "Roleta"). A
-    name the house does not have is not judged here: Home Assistant refuses it."""
+    shares a word with the request, whose words are ``said`` (a word, one of four
+    letters or more inside another: "Flur" in "Flurlicht", or the word inflected:
+    "roletę" for "Roleta"). A name the house does not have is not judged here: Home
+    Assistant refuses it."""
     key = normalize(name)
-    return key in names.things and key not in worded(names, request)
+    return key in names.things and key not in worded(names, said)
 
 
-def worded(names: HouseNames, request: str) -> frozenset[str]:
+def worded(names: HouseNames, said: Iterable[str]) -> frozenset[str]:
     """The names and aliases (normalized) of the things one of whose names or aliases
-    shares a word with the ``request`` (see ``unasked``)."""
-    said = words(request)
+    shares a word with the request, whose words are ``said`` (language/words.py; see
+    ``unasked``)."""
     by_entity: dict[str, list[str]] = {}
     for name, found in names.things.items():
         for named in found:
@@ -150,7 +152,7 @@ def worded(names: HouseNames, request: str) -> frozenset[str]:
     return frozenset(name for own in kept for name in own)
 
 
-def _says_a_word_of(said: set[str], names: Iterable[str]) -> bool:
+def _says_a_word_of(said: Iterable[str], names: Iterable[str]) -> bool:
     theirs = set().union(*(words(name) for name in names))
     return any(said_in(word, theirs) for word in said)
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Set
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -207,7 +207,7 @@ def said_by(data: LanguageData) -> dict[str, int]:
 
 def said_most(
     data: LanguageData,
-    asked: set[str],
+    asked: Set[str],
     candidates: Iterable[tuple[str, str | None]],
 ) -> list[Scored]:
     """The ``candidates`` ((intent, domain) pairs; domain None: any) by how much of the

@@ -4,7 +4,7 @@ none.
 A small model picks the wrong tool in ways Home Assistant then runs: it cancelled every
 timer when asked to skip a track, it called ``HassTurnOff`` ("unlock") when asked to
 lock a door, and ``HassTurnOn`` on a vacuum (HA fails: vacuums have no ``turn_on``).
-``refusal`` tells such a call, before it runs (turn.Turn.refusal, the one caller); the
+``refusal`` tells such a call, before it runs (call.Calls.refusal, the one caller); the
 model reads why and may call again within the turn's bound, and Assist otherwise asks
 the user to say it another way. Every rule is decided from Home Assistant's own data,
 in the request's language, never from word lists of ours:
@@ -77,6 +77,12 @@ class Guard:
     switchable: Mapping[str, frozenset[str]] = field(default_factory=dict)
     follow_up: bool = False  # "cancel it": what it is is in the history, not the text
     question: bool = False  # the request asks (questions.is_question): it is read, not acted on
+    said: frozenset[str] | None = None  # the request's words (None: split here)
+
+    @property
+    def asked(self) -> frozenset[str]:
+        """The request's words (language/words.py), as the turn split them."""
+        return frozenset(words(self.text)) if self.said is None else self.said
 
     def refusal(self, tool: str, arguments: Mapping[str, Any]) -> str | None:
         """Why a call of ``tool`` with ``arguments`` cannot act on what the request
@@ -118,7 +124,9 @@ class Guard:
         if intent in ON_OFF or intent in _DOMAIN_FREE_EXEMPT or self._platforms(intent):
             return None
         kin = kind_of(self.data, intent)
-        if reads_as(self.data, self.text, kin, self.names) or says_kind(self.data, self.text, kin):
+        if reads_as(self.data, self.text, kin, self.names) or says_kind(
+            self.data, self.text, kin, said=self.asked
+        ):
             return None
         return f"{NOT_FOR_REQUEST}: the request asks nothing {intent} does."
 
@@ -161,7 +169,8 @@ class Guard:
         domains = targets or self.about or frozenset()
         if not domains:
             domains = self._platforms(intent) or frozenset()
-        read = {direction(self.data, self.text, intent, d, self.names) for d in domains}
+        asked = self.asked
+        read = {direction(self.data, self.text, intent, d, self.names, said=asked) for d in domains}
         if other in read and intent not in read:
             return f"{NOT_FOR_REQUEST}: the request asks for {other}, not {intent}."
         return None
@@ -203,10 +212,13 @@ def kind_words(data: LanguageData, kin: frozenset[str]) -> frozenset[str]:
     return data.said[key]
 
 
-def says_kind(data: LanguageData, text: str, kin: frozenset[str]) -> bool:
-    """Whether ``text`` says a word of the intents ``kin`` (inflected or not)."""
+def says_kind(
+    data: LanguageData, text: str, kin: frozenset[str], *, said: frozenset[str] | None = None
+) -> bool:
+    """Whether ``text`` (its words ``said``, where split) says a word of the intents
+    ``kin`` (inflected or not)."""
     own = kind_words(data, kin)
-    return any(said_in(word, own) for word in words(text))
+    return any(said_in(word, own) for word in (words(text) if said is None else said))
 
 
 def reads_as(data: LanguageData, text: str, intents: Iterable[str], names: HouseNames) -> bool:
@@ -220,21 +232,27 @@ def reads_as(data: LanguageData, text: str, intents: Iterable[str], names: House
 
 
 def direction(
-    data: LanguageData, text: str, intent: str, domain: str, names: HouseNames
+    data: LanguageData,
+    text: str,
+    intent: str,
+    domain: str,
+    names: HouseNames,
+    *,
+    said: frozenset[str] | None = None,
 ) -> str | None:
     """Which of ``intent`` and its opposite ``text`` reads as on ``domain`` (None:
     neither, or both): a template of one for that domain that matches it whole, else a
     word only one's templates for that domain say (said by few of the language's
-    intents), and none of the other's."""
+    intents), and none of the other's. ``said``: ``text``'s words, where split."""
     pair = (intent, OPPOSITE[intent])
     if not all(i in data.intents.intents for i in pair):
         return None
     result = recognize(data, text, _lists(names, domain), set(pair))
     if result is not None and not result.unmatched_entities:
         return result.intent.name  # the names it read are of ``domain`` only
-    asked = words(text)
-    for said in names.said_things(text) | (names.mentioned(text) - set(names.things)):
-        asked -= words(said)
+    asked = frozenset(words(text)) if said is None else said
+    for name in names.said_things(text) | (names.mentioned(text) - set(names.things)):
+        asked -= words(name)
     counts = said_by(data)
     own = [_domain_words(data, i, domain) for i in pair]
     says = [

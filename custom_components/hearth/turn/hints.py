@@ -18,31 +18,28 @@ kind it asks about: what it names, else what its intent is about in HA's data (a
 temperature: climate). A template's free text (a timer's name, a to-do item) names no
 thing of the house; it is said in the example too.
 
-The hint also says what the request is about (``Hint.domains``): entity.py then lets a
-command call only the tools that act on those domains (house_values.allowed_for).
+The hint also says what the request is about (``Hint.domains``): the policy
+(turn/decide.py) then lets a command call only the tools that act on those domains
+(values.allowed_for).
 
 It is not pinned: it differs per request, so its tokens are prefilled with the request
 (an action's example is its call alone, about 40 tokens; a question's shows the result
-and the answer too). ``hint_messages`` is pure; ``house_hint`` reads the house.
+and the answer too). Pure: ``house_hint`` (turn/understand.py) reads the house for
+``hint_messages``, with the request's words split once.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Set
 from dataclasses import dataclass, field
 from typing import Any
 
 from hassil import RecognizeResult
 from hassil.intents import Intent
-from homeassistant.components import conversation
-from homeassistant.components.homeassistant.llm import async_get_exposed_entities
-from homeassistant.core import HomeAssistant
-from homeassistant.helpers import area_registry as ar
-from homeassistant.helpers import floor_registry as fr
 
-from ..language.intents_data import LanguageData, cached_language_data
-from ..language.questions import QUESTION_INTENTS, is_question
+from ..language.intents_data import LanguageData
+from ..language.questions import QUESTION_INTENTS
 from ..language.sentences import AREA, NAME, TARGET_LISTS, recognize, slot_lists
 from ..language.words import block_domains, said_in, said_most, words
 from ..prefix.examples import (
@@ -51,7 +48,6 @@ from ..prefix.examples import (
     House,
     Step,
     Thing,
-    exposed_things,
     offered_tools,
 )
 from ..tool_names import bare_name
@@ -60,7 +56,7 @@ HINT_CALL_ID = "example_hint"
 # Domains a question that names nothing is asked of (HA's yes-or-no things).
 YES_OR_NO = ("switch", "light")
 # What a request that no template matches must say of an intent's words to get its
-# example (intent_words.said_most): one word at most two of the language's intents say
+# example (words.said_most): one word at most two of the language's intents say
 # ("resume", "degrees"), or several that more say; where it names a thing of the house,
 # one that five say ("percent", among the intents that act on that thing).
 MIN_SCORE = 0.5
@@ -102,67 +98,79 @@ def hint_messages(
     platforms: Mapping[str, frozenset[str]] | None = None,
     floors: Iterable[str] = (),
     area_aliases: Iterable[str] = (),
+    said: frozenset[str] | None = None,
 ) -> Hint:
     """The example turn (OpenAI messages) nearest to the request ``text`` in a house
     with ``things``, ``areas`` (names), ``tools`` and ``live`` (entity id -> its
     live-context entry, which a question's example reads), in ``data``'s language; an
     empty Hint when nothing is near enough or there is no data. ``question``: the
     request asks about the house. ``platforms``: tool -> the domains it acts on, for
-    the tools that act on some only (house_values.tool_domains). ``floors`` (names and
-    aliases) and ``area_aliases``: what else HA's matcher reads as a place.
+    the tools that act on some only (values.tool_domains). ``floors`` (names and
+    aliases) and ``area_aliases``: what else HA's matcher reads as a place; ``said``:
+    the request's words, where the turn has split it (turn/understand.py).
 
     An action's example is its call alone: a turn that acts ends with what Home
     Assistant says was done, never the model's words, so HA's result and the reply
     would only be prefilled (about 60 of a hint's 100 tokens). A question's keeps its
     result and answer: answering from the result is what it shows."""
-    places = (list(floors), list(area_aliases))
-    hint = _nearest_turn(text, things, areas, tools, live, question, data, platforms, places)
+    request = Asked(text, frozenset(words(text)) if said is None else said, question)
+    house = (list(things), list(areas), list(floors), list(area_aliases))
+    hint = _nearest_turn(request, house, tools, live=live, data=data, platforms=platforms)
     calls = hint.messages[1]["tool_calls"] if hint else []
     if calls and bare_name(calls[0]["function"]["name"]) != LIVE_CONTEXT:
         return dataclasses.replace(hint, messages=hint.messages[:2])
     return hint
 
 
-def _nearest_turn(  # noqa: PLR0917
-    text: str,
-    things: Iterable[Thing],
-    areas: Iterable[str],
+@dataclass(frozen=True, slots=True)
+class Asked:
+    """The request as the hint reads it: its ``text``, its words (``said``), whether it
+    is a ``question``."""
+
+    text: str
+    said: frozenset[str]
+    question: bool = False
+
+
+def _nearest_turn(
+    request: Asked,
+    places: tuple[list[Thing], list[str], list[str], list[str]],
     tools: Iterable[Mapping[str, Any]],
+    *,
     live: Mapping[str, Mapping[str, Any]],
-    question: bool,
     data: LanguageData | None,
     platforms: Mapping[str, frozenset[str]] | None,
-    places: tuple[list[str], list[str]],
 ) -> Hint:
-    """``hint_messages``, with the whole turn of an action (``places``: the floors and
-    the areas' aliases)."""
+    """``hint_messages``, with the whole turn of an action (``places``: the things,
+    the areas, the floors and the areas' aliases)."""
     tools = list(tools)
     if data is None or not tools:
         return Hint()
-    things = list(things)
-    areas = list(areas)
+    text, question = request.text, request.question
+    things, areas, floors, area_aliases = places
     house = House.of(things, areas)
     offered = offered_tools(tools)
     platforms = {bare_name(tool): acts for tool, acts in (platforms or {}).items()}
     names = [(n, t.domain) for t in things for n in (t.name, *t.aliases)]
     wanted = set(offered) | set(QUESTION_INTENTS if question else ())
-    floors, area_aliases = places
     result = recognize(data, text, slot_lists(names, [*areas, *area_aliases], floors), wanted)
     if result is None and question:
-        asked = _asked_by_words(data, text, things, house)
-        return asked if asked.domains else _nearest(data, text, things, house, offered, platforms)
+        by_words = _asked_by_words(data, request.said, things, house)
+        if by_words.domains:
+            return by_words
+        return _nearest(data, request.said, things, house, offered, platforms)
     if result is None:
-        return _nearest(data, text, things, house, offered, platforms)
+        return _nearest(data, request.said, things, house, offered, platforms)
     found = _named(result, things)
     if result.unmatched_entities and not found:
         # What it says for a name or an area is not one of the house's: a jacuzzi gets
         # no example, but a thing's name in it ("resume the music on the bedroom
         # speaker", read as an area) is a thing said: its words decide, as below. A
         # question ("what's the weather like today": a name) by the question's words.
-        asked = _asked_by_words(data, text, things, house) if question else Hint()
-        if asked.domains:
-            return asked
-        return _nearest(data, text, things, house, offered, platforms, names_house=True)
+        by_words = _asked_by_words(data, request.said, things, house) if question else Hint()
+        if by_words.domains:
+            return by_words
+        return _nearest(data, request.said, things, house, offered, platforms, names_house=True)
     domains = {t.domain for t in found} | _said_domains(result)
     area = _said(result, AREA)
 
@@ -170,7 +178,7 @@ def _nearest_turn(  # noqa: PLR0917
         # Among the others, for a question one whose state says the most (a player that
         # plays shows its title), then the one least like the request.
         said = len((live.get(thing.entity_id) or {}).get("attributes") or {})
-        return (said if question else 0, -len(words(thing.name) & words(text)))
+        return (said if question else 0, -len(words(thing.name) & request.said))
 
     avoid = frozenset(t.entity_id for t in found)
     intent = result.intent.name
@@ -183,7 +191,7 @@ def _nearest_turn(  # noqa: PLR0917
         # intent is about (in HA's data) first, and it is about that kind of thing.
         implied = [] if domains else _intent_domains(result.intent, house)
         asked = [*sorted(domains), *YES_OR_NO] if domains else [*implied, *sorted(house.by_domain)]
-        # What it read filters the live context (policy.live_values); where it read no
+        # What it read filters the live context (decide.live_values); where it read no
         # target, the one kind its intent is about (the weather: not a thermostat).
         read = ({} if result.unmatched_entities else _target(result)) or _one_kind(implied)
         for domain in asked:
@@ -208,7 +216,7 @@ def _nearest_turn(  # noqa: PLR0917
                 return Hint(turn, frozenset(domains) or None)
             return Hint(turn, frozenset(domains) or None, intent, _target(result))
     if result.unmatched_entities:  # a partial match, of an intent that cannot act on it
-        return _nearest(data, text, things, house, offered, platforms, names_house=True)
+        return _nearest(data, request.said, things, house, offered, platforms, names_house=True)
     # Read whole, with nothing else to show its example on (the house's one player): no
     # example, but the call is still the template's, on what it read, as HA's would be.
     return Hint([], frozenset(domains) or None, intent, _target(result))
@@ -249,7 +257,7 @@ def _said_domains(result: RecognizeResult) -> set[str]:
 
 def _intent_domains(intent: Intent, house: House) -> list[str]:
     """The domains ``intent`` is about that ``house`` has, where it is about few: those
-    its templates are for (``intent_words.block_domains``), in the data's order.
+    its templates are for (``words.block_domains``), in the data's order.
     HassClimateGetTemperature is about climate, HassSetPosition about cover and valve;
     HassGetState names eleven and is about none in particular ([])."""
     found = list(dict.fromkeys(d for block in intent.data for d in block_domains(block)))
@@ -258,39 +266,41 @@ def _intent_domains(intent: Intent, house: House) -> list[str]:
 
 def _one_kind(implied: list[str]) -> dict[str, str]:
     """What a question that names no target reads where its intent is about one kind
-    of thing: that kind (policy.live_values; the weather, not a thermostat)."""
+    of thing: that kind (decide.live_values; the weather, not a thermostat)."""
     return {"domain": implied[0]} if len(implied) == 1 else {}
 
 
-def _said_in(asked: set[str], things: list[Thing], house: House) -> tuple[list[Thing], list[str]]:
+def _said_in(asked: Set[str], things: list[Thing], house: House) -> tuple[list[Thing], list[str]]:
     """The things and the areas all of whose name's words are among the words
-    ``asked``, inflected or not ("roletę" says "Roleta": ``intent_words.alike``)."""
+    ``asked``, inflected or not ("roletę" says "Roleta": ``words.alike``)."""
     named = [t for t in things if _says_all(asked, t.name)]
     places = [a for a in house.areas if _says_all(asked, a)]
     return named, places
 
 
-def _says_all(asked: set[str], name: str) -> bool:
+def _says_all(asked: Set[str], name: str) -> bool:
     """Whether each word of ``name`` is said in ``asked``."""
     theirs = words(name)
     return bool(theirs) and all(said_in(w, asked) for w in theirs)
 
 
-def _less(asked: set[str], name: str) -> set[str]:
+def _less(asked: Set[str], name: str) -> set[str]:
     """``asked`` without the words that say ``name``'s."""
     theirs = words(name)
     return {a for a in asked if not said_in(a, theirs)}
 
 
-def _asked_by_words(data: LanguageData, text: str, things: list[Thing], house: House) -> Hint:
+def _asked_by_words(
+    data: LanguageData, asked: frozenset[str], things: list[Thing], house: House
+) -> Hint:
     """A question no template reads and that names nothing of the house ("what's the
     weather like today"): about the kinds of thing that the question intent whose
     templates say most of its words is about (as ``_nearest`` picks an action), where
     one says enough and the house has them. Its turn then reads the house first (the
     model made the weather up). It has no example: an example names a thing, and the
     model copies that name into its call (a thermostat, asked how cold it is outside).
-    An empty Hint otherwise: "tell me a joke" says too little of any."""
-    asked = words(text)
+    An empty Hint otherwise: "tell me a joke" says too little of any. ``asked``: the
+    question's words."""
     if any(_said_in(asked, things, house)):
         return Hint()
     intents = data.intents.intents
@@ -320,7 +330,7 @@ def _guess(result: RecognizeResult, house: House) -> list[str]:
 
 def _nearest(  # noqa: PLR0917
     data: LanguageData,
-    text: str,
+    asked: Set[str],
     things: list[Thing],
     house: House,
     offered: Mapping[str, tuple[str, tuple[str, ...]]],
@@ -328,14 +338,14 @@ def _nearest(  # noqa: PLR0917
     *,
     names_house: bool = False,
 ) -> Hint:
-    """No template matches ``text`` (or, ``names_house``, only with a name the house
-    does not have, where it says a thing or an area the house has): the example of
-    the offered intent whose templates say most of its words less the names it says
-    (intent_words.said_most), on the domain of the things it names (naming none: on
+    """No template matches the request whose words are ``asked`` (or, ``names_house``,
+    only with a name the house does not have, where it says a thing or an area the
+    house has): the example of the offered intent whose templates say most of its
+    words less the names it says
+    (words.said_most), on the domain of the things it names (naming none: on
     any) where the intent acts on it (``platforms``: intent -> the domains it acts
     on), where that says enough (``MIN_SCORE``) and no other intent as much. An
     area it names (and no thing) is named in the example too, another one."""
-    asked = words(text)
     named, places = _said_in(asked, things, house)
     if names_house and not (named or places):
         return Hint()
@@ -371,39 +381,3 @@ def _nearest(  # noqa: PLR0917
             return Hint(turn, frozenset({scored.domain}))  # it acts on that domain only
         return Hint(turn, frozenset() if step.domain == NOTHING else None)
     return Hint()
-
-
-def house_hint(
-    hass: HomeAssistant,
-    tools: Iterable[Mapping[str, Any]],
-    language: str,
-    text: str,
-    platforms: Mapping[str, frozenset[str]] | None = None,
-) -> Hint:
-    """This request's hint in this house (none without tools, or where ``language``
-    has no intents data or it is not loaded yet: intents_data.async_language_data);
-    ``platforms``: as ``hint_messages`` takes them."""
-    data = cached_language_data(language)
-    tools = list(tools)
-    if data is None or not tools:
-        return Hint()
-    listed = ar.async_get(hass).async_list_areas()
-    areas = [area.name for area in listed]
-    floors = [n for f in fr.async_get(hass).async_list_floors() for n in (f.name, *f.aliases)]
-    things = exposed_things(hass)
-    names = [(n, t.domain) for t in things for n in (t.name, *t.aliases)]
-    question = is_question(text, language, data, names=names)
-    # What HA's live-context tool would say of each entity: a question's example reads it.
-    live = async_get_exposed_entities(hass, conversation.DOMAIN) if question else {}
-    return hint_messages(
-        text,
-        things,
-        areas,
-        tools,
-        live,
-        question=question,
-        data=data,
-        platforms=platforms,
-        floors=floors,
-        area_aliases=[alias for area in listed for alias in area.aliases],
-    )

@@ -204,7 +204,7 @@ class Responses:
         return f"{said.rstrip('.!。')}: {', '.join(names)}."
 
 
-# The start of the error a call gets that names a thing the request did not (turn/prepare.py).
+# The start of the error a call gets that names a thing the request did not (turn/call.py).
 NOT_ASKED = "The request did not name"
 # HA's reasons for a failed match (helpers/intent.py, in the tool's error text) -> the
 # key of the sentence Assist says for it, and whether it needs the call's name.

@@ -1,30 +1,32 @@
 """One streamed reply of the engine as chat log deltas: its words, its tool calls.
 
-Words are spoken only if they are speech (turn/speech.py: no tool markup, code, JSON or
-HTML); otherwise the turn says ``fallback`` (None: the reply is not speech, such as an
-AI Task's structured data, and is kept). With ``early`` (an answer or a question, not a
-command, and no failure to report) they reach the chat log as they are decoded, as far
-as nothing after them can make them markup (turn/speech_stream.py), until a tool call
+``transform_stream`` reads the turn (turn/prepare.py). Words are spoken only if they are
+speech (turn/speech.py: no tool markup, code, JSON or HTML); otherwise the turn says its
+``fallback`` (None: the reply is not speech, such as an AI Task's structured data, and
+is kept). Where the turn is ``early`` (an answer or a question, not a command) and no
+failure is to be reported, they reach the chat log as they are decoded, as far as
+nothing after them can make them markup (turn/speech_stream.py), until a tool call
 starts; otherwise they are held to the end of the reply, so that a command ends with
 what Home Assistant reports and nothing said before it contradicts it.
 A call the turn already made (same tool, same arguments: small models repeat
 themselves, adding the same item ten times) is not run again; when nothing new is left,
-the reply is ``repeat_speech`` (what Home Assistant reported of the last calls). After
-calls that failed, words that do not ask the user anything are ``instead`` (what Home
-Assistant says of the failure), never the model's own "Done.". Each
-call's arguments pass through ``resolve`` (the turn policy: a shared name gets what
-tells its things apart, an area-wide on/off call keeps to the domains the request
-named) before Home Assistant runs it; the raw call goes to the history unchanged.
+the reply is what Home Assistant ``Reported`` of the last calls. After calls that
+failed, words that do not ask the user anything (``Turn.asks``) are what Home Assistant
+says of the failure, never the model's own "Done.". A call the turn refuses
+(``Turn.refusal``, turn/call.py) is not run; the others' arguments pass through
+``Turn.resolve`` (a shared name gets what tells its things apart, an area-wide on/off
+call keeps to the domains the request named) before Home Assistant runs them; the raw
+call goes to the history unchanged.
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncGenerator, Callable, Mapping
+from collections.abc import AsyncGenerator, Mapping
 from contextlib import aclosing
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from homeassistant.components import conversation
 from homeassistant.helpers import llm
@@ -35,8 +37,18 @@ from .prompt import HearthNative
 from .speech import MarkupFilter, plain, speakable
 from .speech_stream import SpeechStream
 
-Resolve = Callable[[str, dict[str, Any]], dict[str, Any]]
-Refuse = Callable[[str, dict[str, Any]], str | None]  # why a call is not run (None: it is)
+if TYPE_CHECKING:
+    from .prepare import Turn
+
+
+@dataclass(frozen=True, slots=True)
+class Reported:
+    """What Home Assistant reported of the turn's calls before a request: ``done``,
+    what the turn says of them (turn/speak.py; None: nothing); ``failed``, what it
+    says where some failed (None: none failed)."""
+
+    done: str | None = None
+    failed: str | None = None
 
 
 @dataclass
@@ -154,21 +166,22 @@ def call_key(call: Mapping[str, Any]) -> str:
 async def transform_stream(
     chunks: AsyncGenerator[dict[str, Any]],
     reply: Reply,
-    tool_names: list[str],
-    context: str | None,
-    fallback: str | None,
+    turn: Turn,
     *,
     seen_calls: set[str],
-    repeat_speech: str | None = None,
-    resolve: Resolve | None = None,
-    refuse: Refuse | None = None,
-    instead: str | None = None,
-    asks: Callable[[str], bool] | None = None,
-    early: bool = False,
+    context: str | None = None,
+    reported: Reported | None = None,
 ) -> AsyncGenerator[
     conversation.AssistantContentDeltaDict | conversation.ToolResultContentDeltaDict
 ]:
-    """Engine chunks as chat log deltas; the raw message ends up in ``native``."""
+    """Engine chunks of one request of ``turn`` as chat log deltas; the raw message
+    ends up in ``native`` (with ``context``, the turn's context message, on its first
+    request). ``seen_calls``: the calls the turn made (call_key), updated here;
+    ``reported``: what HA reported of the calls before (None: none)."""
+    reported = reported or Reported()
+    fallback, instead = turn.fallback, reported.failed
+    repeat_speech = reported.done or instead
+    early = turn.early
     speech = MarkupFilter()
     said: list[str] = []
     spoken = SpeechStream(early and fallback is not None and instead is None)
@@ -210,7 +223,7 @@ async def transform_stream(
         text = "" if raw_calls else fallback
     elif not raw_calls and not text.strip():
         text = fallback  # nothing to say (or only markup): never silence
-    elif not raw_calls and instead and not (asks and asks(text)):
+    elif not raw_calls and instead and not turn.asks(text):
         text = instead  # after an error, what went wrong; a question for the user stays
     if fallback is not None:
         text = plain(text)  # no attribute key or entity id is said (speech.plain)
@@ -227,7 +240,7 @@ async def transform_stream(
         for call in raw_calls:
             name = call["function"]["name"]
             arguments = parse_tool_args(call["function"]["arguments"])
-            why = None if arguments is None or refuse is None else refuse(name, arguments)
+            why = None if arguments is None else turn.refusal(name, arguments)
             if arguments is None or why is not None:
                 refused.append(
                     invalid_args_result(call)
@@ -241,8 +254,8 @@ async def transform_stream(
                 continue
             tool_inputs.append(
                 llm.ToolInput(
-                    tool_name=resolve_tool_name(name, tool_names),
-                    tool_args=resolve(name, arguments) if resolve else arguments,
+                    tool_name=resolve_tool_name(name, list(turn.tool_names)),
+                    tool_args=turn.resolve(name, arguments),
                     id=call["id"],
                 )
             )

@@ -1,9 +1,9 @@
-"""One turn policy: what each request of a turn carries, and how tool results become
-speech.
+"""Decide: one turn policy, what each request of a turn carries.
 
-From the request (its text, whether it asks, what of this house it names, its nearest
-example), the house (its names, what each tool acts on) and what the server can do
-(``Capabilities``), ``decide`` returns a ``TurnPolicy``; entity.py only runs it:
+From the request as the turn read it (turn/understand.py: its text, whether it asks,
+what of this house it names, its nearest example), the house (its names, what each tool
+acts on) and what the server can do (``Capabilities``), ``decide`` returns a
+``TurnPolicy``; turn/run.py runs it:
 
 - **Read first.** A question that names something of this house (a thing, area or
   floor, or a kind of thing its nearest example is about) starts by reading the house:
@@ -21,7 +21,7 @@ example), the house (its names, what each tool acts on) and what the server can 
   that says a thing's name may name only the things it says (a small model copies the
   name in its example: asked what the living room thermostat was set to, it read the
   bedroom's). In a spoken first turn, where a call by a name that shares no word with
-  the request is refused (turn/prepare.py), the grammar offers only the names that do, where
+  the request is refused (turn/call.py), the grammar offers only the names that do, where
   any do: asked to turn off the TV, the small model called the bedroom speaker by name,
   was refused and said it did not understand. A question one of HA's templates reads
   whole reads the house through the live-context tool's filters, set to what the
@@ -31,18 +31,21 @@ example), the house (its names, what each tool acts on) and what the server can 
   an action, the turn ends with what Home Assistant reports was done (turn/result_speech.py),
   not with the model's words; a repeated call ends it the same way.
 
-``decide`` and ``TurnPolicy`` are pure; entity.py gathers their inputs.
+``decide`` and ``TurnPolicy`` are pure; turn/understand.py gathers their inputs.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..house.names import names_entity, normalize
 from ..house.values import AREA_WIDE, allowed_for
 from ..tool_names import bare_name
+
+if TYPE_CHECKING:
+    from .understand import Request
 
 MAX_REQUESTS = 3  # a call, a retry after an error, then words
 TARGETS = ("name", "area", "floor")  # the arguments that name what a call acts on
@@ -61,28 +64,6 @@ class Capabilities:
     def of(cls, narrows_tools: bool) -> Capabilities:
         """Hearth's engine does all three; another OpenAI-compatible server none."""
         return cls(narrows_tools, narrows_tools, narrows_tools)
-
-
-@dataclass(frozen=True, slots=True)
-class Request:
-    """What the policy reads of the turn's request."""
-
-    text: str
-    question: bool  # it asks about something (questions.is_question)
-    named: frozenset[str] = frozenset()  # names of this house's things, areas, floors it says
-    hint: Sequence[dict[str, Any]] = ()  # its nearest example (turn/hints.py), if any
-    about: frozenset[str] | None = None  # the domains it is about (hints.Hint.domains)
-    things: frozenset[str] = frozenset()  # the things it names (house_names.said_things)
-    intent: str | None = None  # the action HA's templates read in it (hints.Hint.intent)
-    slots: Mapping[str, str] = field(default_factory=dict)  # its target (hints.Hint.slots)
-    # The names a call may use where the turn refuses the others (turn.Turn.refusal: a
-    # spoken first turn): those of things sharing a word with it (house_names.worded).
-    worded: frozenset[str] | None = None
-
-    @property
-    def names_house(self) -> bool:
-        """Whether it names something of this house (or a kind of thing in it)."""
-        return bool(self.named) or bool(self.about)
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,8 +123,8 @@ def decide(
 ) -> TurnPolicy:
     """This turn's policy. ``tools``: the OpenAI tools its requests offer;
     ``live_tool``: the live-context tool's name among them; ``tool_domains``: tool ->
-    the domains it acts on (house_values.tool_domains); ``values``: the house's
-    argument values (house_values.house_values); ``names_by_domain``: the exposed
+    the domains it acts on (values.tool_domains); ``values``: the house's
+    argument values (values.house_values); ``names_by_domain``: the exposed
     names and aliases of each domain; ``max_requests``: where not ``MAX_REQUESTS``
     (an AI Task's structured reply may take more)."""
     about = request.about
@@ -266,7 +247,7 @@ def command_values(
 
 def worded_values(values: dict[str, Any], worded: frozenset[str]) -> dict[str, Any]:
     """``values`` where the ``name`` of each intent tool that names an entity keeps
-    only the ``worded`` names (normalized; house_names.worded), as ``said_values``
+    only the ``worded`` names (normalized; names.worded), as ``said_values``
     keeps the said ones. A list that holds none of them is left whole: with no name
     to give, the default model acted on an area instead ("turn off the heating"
     turned off a bathroom's fan and light), where a refused name ends the turn with

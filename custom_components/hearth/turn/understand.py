@@ -1,0 +1,147 @@
+"""Understand: a turn's request, read once into one value (``Request``) that every later
+stage reads: the policy (turn/decide.py), the calls' guard and arguments (turn/call.py)
+and what is said (turn/speak.py).
+
+``async_understand`` reads the chat log's last user text, splits it into its words once
+(language/words.py), and reads the house (its names, each domain's names, what each tool
+acts on): what of the house the request names, whether it asks (language/questions.py),
+and its nearest example (turn/hints.py, with ``house_hint``: the house as the example
+reads it) and the domains it is about.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from homeassistant.components import conversation
+from homeassistant.components.homeassistant.llm import async_get_exposed_entities
+from homeassistant.core import HomeAssistant
+from homeassistant.helpers import area_registry as ar
+from homeassistant.helpers import floor_registry as fr
+
+from ..house.names import HouseNames, worded
+from ..house.values import domain_names, house_names, tool_domains
+from ..language.intents_data import async_language_data, cached_language_data
+from ..language.questions import is_question
+from ..language.words import words
+from ..prefix.examples import exposed_things
+from .hints import Hint, hint_messages
+from .plan import RequestPlan
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """The turn's request as every stage reads it (the policy reads the first fields)."""
+
+    text: str
+    question: bool  # it asks about something (questions.is_question)
+    named: frozenset[str] = frozenset()  # names of this house's things, areas, floors it says
+    hint: Sequence[dict[str, Any]] = ()  # its nearest example (turn/hints.py), if any
+    about: frozenset[str] | None = None  # the domains it is about (hints.Hint.domains)
+    things: frozenset[str] = frozenset()  # the things it names (names.said_things)
+    intent: str | None = None  # the action HA's templates read in it (hints.Hint.intent)
+    slots: Mapping[str, str] = field(default_factory=dict)  # its target (hints.Hint.slots)
+    # The names a call may use where the turn refuses the others (call.Calls.refusal: a
+    # spoken first turn): those of things sharing a word with it (names.worded).
+    worded: frozenset[str] | None = None
+    words: frozenset[str] = frozenset()  # its words (language/words.py), split once
+    follow_up: bool = False  # the conversation has earlier turns ("turn it off")
+    language: str = ""
+
+    @property
+    def names_house(self) -> bool:
+        """Whether it names something of this house (or a kind of thing in it)."""
+        return bool(self.named) or bool(self.about)
+
+
+@dataclass(frozen=True, slots=True)
+class House:
+    """What the turn read of the house: its ``names``, each domain's exposed names and
+    aliases (``by_domain``), and each tool's ``platforms`` (tool -> the domains it acts
+    on; values.tool_domains)."""
+
+    names: HouseNames
+    by_domain: Mapping[str, Sequence[str]]
+    platforms: Mapping[str, frozenset[str]]
+
+
+async def async_understand(
+    hass: HomeAssistant,
+    chat_log: conversation.ChatLog,
+    plan: RequestPlan,
+    *,
+    language: str,
+    spoken: bool,
+) -> tuple[Request, House]:
+    """This turn's request, and the house as the turn read it."""
+    asked = [c for c in chat_log.content if isinstance(c, conversation.UserContent)]
+    text = asked[-1].content if asked else ""
+    said = frozenset(words(text))  # the one split of the request
+    await async_language_data(hass, language)  # hints and questions read it
+    names = house_names(hass)
+    by_domain = domain_names(hass)
+    pairs = [(name, domain) for domain, found in by_domain.items() for name in found]
+    question = bool(text) and is_question(text, language, names=pairs)
+    follow_up = len(asked) > 1  # "turn it off": the names are in the history
+    platforms = tool_domains(hass, chat_log.llm_api) if chat_log.llm_api else {}
+    hint = Hint()
+    if text and plan.prefix.examples:
+        hint = house_hint(hass, plan.tools, language, text, platforms, said=said)
+    # What the request is about: its hint's domains, else those of the things it names.
+    about = hint.domains if hint.domains is not None else names.named_domains(text) or None
+    request = Request(
+        text,
+        question,
+        frozenset(names.mentioned(text)),
+        tuple(hint.messages),
+        about,
+        things=names.said_things(text),
+        intent=hint.intent,
+        slots=names.house_slots(hint.slots),
+        worded=worded(names, said) if spoken and not follow_up else None,
+        words=said,
+        follow_up=follow_up,
+        language=language,
+    )
+    return request, House(names, by_domain, platforms)
+
+
+def house_hint(
+    hass: HomeAssistant,
+    tools: Iterable[Mapping[str, Any]],
+    language: str,
+    text: str,
+    platforms: Mapping[str, frozenset[str]] | None = None,
+    *,
+    said: frozenset[str],
+) -> Hint:
+    """This request's hint in this house (none without tools, or where ``language``
+    has no intents data or it is not loaded yet: intents_data.async_language_data);
+    ``platforms``: as ``hints.hint_messages`` takes them; ``said``: the request's words."""
+    data = cached_language_data(language)
+    tools = list(tools)
+    if data is None or not tools:
+        return Hint()
+    listed = ar.async_get(hass).async_list_areas()
+    areas = [area.name for area in listed]
+    floors = [n for f in fr.async_get(hass).async_list_floors() for n in (f.name, *f.aliases)]
+    things = exposed_things(hass)
+    names = [(n, t.domain) for t in things for n in (t.name, *t.aliases)]
+    question = is_question(text, language, data, names=names)
+    # What HA's live-context tool would say of each entity: a question's example reads it.
+    live = async_get_exposed_entities(hass, conversation.DOMAIN) if question else {}
+    return hint_messages(
+        text,
+        things,
+        areas,
+        tools,
+        live,
+        question=question,
+        data=data,
+        platforms=platforms,
+        floors=floors,
+        area_aliases=[alias for area in listed for alias in area.aliases],
+        said=said,
+    )
