@@ -106,3 +106,28 @@ def test_render_and_pin_lifecycle_are_split() -> None:
     graph = _graph()
     assert graph["prefix.render"].isdisjoint({"backend.api", "coordinator", "pins.manager", "data"})
     assert "prefix.render" in graph["pins.renders"]
+
+
+MAX_MODULE_LINES = 400
+MAX_CLASS_LINES = 300
+MAX_ENTITY_LINES = 150  # entity.py adapts Home Assistant's chat log to the turn, no more
+
+
+def _lines(node: ast.ClassDef) -> int:
+    return (node.end_lineno or node.lineno) - node.lineno + 1
+
+
+def test_modules_and_classes_stay_small() -> None:
+    """Small enough to read whole: no module over 400 lines, no class over 300, and the
+    entity base a thin adapter (the turn itself is turn/'s)."""
+    long_modules, long_classes = [], []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        text = path.read_text()
+        if len(text.splitlines()) > MAX_MODULE_LINES:
+            long_modules.append(_name(path))
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.ClassDef) and _lines(node) > MAX_CLASS_LINES:
+                long_classes.append(f"{_name(path)}.{node.name}")
+    assert long_modules == []
+    assert long_classes == []
+    assert len((PACKAGE / "entity.py").read_text().splitlines()) <= MAX_ENTITY_LINES
