@@ -64,6 +64,7 @@ class HearthSpec:
     set_pipeline: bool
     prefer_local: bool = True
     agent_options: Mapping[str, Any] = field(default_factory=dict)  # set on the agent
+    entry_options: Mapping[str, Any] = field(default_factory=dict)  # set on the engine entry
 
 
 @dataclass(frozen=True, slots=True)

@@ -228,6 +228,11 @@ HEARTH_SCHEMA = probatio.Schema(
         probatio.Optional("agent_options", default={}): {
             cv.string: probatio.Any(bool, int, float, str)
         },
+        # Options of the engine entry set at start (the accuracy bench's stall time: its
+        # answers are judged, not the loaded host's first token).
+        probatio.Optional("entry_options", default={}): {
+            cv.string: probatio.Any(bool, int, float, str)
+        },
     }
 )
 
@@ -324,6 +329,7 @@ def house_from_config(conf: dict[str, Any], config_dir: Path) -> House:
             set_pipeline=hearth["set_pipeline"],
             prefer_local=hearth["prefer_local"],
             agent_options=dict(hearth["agent_options"]),
+            entry_options=dict(hearth["entry_options"]),
         ),
         timer_devices=timer_devices,
         left_out=left_out,

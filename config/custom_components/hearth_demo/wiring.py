@@ -102,6 +102,14 @@ def _async_set_agent_options(hass: HomeAssistant, options: Mapping[str, Any]) ->
                 _LOGGER.info("Hearth agent %s: options %s", subentry.title, dict(options))
 
 
+def _async_set_entry_options(hass: HomeAssistant, options: Mapping[str, Any]) -> None:
+    """Give the Hearth entry ``options`` (they apply at once: no reload, no re-pin)."""
+    for entry in hass.config_entries.async_entries(HEARTH_DOMAIN):
+        if {**entry.options, **options} != dict(entry.options):
+            hass.config_entries.async_update_entry(entry, options={**entry.options, **options})
+            _LOGGER.info("Hearth entry %s: options %s", entry.title, dict(options))
+
+
 def _hearth_agent_exists(hass: HomeAssistant) -> bool:
     """The agent entity is there (registered, even while its entry retries)."""
     return (
@@ -153,6 +161,8 @@ async def _async_wire(hass: HomeAssistant, spec: HearthSpec) -> bool:
         await _async_follow_url(hass, entries[0], spec.engine_url)
     if spec.agent_options:
         _async_set_agent_options(hass, spec.agent_options)
+    if spec.entry_options:
+        _async_set_entry_options(hass, spec.entry_options)
     if not _hearth_agent_exists(hass):
         _LOGGER.warning(
             "%s does not exist (did the Hearth entry load? see above); Assist keeps"
