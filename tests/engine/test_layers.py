@@ -252,6 +252,24 @@ def test_the_checks_read_subfolders() -> None:
     assert {layer_of(name) for name in nested} <= set(LAYERS)
 
 
+STEP_LINES = 25  # WorkerLoop.step, at most: it reads as schedule, run, postprocess
+
+
+def test_the_step_reads_as_schedule_run_postprocess() -> None:
+    path = ENGINE / PACKAGE / "serving" / "worker.py"
+    tree = ast.parse(path.read_text(), str(path))
+    loop = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "WorkerLoop")
+    step = next(n for n in loop.body if isinstance(n, ast.FunctionDef) and n.name == "step")
+    assert step.end_lineno is not None
+    assert step.end_lineno - step.lineno + 1 <= STEP_LINES
+    called = {
+        node.func.attr
+        for node in ast.walk(step)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+    }
+    assert {"_schedule", "_run", "_postprocess"} <= called
+
+
 def test_the_check_sees_a_circle(tmp_path: Path) -> None:
     """The checks themselves: a circle through a function-level and a relative import,
     and an import up the layers, are found."""
