@@ -69,8 +69,8 @@ def test_each_class_compiles_for_its_own_instruction_set() -> None:
 
 @pytest.mark.skipif(shutil.which("c++") is None, reason="no C++ compiler")
 def test_the_compiler_sees_each_class_as_the_kernels_guards_expect() -> None:
-    """The macros the kernels branch on (vec.h, quant_linear.cpp, attention_amx.h), as
-    the compiler defines them for each class's flags."""
+    """The macros the kernels branch on (vec.h, quant_avx512.h, quant_avx2.h,
+    attention_amx.h), as the compiler defines them for each class's flags."""
 
     def macros(flags: tuple[str, ...]) -> set[str]:
         done = subprocess.run(

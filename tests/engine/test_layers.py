@@ -6,7 +6,10 @@
   folder and the layers below its own.
 * The cache bookkeeping (radix tree, KV budget) imports no torch, so it can be tested
   and reasoned about on its own.
-* No engine file is over ``MAX_LINES`` lines.
+* No engine file is over ``MAX_LINES`` lines: the Python modules and the C++ kernels'
+  sources (``LINE_RULED``).
+* Subfolders count as their folder's layer (``model/quant`` is ``model``): the checks
+  read every module below the package.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import pytest
 ENGINE = Path(__file__).resolve().parents[2] / "engine"
 PACKAGE = "hearth_engine"
 MAX_LINES = 600
+LINE_RULED = ("*.py", "*.cpp", "*.h")  # the files MAX_LINES holds for
 
 # Top-level module or folder -> its layer. A module may import its own folder and any
 # layer with a lower number; never a higher one, nor another folder of its own number.
@@ -212,13 +216,58 @@ def test_cache_bookkeeping_imports_no_torch(start: str) -> None:
     assert not heavy, "\n".join(heavy)
 
 
+def line_ruled(root: Path = ENGINE) -> list[Path]:
+    """The engine's files that ``MAX_LINES`` holds for."""
+    return sorted({path for pattern in LINE_RULED for path in root.rglob(pattern)})
+
+
 def test_no_long_files() -> None:
     long = {
         str(path.relative_to(ENGINE)): n
-        for path in sorted(ENGINE.rglob("*.py"))
+        for path in line_ruled()
         if (n := len(path.read_text().splitlines())) > MAX_LINES
     }
     assert not long, f"engine files over {MAX_LINES} lines: {long}"
+
+
+def test_the_line_rule_reads_the_kernel_sources() -> None:
+    kernels = ENGINE / PACKAGE / "model" / "kernels"
+    ruled = set(line_ruled())
+    sources = [*kernels.glob("*.cpp"), *kernels.glob("*.h")]
+    assert sources, "no kernel sources found"
+    assert set(sources) <= ruled
+
+
+def test_the_checks_read_subfolders() -> None:
+    """Every module below the package is in the graph, under its top folder's layer."""
+    graph, _ = import_graph()
+    on_disk = {
+        module_name(path)
+        for path in (ENGINE / PACKAGE).rglob("*.py")
+        if path.parent.parent != ENGINE
+    }
+    nested = {name for name in graph if name.count(".") >= 3}  # hearth_engine.a.b.c
+    assert nested, "no module in a subfolder was read"
+    assert on_disk <= set(graph)
+    assert {layer_of(name) for name in nested} <= set(LAYERS)
+
+
+STEP_LINES = 25  # WorkerLoop.step, at most: it reads as schedule, run, postprocess
+
+
+def test_the_step_reads_as_schedule_run_postprocess() -> None:
+    path = ENGINE / PACKAGE / "serving" / "worker.py"
+    tree = ast.parse(path.read_text(), str(path))
+    loop = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "WorkerLoop")
+    step = next(n for n in loop.body if isinstance(n, ast.FunctionDef) and n.name == "step")
+    assert step.end_lineno is not None
+    assert step.end_lineno - step.lineno + 1 <= STEP_LINES
+    called = {
+        node.func.attr
+        for node in ast.walk(step)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+    }
+    assert {"_schedule", "_run", "_postprocess"} <= called
 
 
 def test_the_check_sees_a_circle(tmp_path: Path) -> None:
@@ -240,4 +289,29 @@ def test_the_check_sees_a_circle(tmp_path: Path) -> None:
     ]
     assert layer_breaks(graph) == [
         "hearth_engine.model.c (model) imports hearth_engine.serving.d (serving)"
+    ]
+
+
+def test_the_check_sees_a_circle_and_a_break_in_subfolders(tmp_path: Path) -> None:
+    """A circle between two subfolders' modules, and a subfolder's import up the layers
+    (``model/quant`` into ``serving/sub``), are found as in top folders."""
+    pkg = tmp_path / PACKAGE
+    for folder in ("model", "model/quant", "model/prepare", "serving", "serving/sub"):
+        (pkg / folder).mkdir(parents=True)
+        (pkg / folder / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "model" / "quant" / "a.py").write_text("from ..prepare.b import x\n")
+    (pkg / "model" / "prepare" / "b.py").write_text("from ...model.quant import a\n")
+    (pkg / "model" / "quant" / "c.py").write_text("from ...serving.sub.d import y\n")
+    (pkg / "serving" / "sub" / "d.py").write_text("z = 1\n")
+    graph, _ = import_graph(tmp_path)
+    assert cycles(graph) == [
+        [
+            "hearth_engine.model.prepare.b",
+            "hearth_engine.model.quant.a",
+            "hearth_engine.model.prepare.b",
+        ],
+    ]
+    assert layer_breaks(graph) == [
+        "hearth_engine.model.quant.c (model) imports hearth_engine.serving.sub.d (serving)"
     ]

@@ -1,4 +1,4 @@
-"""A decode step and a prefill chunk in one forward (engine._mixed_step,
+"""A decode step and a prefill chunk in one forward (WorkerLoop._mixed_forward,
 LeanDecoder.forward_mixed): the weights are read once for both.
 
 In float64 the mixed forward gives the logits the two separate forwards give (up to

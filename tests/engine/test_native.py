@@ -572,3 +572,11 @@ def test_a_build_held_elsewhere_is_waited_for_in_a_bounded_loop(
         native._load_or_build(folder)
     with native._build_lock(folder):  # released: the next one gets it at once
         pass
+
+
+def test_the_build_is_keyed_by_every_kernel_source() -> None:
+    """Every .cpp is compiled and every .h hashed into the build folder's key: a header
+    left out of ``HEADERS`` could leave a stale build loaded after it changed."""
+    kernels = Path(native.__file__).parent / "kernels"
+    assert set(native.SOURCES) == set(kernels.glob("*.cpp"))
+    assert set(native.HEADERS) == set(kernels.glob("*.h"))

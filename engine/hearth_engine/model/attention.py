@@ -55,7 +55,7 @@ CPU that has them, and where the kernel is not built, torch's flash kernel serve
 
 Hearth's lean forward (decoder.py) calls ``merged_attention`` and ``plain_attention``
 directly; the ``hearth`` attention implementation serves transformers' forward.
-``ModelRunner.check_shared_prefix`` bounds it on every model at start-up.
+``self_test.check_shared_prefix`` bounds it on every model at start-up.
 """
 
 from __future__ import annotations

@@ -4,7 +4,8 @@ One extension module, ``hearth_native`` (``kernels/``):
 
 * ``decode_attention.cpp``: the decode attention of the CPU path (see its header): one
   call per layer and step that reads each cached key once for every grouped head and
-  row, split over threads, in float32;
+  row, split over threads, in float32 (bfloat16 KV by AVX512-BF16: ``attention_bf16.h``,
+  or on AMX tiles: ``attention_amx.h``);
 * ``prefix_attention.cpp``: the warm prefill's attention over a cached prefix part (many
   queries, no mask) in bfloat16 dot products, on CPUs with AVX512-BF16;
 * ``decode_linear.cpp``: the linears of a decode step, from weights re-laid out once
@@ -12,8 +13,10 @@ One extension module, ``hearth_native`` (``kernels/``):
   costs ~17 us, and the weights stream faster;
 * ``quant_linear.cpp``: linears from 4- and 8-bit weights that stay packed (GGUF's
   Q4_0/Q4_K/Q5_K/Q6_K/Q8_0 and ``--quantize int4``; ``model/quant/``): decode rows
-  through AVX-512 VNNI integer dots (AVX2, Arm's SDOT: ``quant_neon.h``, or generic
-  code elsewhere), prefill through a dequantized scratch matrix;
+  through integer dots, prefill through a dequantized scratch matrix
+  (``quant_dequant.h``); one header per instruction-set path: AVX-512 VNNI
+  (``quant_avx512.h``), AVX2 (``quant_avx2.h``), Arm's SDOT (``quant_neon.h``), generic
+  code elsewhere (``quant_generic.h``), over ``quant_common.h``;
 * ``layer_ops.cpp``: a decode step's RMSNorm and rotary embedding, one call each
   (``decoder.py``), with torch's roundings;
 * ``decode_step.cpp``: a one-token step's decoder layers in one call, with the kernels
@@ -84,10 +87,16 @@ HEADERS = tuple(
     for f in (
         "hearth_native.h",
         "quant_linear.h",
+        "quant_common.h",
+        "quant_avx512.h",
+        "quant_avx2.h",
         "quant_neon.h",
+        "quant_generic.h",
+        "quant_dequant.h",
         "decode_step.h",
         "vec.h",
         "attention_amx.h",
+        "attention_bf16.h",
         "prefix_amx.h",
     )
 )

@@ -4,11 +4,14 @@
   ``Sequence`` to the worker through the inbox and receives its events through an
   ``asyncio.Queue``. Every wait is bounded: if the worker dies, waiters get an error
   instead of hanging, and ``alive`` (what ``/health`` reports) turns false.
-* The worker loops: drain the inbox, then one step: **schedule** (admit waiting
-  requests, plan the step), **run** (one batched decode step, one prefill chunk),
-  **postprocess** (sampled tokens to text, finished requests into the cache).
-* Who owns what: ``Scheduler`` the queues, ``KVManager`` the cache, buffers and budget,
-  ``PinManager`` pins and the disk store, ``OutputProcessor`` tokens, stops and finish.
+* The worker (``WorkerLoop``, worker.py: ``Engine``'s base, which makes the worker's
+  state in its own ``__init__``) loops: drain the inbox, then one step: **schedule**
+  (admit waiting requests, plan the step: mixed or split), **run** (one batched decode
+  step, one prefill chunk), **postprocess** (sampled tokens to text, finished requests
+  into the cache).
+* Who owns what: ``Scheduler`` the queues and the plan, ``KVManager`` the cache, buffers
+  and budget, ``PinManager`` pins (``PinStore`` their disk store), ``OutputProcessor``
+  tokens, stops and finish.
 * A request whose uncached prompt another running prefill is already computing waits
   for it (``_leader_for``) and then reads that KV from the cache.
 * A failing inbox command fails its own request or pin; a row whose token cannot be
@@ -21,18 +24,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import queue
 import threading
 import time
 import uuid
-from collections import deque
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Future
 from typing import Any, TypeVar
 
 from ..cache.radix import CacheFullError, PinTooLargeError
 from ..config import EngineConfig, default_kv_budget
-from ..constraints.mask import Constraint, Masker
+from ..constraints.mask import Constraint
 from ..model.hardware import (
     on_passing_thread,
     release_free_memory,
@@ -42,11 +43,9 @@ from ..model.hardware import (
 from ..model.huge_pages import back_with_huge_pages
 from ..model.runner import ModelRunner
 from .detok import TextStream
-from .kv_manager import KVManager
-from .output import Counters, OutputProcessor
-from .pins import PinManager, PinStatus
+from .pins import PinStatus
 from .sampling import Sampler, SamplingParams
-from .scheduler import NeverFitsError, QueueFullError, Scheduler
+from .scheduler import NeverFitsError, QueueFullError
 from .sequence import (
     ErrorEvent,
     Event,
@@ -64,9 +63,6 @@ T = TypeVar("T")
 
 # How often a waiter checks that the worker is still alive (seconds).
 LIVENESS_S = 1.0
-# Pin prefill stretches remembered to tell requests how long they waited behind pins:
-# a request waits at most ``max_queue`` steps' worth of chunks in practice.
-PIN_WORK_KEPT = 256
 
 __all__ = [
     "CacheFullError",
@@ -97,8 +93,7 @@ class Engine(WorkerLoop):
     """Thread-safe facade; create with ``Engine.load(config)`` or ``Engine(config, runner)``."""
 
     def __init__(self, config: EngineConfig, runner: ModelRunner) -> None:
-        self.config = config
-        self.runner = runner
+        """The front's state; the worker's is ``WorkerLoop.__init__``'s."""
         self.info = runner.info
         self.instance_id = uuid.uuid4().hex
         self.started_at = time.time()
@@ -109,28 +104,10 @@ class Engine(WorkerLoop):
             _LOGGER.info("KV budget %d MiB: %s", budget >> 20, chosen.rule)
         else:
             self.budget_rule = "--kv-cache-mb"
-        self.namespace = f"{self.info.namespace}:{config.cache_salt}"
-        self.counters = Counters()
-        self.scheduler = Scheduler(config.max_running, config.chunk_tokens, config.max_queue)
-        self.kv = KVManager(config, runner, budget, lambda: self.scheduler.prefilling)
-        self.output = OutputProcessor(config, runner, self.counters)
-        self.masker = Masker(self.info.vocab_size)  # grammar masks of constrained requests
-        self.pins = PinManager(config, self.namespace, self.kv, self.counters)
-        if self.pins.store is not None:  # sliding layers store their last window only
-            layout = runner.layout
-            trimmed = layout.sliding if layout.trims_windows else ()
-            self.pins.store.keep_windows(layout.layers, trimmed, layout.window)
-            self.pins.store.keep_states(len(layout.state_layers))
-        self._inbox: queue.SimpleQueue[Command] = queue.SimpleQueue()
-        self._wake = threading.Event()
+        super().__init__(config, runner, budget, f"{self.info.namespace}:{config.cache_salt}")
         self._pending_lock = threading.Lock()
         self._pending = 0  # submitted, not yet in the scheduler (guarded by _pending_lock)
-        # The latest stretches of pin prefill (monotonic start, end): worker thread only.
-        self._pin_work: deque[tuple[float, float]] = deque(maxlen=PIN_WORK_KEPT)
-        self._closing = False
-        self._stopped = threading.Event()
-        self.failure: str | None = None  # why the worker stopped, if it died
-        self._thread = threading.Thread(target=self._run, name="hearth-engine", daemon=True)
+        self._thread = threading.Thread(target=self._loop, name="hearth-engine", daemon=True)
 
     # ================================================================= lifecycle
 

@@ -35,7 +35,7 @@ class Counters:
     generated_tokens: int = 0
     decode_seconds: float = 0.0
     decode_steps: int = 0
-    mixed_steps: int = 0  # decode steps that also ran a prefill chunk (worker.MIX_MAX_TOKENS)
+    mixed_steps: int = 0  # decode steps that also ran a prefill chunk (scheduler.MIX_MAX_TOKENS)
     forced_tokens: int = 0  # generated tokens the grammar forced (no step of their own)
     extend_steps: int = 0  # steps that fed a row several tokens at once (forced ones)
     pin_rebuilds: int = 0

@@ -1,4 +1,4 @@
-"""Pinned prefixes: their life cycle, and the disk store behind them.
+"""Pinned prefixes: their life cycle (the disk store behind them is ``pin_store.py``).
 
 A pin goes *warming* → *ready* (or *failed*). Re-pinning a name starts a new
 **generation**: the old pin keeps serving until the new one is ready, and then the swap
@@ -10,33 +10,26 @@ Threads:
 * the event loop calls ``begin``, ``wait``, ``forget``, ``status`` and ``names``: they
   touch only this module's own records (under ``_lock``), never the cache;
 * the worker calls ``start``, ``complete``, ``release``, ``fail`` and ``fail_all``:
-  everything that changes the cache;
-* one I/O thread writes the store: KV files, then the manifest. A manifest task reads
-  the pins when it runs, not when it was queued, so the last one written is always the
-  newest state, whichever thread asked for it.
+  everything that changes the cache (and asks ``PinStore`` to write the store).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..cache.radix import CacheFullError, PinTooLargeError
-from ..cache.store import ManifestEntry, PrefixStore, StoredPrefix, prefix_key
+from ..cache.store import PrefixStore, prefix_key
 from ..config import CacheMode, EngineConfig
-from ..model.state import Snapshot
 from .kv_manager import KVManager
 from .output import Counters
+from .pin_store import PinStore
 from .sequence import Kind, Sequence
-
-_LOGGER = logging.getLogger(__name__)
 
 
 @dataclass
@@ -83,31 +76,38 @@ class PinManager:
         self.namespace = namespace
         self.kv = kv
         self.counters = counters
-        self.store = (
-            PrefixStore(config.prefix_store, on_failure=self._store_failed)
-            if config.prefix_store
-            else None
-        )
+        radix = self.mode is CacheMode.RADIX
+        self.disk = PinStore(config.prefix_store, radix, kv, namespace, counters)
         self._lock = threading.RLock()  # guards the records below
-        # Stored pins not restored at start (no room, a passing read error): they stay in
-        # the manifest, and on disk, until their name is pinned or unpinned.
-        self._kept: dict[str, ManifestEntry] = {}
         self._active: dict[str, PinStatus] = {}  # ready pins, or a failed first try
         self._pending: dict[str, PinStatus] = {}  # the latest attempt, still warming
         self._generation: dict[str, int] = {}
         self._waiters: dict[tuple[str, int], list[Waiter]] = {}
-        self._restoring = False
-        self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hearth-store")
 
     @property
-    def persistent(self) -> bool:
-        return self.store is not None and self.mode is CacheMode.RADIX
+    def store(self) -> PrefixStore | None:
+        """The prefix store the pins are saved to (``--prefix-store``), if any."""
+        return self.disk.store
 
     def close(self) -> None:
         """Finish queued store writes, and let go of the store's folder."""
-        self._io.shutdown(wait=True)
-        if self.store is not None:
-            self.store.close()
+        self.disk.close()
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Wait until the store tasks queued so far are done (tests, benchmarks)."""
+        self.disk.flush(timeout)
+
+    def restore_all(self) -> None:
+        """At start-up (before the worker runs), bring back the previous run's pins."""
+        self.disk.restore_all(self._restored)
+
+    def _restored(self, name: str, tokens: list[int], started: float) -> bool:
+        """Pin a prefix the store just cached (``PinStore.restore_all``); whether it is."""
+        status = self.begin(name, tokens)
+        self.counters.pin_restores += 1
+        ms = (time.monotonic() - started) * 1000
+        self._activate(name, status.generation, tokens, ms, restored=True, save=False)
+        return name in self.kv.cache.pins()
 
     # ================================================================= event-loop side
 
@@ -172,8 +172,8 @@ class PinManager:
     def forget(self, name: str) -> bool:
         """Drop ``name``'s records (the worker then releases it: ``release``)."""
         with self._lock:
-            known = name in self._active or name in self._pending or name in self._kept
-            self._kept.pop(name, None)
+            kept = self.disk.forget(name)
+            known = name in self._active or name in self._pending or kept
             self._generation[name] = self._generation.get(name, 0) + 1
             self._active.pop(name, None)
             pending = self._pending.pop(name, None)
@@ -217,15 +217,12 @@ class PinManager:
         if self.mode is CacheMode.NONE:
             self._resolve(name, generation, state="ready")
             return None
-        if self.persistent and not self.kv.cache.contains(self.namespace, tokens):
-            assert self.store is not None
-            started = time.monotonic()
-            stored = self.store.load_prefix(self.namespace, tokens)
-            if stored is not None and self._insert_stored(stored):
-                self.counters.pin_restores += 1
-                ms = (time.monotonic() - started) * 1000
-                self._activate(name, generation, tokens, ms, restored=True, save=False)
-                return None
+        started = time.monotonic()
+        if self.disk.load(tokens):
+            self.counters.pin_restores += 1
+            ms = (time.monotonic() - started) * 1000
+            self._activate(name, generation, tokens, ms, restored=True, save=False)
+            return None
         seq = Sequence(Kind.PIN, tokens, self.namespace, pin_name=name)
         seq.pin_generation = generation
         return seq
@@ -256,7 +253,7 @@ class PinManager:
         """Unpin ``name`` in the cache (its KV stays cached, unpinned, until evicted)."""
         with contextlib.suppress(KeyError):
             self.kv.cache.unpin(name)
-        self._save_manifest()
+        self.disk.save_manifest()
 
     def fail(self, name: str, generation: int, error: str) -> None:
         self._resolve(name, generation, state="failed", error=error)
@@ -291,10 +288,10 @@ class PinManager:
         if error is not None:
             self.fail(name, generation, error)
             return
-        if save and self.persistent:
-            self._save_kv(tokens)
+        if save:
+            self.disk.save_kv(tokens)
         # Queue the manifest before anyone hears "ready": a flush after that sees it.
-        self._save_manifest()
+        self.disk.save_manifest()
         self._resolve(
             name,
             generation,
@@ -340,124 +337,3 @@ class PinManager:
             waiters = self._waiters.pop((name, generation), [])
         for waiter in waiters:
             waiter(result)
-
-    # ================================================================= the store
-
-    def _insert_stored(self, stored: StoredPrefix) -> bool:
-        """Cache a prefix read from the store (with its state, for a hybrid model, or its
-        sliding layers' window)."""
-        snapshot = None
-        if stored.window is not None:
-            snapshot = Snapshot(len(stored.tokens), (), (), stored.window)
-        elif stored.state:
-            layers = len(self.kv.layout.state_layers)
-            try:
-                snapshot = Snapshot.from_tensors(len(stored.tokens), layers, stored.state)
-            except ValueError as err:
-                _LOGGER.warning("Ignoring a stored pin: %s", err)
-                return False
-        return self.kv.insert_segment(self.namespace, stored.tokens, stored.kv, snapshot)
-
-    def _save_kv(self, tokens: list[int]) -> None:
-        """Write the pin's KV from the cache's own segments (no extra copy here), and a
-        hybrid model's state or a sliding model's window at its end."""
-        segments = self.kv.segments(self.namespace, tokens)
-        if segments is None or self.store is None:
-            return
-        state, window = None, None
-        if self.kv.snapshots is not None:
-            snapshot = self.kv.snapshot(self.namespace, tokens)
-            if snapshot is None:  # its KV alone could not be resumed
-                return
-            state, window = snapshot.tensors(), snapshot.window
-        store, ns = self.store, self.namespace
-
-        def save() -> None:
-            if not store.save(ns, tokens, segments, state, window):
-                self.counters.store_failures += 1
-
-        self._submit_io(save)
-
-    def _save_manifest(self) -> None:
-        if not self.persistent or self._restoring:
-            # Mid-restore the cache holds only the pins restored so far: writing now
-            # would prune the store files of the pins still to come.
-            return
-        store, ns, cache = self.store, self.namespace, self.kv.cache
-        assert store is not None
-
-        def write() -> None:
-            # Read the pins now, on the I/O thread: tasks run in order, so the last
-            # manifest written is the newest state (the store's versions guard it too).
-            version = store.next_version(ns)
-            pins = cache.pins()
-            with self._lock:
-                kept = [e for name, e in self._kept.items() if name not in pins]
-            entries = [
-                ManifestEntry(name, prefix_key(r.namespace, r.tokens), len(r.tokens))
-                for name, r in pins.items()
-            ]
-            entries = sorted(entries + kept, key=lambda e: e.name)
-            if store.write_manifest(ns, entries, version):
-                store.prune(ns, {e.key for e in entries}, version)
-
-        self._submit_io(write)
-
-    def flush(self, timeout: float | None = None) -> None:
-        """Wait until the store tasks queued so far are done (tests, benchmarks)."""
-        self._io.submit(lambda: None).result(timeout)
-
-    def _submit_io(self, task: Callable[[], None]) -> None:
-        """Run store I/O off the worker thread; a failure is logged, never lost."""
-
-        def done(future: Future[None]) -> None:
-            error = future.exception()
-            if error is not None:
-                _LOGGER.error("Prefix store task failed: %s", error, exc_info=error)
-
-        try:
-            self._io.submit(task).add_done_callback(done)
-        except RuntimeError:  # executor shut down: the engine is stopping
-            _LOGGER.debug("store task dropped at shutdown")
-
-    def restore_all(self) -> None:
-        """At start-up (before the worker runs), bring back the previous run's pins."""
-        if not self.persistent:
-            return
-        assert self.store is not None
-        self._restoring = True
-        try:
-            for entry in self.store.open(self.namespace):
-                if not self._restore_entry(entry) and self.store.holds(self.namespace, entry.key):
-                    with self._lock:  # not restored, but its file is fine: keep both
-                        self._kept[entry.name] = entry
-        finally:
-            self._restoring = False
-        self._save_manifest()
-
-    def _restore_entry(self, entry: ManifestEntry) -> bool:
-        """Bring one pin back from the store; False (after a warning) if it cannot be."""
-        assert self.store is not None
-        started = time.monotonic()
-        loaded = self.store.load_prefix_by_key(self.namespace, entry.key)
-        if loaded is None:
-            return False
-        tokens = loaded.tokens
-        try:
-            self.kv.cache.check_fits(self.kv.layout.prefix_bytes(len(tokens)))
-        except CacheFullError as err:
-            _LOGGER.warning("Not restoring pin %s (kept in the store): %s", entry.name, err)
-            return False
-        if not self._insert_stored(loaded):
-            return False
-        status = self.begin(entry.name, tokens)
-        self.counters.pin_restores += 1
-        ms = (time.monotonic() - started) * 1000
-        self._activate(entry.name, status.generation, tokens, ms, restored=True, save=False)
-        if entry.name not in self.kv.cache.pins():
-            return False
-        _LOGGER.info("Restored pin %s (%d tokens) from the prefix store", entry.name, len(tokens))
-        return True
-
-    def _store_failed(self) -> None:
-        self.counters.store_failures += 1

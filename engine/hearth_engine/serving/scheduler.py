@@ -14,6 +14,10 @@ own methods change them. An engine step is:
    overtakes a cold 4k-token prompt after at most one chunk), generation before pin
    warm-ups, oldest first among equals. A sequence passed over ``starvation_steps``
    times in a row goes next regardless, so a long cold prompt always makes progress.
+   The plan says how the step runs (``StepKind``): **mixed**, the decode step and a
+   chunk of at most ``MIX_MAX_TOKENS`` in one forward where the runner can (``can_mix``)
+   and every decode row feeds one token; else **split**, the decode step and then the
+   chunk, each a forward of its own (``Plan.passes``).
 
 Planning comes after admission, so a request that just arrived is already counted when
 the prefill chunk is sized: a pin warming up while requests are served takes a
@@ -25,10 +29,30 @@ Alone, a pin gets whole chunks too.
 
 from __future__ import annotations
 
+import enum
 from collections import deque
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from .sequence import Kind, Sequence, State
+
+PIN_SHARE = 8  # a pin's chunk is chunk_tokens // PIN_SHARE while requests are served
+# A prefill chunk of at most this many tokens runs in the same forward as a decode step
+# (a mixed step): the weights are read once for both. Measured on a 2-core EPYC
+# (default model, bf16, one decode row on the 5.4k house): see README, Decode speed.
+MIX_MAX_TOKENS = 256
+
+
+class StepKind(enum.Enum):
+    """How a step's decode rows and prefill chunk run."""
+
+    MIXED = "mixed"  # both in one forward
+    SPLIT = "split"  # the decode step, then the chunk: a forward each (either may be absent)
+
+
+def extends(rows: list[Sequence]) -> bool:
+    """Whether the decode rows are one row with several tokens to feed (forced ones)."""
+    return len(rows) == 1 and len(rows[0].unfed) > 1
 
 
 @dataclass
@@ -36,13 +60,23 @@ class Plan:
     decode: list[Sequence] = field(default_factory=list)
     prefill: Sequence | None = None
     chunk: int = 0
+    kind: StepKind = StepKind.SPLIT
 
     @property
     def empty(self) -> bool:
         return not (self.decode or self.prefill)
 
-
-PIN_SHARE = 8  # a pin's chunk is chunk_tokens // PIN_SHARE while requests are served
+    def passes(self) -> Iterator[Plan]:
+        """The forwards of the step in order, each to be run and postprocessed before the
+        next is asked for: a mixed plan is one; a split plan is its decode step, then its
+        chunk, unless that sequence stopped prefilling meanwhile."""
+        if self.kind is StepKind.MIXED:
+            yield self
+            return
+        if self.decode:
+            yield Plan(decode=self.decode)
+        if self.prefill is not None and self.prefill.state is State.PREFILLING:
+            yield Plan(prefill=self.prefill, chunk=self.chunk)
 
 
 class QueueFullError(RuntimeError):
@@ -60,13 +94,17 @@ class Scheduler:
         chunk_tokens: int = 256,
         max_queue: int = 64,
         starvation_steps: int = 16,
+        can_mix: Callable[[], bool] | None = None,
     ) -> None:
+        """``can_mix``: whether the runner can run a decode step and a prefill chunk in
+        one forward now (``ModelRunner.can_mix``); without it every step is split."""
         if chunk_tokens < 1 or max_running < 1:
             raise ValueError("chunk_tokens and max_running must be positive")
         self.max_running = max_running
         self.chunk_tokens = chunk_tokens
         self.max_queue = max_queue
         self.starvation_steps = starvation_steps
+        self.can_mix = can_mix
         self.waiting: deque[Sequence] = deque()
         self.prefilling: list[Sequence] = []
         self.decoding: list[Sequence] = []
@@ -119,7 +157,7 @@ class Scheduler:
     # ------------------------------------------------------------------ planning
 
     def plan(self) -> Plan:
-        """The next step's work (call after admission)."""
+        """The next step's work and how it runs (call after admission)."""
         plan = Plan(decode=list(self.decoding))
         if self.prefilling:
             chosen = self._pick_prefill()
@@ -128,7 +166,23 @@ class Scheduler:
             if chosen.kind is Kind.PIN and not chosen.has_followers and self._serving():
                 chunk = max(1, chunk // PIN_SHARE)
             plan.chunk = min(chunk, chosen.remaining_prefill)
+        plan.kind = StepKind.MIXED if self._mixes(plan) else StepKind.SPLIT
         return plan
+
+    def _mixes(self, plan: Plan) -> bool:
+        """Whether ``plan``'s decode step and chunk run in one forward: a chunk of at most
+        ``MIX_MAX_TOKENS`` beside decode rows that feed one token each, where the runner
+        can."""
+        prefill = plan.prefill
+        return (
+            bool(plan.decode)
+            and prefill is not None
+            and prefill.state is State.PREFILLING
+            and plan.chunk <= MIX_MAX_TOKENS
+            and self.can_mix is not None
+            and self.can_mix()
+            and not extends(plan.decode)
+        )
 
     def _serving(self) -> bool:
         """Whether any generation request is in the engine (beyond pins)."""

@@ -2,10 +2,22 @@
 
 ``Engine`` (engine.py) is the thread-safe front: it takes requests and pins on the event
 loop and posts them here through the inbox. ``WorkerLoop`` is the half that runs only on
-the worker thread (``_run``): drain the inbox, then one **step** (schedule, run,
-postprocess), and fail whoever waits when a request, a row or the whole loop breaks.
-It is a base of ``Engine`` and works on the state ``Engine.__init__`` makes (declared
-below), so the two halves share one object as they share one model.
+the worker thread (``_loop``): drain the inbox, then one **step**, and fail whoever waits
+when a request, a row or the whole loop breaks. A step is three calls:
+
+* **schedule** (``_schedule``): admit the waiting requests that fit, and plan the step
+  (``Scheduler.plan``): which rows decode, which sequence prefills a chunk, and whether
+  the two run mixed (one forward) or split (a forward each);
+* **run** (``_run``): one forward of the plan, with its counters;
+* **postprocess** (``_postprocess``): sampled tokens to their requests, finished ones
+  into the cache, a prefilled prompt's first token.
+
+A split plan runs and postprocesses its decode step before its chunk (``Plan.passes``).
+
+The seam: ``WorkerLoop.__init__`` makes everything the worker owns (the scheduler, the
+KV, pins and output, the inbox); ``Engine`` is its subclass and adds the front's state
+(pending counts, the thread), so the two halves share one object as they share one
+model, and each half's ``__init__`` makes its own.
 """
 
 from __future__ import annotations
@@ -30,7 +42,7 @@ from .kv_manager import KVManager
 from .output import Counters, OutputProcessor
 from .pins import PinManager
 from .sampling import SamplingError
-from .scheduler import Scheduler
+from .scheduler import Plan, Scheduler, StepKind, extends
 from .sequence import (
     ErrorEvent,
     FinishEvent,
@@ -41,21 +53,15 @@ from .sequence import (
 
 _LOGGER = logging.getLogger(__name__)
 
-# A prefill chunk of at most this many tokens runs in the same forward as a decode step
-# (``_mixed_step``): the weights are read once for both. Measured on a 2-core EPYC
-# (default model, bf16, one decode row on the 5.4k house): see README, Decode speed.
-MIX_MAX_TOKENS = 256
 # After this long without work the worker gives back what it kept for reuse (pooled
 # buffers, the allocator's free memory): a burst of requests keeps it, a house that is
 # quiet between voice commands does not hold its last peak (measured after 8 clients
 # for 60 s: 1,723 MiB idle against 1,299 before the load). The next request faults in
 # only its own buffers (a warm turn's: a few MiB).
 IDLE_RELEASE_S = 30.0
-
-
-def _extends(rows: list[Sequence]) -> bool:
-    """Whether the decode rows are one row with several tokens to feed (forced ones)."""
-    return len(rows) == 1 and len(rows[0].unfed) > 1
+# Pin prefill stretches remembered to tell requests how long they waited behind pins:
+# a request waits at most ``max_queue`` steps' worth of chunks in practice.
+PIN_WORK_KEPT = 256
 
 
 @dataclass(frozen=True)
@@ -66,26 +72,53 @@ class Command:
     fail: Callable[[str], None] | None = None
 
 
+@dataclass(frozen=True)
+class Outputs:
+    """One forward's logits: the decode rows' ``[B, V]`` and the chunk's last ``[V]``
+    (``None`` where the forward ran none)."""
+
+    decode: torch.Tensor | None = None
+    chunk: torch.Tensor | None = None
+
+
 class WorkerLoop:
     """The worker thread's half of ``Engine`` (see the module docstring)."""
 
-    config: EngineConfig
-    runner: ModelRunner
-    counters: Counters
-    scheduler: Scheduler
-    kv: KVManager
-    output: OutputProcessor
-    masker: Masker
-    pins: PinManager
-    failure: str | None
-    _inbox: queue.SimpleQueue[Command]
-    _wake: threading.Event
-    _stopped: threading.Event
-    _pin_work: deque[tuple[float, float]]
-    _last_work: float = 0.0  # monotonic time of the last step that did work
-    _released: bool = True  # nothing ran since the last idle release
+    def __init__(
+        self, config: EngineConfig, runner: ModelRunner, budget: int, namespace: str
+    ) -> None:
+        """The worker's state, for ``runner`` with a KV budget of ``budget`` bytes and
+        cache namespace ``namespace``."""
+        self.config = config
+        self.runner = runner
+        self.namespace = namespace
+        self.counters = Counters()
+        self.scheduler = Scheduler(
+            config.max_running,
+            config.chunk_tokens,
+            config.max_queue,
+            can_mix=lambda: runner.can_mix,
+        )
+        self.kv = KVManager(config, runner, budget, lambda: self.scheduler.prefilling)
+        self.output = OutputProcessor(config, runner, self.counters)
+        self.masker = Masker(runner.info.vocab_size)  # grammar masks of constrained requests
+        self.pins = PinManager(config, namespace, self.kv, self.counters)
+        if self.pins.store is not None:  # sliding layers store their last window only
+            layout = runner.layout
+            trimmed = layout.sliding if layout.trims_windows else ()
+            self.pins.store.keep_windows(layout.layers, trimmed, layout.window)
+            self.pins.store.keep_states(len(layout.state_layers))
+        self._inbox: queue.SimpleQueue[Command] = queue.SimpleQueue()
+        self._wake = threading.Event()
+        # The latest stretches of pin prefill (monotonic start, end): worker thread only.
+        self._pin_work: deque[tuple[float, float]] = deque(maxlen=PIN_WORK_KEPT)
+        self._closing = False  # the front takes no new work (set by ``Engine``)
+        self._stopped = threading.Event()
+        self.failure: str | None = None  # why the worker stopped, if it died
+        self._last_work = 0.0  # monotonic time of the last step that did work
+        self._released = True  # nothing ran since the last idle release
 
-    def _run(self) -> None:
+    def _loop(self) -> None:
         try:
             while not self._stopped.is_set():
                 self._drain_inbox()
@@ -131,32 +164,24 @@ class WorkerLoop:
 
     def step(self) -> bool:
         """One engine step: schedule, run, postprocess. False when there was nothing to do."""
-        self._admit_waiting()
-        plan = self.scheduler.plan()
+        plan = self._schedule()
         if plan.empty:
             return False
         try:
-            prefill = plan.prefill
-            if (
-                plan.decode
-                and prefill is not None
-                and prefill.state is State.PREFILLING
-                and plan.chunk <= MIX_MAX_TOKENS
-                and self.runner.can_mix
-                and not _extends(plan.decode)
-            ):
-                self._mixed_step(plan.decode, prefill, plan.chunk)
-                return True
-            if plan.decode:
-                self._decode_step(plan.decode)
-            if prefill is not None and prefill.state is State.PREFILLING:
-                self._prefill_chunk(prefill, plan.chunk)
+            for part in plan.passes():  # mixed: one forward; split: decode, then the chunk
+                outputs = self._run(part)
+                self._postprocess(part, outputs)
         except Exception as err:
             _LOGGER.exception("Engine step failed; failing the running requests")
             self._fail_running(f"internal engine error: {type(err).__name__}")
         return True
 
-    # -- schedule: admission ---------------------------------------------------------
+    # -- schedule --------------------------------------------------------------------
+
+    def _schedule(self) -> Plan:
+        """Admit the waiting requests that fit, then plan the step (mixed or split)."""
+        self._admit_waiting()
+        return self.scheduler.plan()
 
     def _admit_waiting(self) -> None:
         free = self.scheduler.free_slots
@@ -233,7 +258,18 @@ class WorkerLoop:
 
     # -- run -------------------------------------------------------------------------
 
-    def _prefill_chunk(self, seq: Sequence, n: int) -> None:
+    def _run(self, plan: Plan) -> Outputs:
+        """One forward of a step (a pass of ``Plan.passes``), with its counters."""
+        if plan.kind is StepKind.MIXED:
+            assert plan.prefill is not None
+            return self._mixed_forward(plan.decode, plan.prefill, plan.chunk)
+        if plan.decode:
+            return Outputs(decode=self._decode_forward(plan.decode))
+        assert plan.prefill is not None
+        return Outputs(chunk=self._prefill_forward(plan.prefill, plan.chunk))
+
+    def _prefill_forward(self, seq: Sequence, n: int) -> torch.Tensor:
+        """``seq``'s next ``n`` prompt tokens; the last one's logits ``[V]``."""
         start = seq.kv_len
         t0 = time.monotonic()
         logits = self.runner.prefill(seq.kv, seq.prompt[start : start + n], seq.shared, seq.window)
@@ -243,7 +279,59 @@ class WorkerLoop:
         self.counters.prefill_seconds += elapsed
         if seq.kind is Kind.PIN:
             self._pin_work.append((t0, t0 + elapsed))
-        self._chunk_done(seq, logits)
+        return logits
+
+    def _decode_forward(self, rows: list[Sequence]) -> torch.Tensor:
+        """One decode step of ``rows`` (a lone row with forced tokens: up to a chunk of
+        them); the rows' logits ``[B, V]``."""
+        batch = self._batch_of(rows)
+        t0 = time.monotonic()
+        if extends(rows):  # a lone row with forced tokens: up to a chunk in one forward
+            logits = batch.extend(rows[0].unfed[: self.config.chunk_tokens])
+            self.counters.extend_steps += 1
+        else:  # one token a row (a row's forced tokens then take a step each)
+            logits = batch.step([seq.unfed[0] for seq in rows])
+        self.counters.decode_steps += 1
+        self.counters.decode_seconds += time.monotonic() - t0
+        return logits
+
+    def _mixed_forward(self, rows: list[Sequence], seq: Sequence, n: int) -> Outputs:
+        """A decode step and ``seq``'s next prefill chunk in one forward (see
+        ``scheduler.MIX_MAX_TOKENS``); its time is split between the two by their token
+        counts."""
+        batch = self._batch_of(rows)
+        start = seq.kv_len
+        t0 = time.monotonic()
+        logits, chunk_logits = batch.mixed_step(
+            [row.unfed[0] for row in rows], seq, seq.prompt[start : start + n]
+        )
+        elapsed = time.monotonic() - t0
+        seq.kv_len += n
+        share = n / (n + len(rows))
+        self.counters.decode_steps += 1
+        self.counters.decode_seconds += elapsed * (1 - share)
+        self.counters.prefill_tokens += n
+        self.counters.prefill_seconds += elapsed * share
+        self.counters.mixed_steps += 1
+        if seq.kind is Kind.PIN:  # the pin's share of the step, as one stretch
+            self._pin_work.append((t0, t0 + elapsed * share))
+        return Outputs(decode=logits, chunk=chunk_logits)
+
+    def _batch_of(self, rows: list[Sequence]) -> DecodeBatch:
+        batch = self.kv.batch
+        if [id(s) for s in batch.rows] != [id(s) for s in rows]:
+            batch.set_rows(rows)
+        return batch
+
+    # -- postprocess -----------------------------------------------------------------
+
+    def _postprocess(self, plan: Plan, outputs: Outputs) -> None:
+        """After a forward: the decode rows' next tokens, then the chunk's sequence's."""
+        if outputs.decode is not None:
+            self._decoded(plan.decode, outputs.decode)
+        if outputs.chunk is not None:
+            assert plan.prefill is not None
+            self._chunk_done(plan.prefill, outputs.chunk)
 
     def _chunk_done(self, seq: Sequence, logits: torch.Tensor) -> None:
         """After a prefill chunk of ``seq``: the next one, or its first token."""
@@ -262,52 +350,12 @@ class WorkerLoop:
         if seq.has_followers and seq.state is State.DECODING:
             self.kv.store(seq)  # now, not at the end: requests wait for this prompt
 
-    def _decode_step(self, rows: list[Sequence]) -> None:
-        batch = self._batch_of(rows)
-        t0 = time.monotonic()
-        if _extends(rows):  # a lone row with forced tokens: up to a chunk in one forward
-            logits = batch.extend(rows[0].unfed[: self.config.chunk_tokens])
-            self.counters.extend_steps += 1
-        else:  # one token a row (a row's forced tokens then take a step each)
-            logits = batch.step([seq.unfed[0] for seq in rows])
-        self.counters.decode_steps += 1
-        self.counters.decode_seconds += time.monotonic() - t0
-        self._decoded(rows, logits)
-
-    def _mixed_step(self, rows: list[Sequence], seq: Sequence, n: int) -> None:
-        """A decode step and ``seq``'s next prefill chunk in one forward (see
-        ``MIX_MAX_TOKENS``); its time is split between the two by their token counts."""
-        batch = self._batch_of(rows)
-        start = seq.kv_len
-        t0 = time.monotonic()
-        logits, chunk_logits = batch.mixed_step(
-            [row.unfed[0] for row in rows], seq, seq.prompt[start : start + n]
-        )
-        elapsed = time.monotonic() - t0
-        seq.kv_len += n
-        share = n / (n + len(rows))
-        self.counters.decode_steps += 1
-        self.counters.decode_seconds += elapsed * (1 - share)
-        self.counters.prefill_tokens += n
-        self.counters.prefill_seconds += elapsed * share
-        self.counters.mixed_steps += 1
-        if seq.kind is Kind.PIN:  # the pin's share of the step, as one stretch
-            self._pin_work.append((t0, t0 + elapsed * share))
-        self._decoded(rows, logits)
-        self._chunk_done(seq, chunk_logits)
-
     def _pin_wait_ms(self, since: float, until: float) -> float:
         """How long pin prefill ran between ``since`` and ``until`` (monotonic times): what
         a request that arrived at ``since`` and got its first token at ``until`` waited
         behind pin work (``RequestStats.pin_wait_ms``)."""
         ran = sum(max(0.0, min(end, until) - max(start, since)) for start, end in self._pin_work)
         return ran * 1000
-
-    def _batch_of(self, rows: list[Sequence]) -> DecodeBatch:
-        batch = self.kv.batch
-        if [id(s) for s in batch.rows] != [id(s) for s in rows]:
-            batch.set_rows(rows)
-        return batch
 
     def _decoded(self, rows: list[Sequence], logits: torch.Tensor) -> None:
         """After a decode step: the next token of each row that has fed all its tokens
@@ -324,8 +372,6 @@ class WorkerLoop:
                 self._next_token(seq, logits[i])
         if not self.scheduler.decoding:
             batch.set_rows([])
-
-    # -- postprocess -----------------------------------------------------------------
 
     def _next_token(self, seq: Sequence, logits: torch.Tensor) -> None:
         """Sample ``seq``'s next token from its row ``logits`` ([V]) and accept it.

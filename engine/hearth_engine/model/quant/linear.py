@@ -44,7 +44,7 @@ def exact_float_rows() -> Iterator[None]:
     kernels' exact float path, bfloat16 rows (which the kernel always quantizes) the
     prefill's dequantize-and-multiply.
 
-    For the engine's start-up self-test (``ModelRunner.check_shared_prefix``), which
+    For the engine's start-up self-test (``self_test.check_shared_prefix``), which
     bounds reading a prefix in place by how much a forward moves when only its float
     rounding changes: quantizing activations turns a rounding-sized difference into a
     whole quantization step now and then (0.25 on a logit, measured), which would fail
