@@ -9,6 +9,7 @@ it was pinned is re-pinned by its next request, not at every change (``events.py
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 from homeassistant.config_entries import ConfigSubentry
 from homeassistant.core import HomeAssistant
@@ -23,21 +24,14 @@ from .pinning import Pinner
 from .renders import PrefixRenders
 
 
+@dataclass(eq=False)  # identity: one per entry
 class PrefixChooser:
     """Chooses the prefix of each request among an entry's pins and renders."""
 
-    def __init__(
-        self,
-        pins: AgentPins,
-        renders: PrefixRenders,
-        pinner: Pinner,
-        schedule: RepinSchedule,
-    ) -> None:
-        """Choose from ``pins`` and ``renders``; ``schedule`` the re-pins they need."""
-        self._pins = pins
-        self._renders = renders
-        self._pinner = pinner
-        self._schedule = schedule
+    _pins: AgentPins
+    _renders: PrefixRenders
+    _pinner: Pinner
+    _schedule: RepinSchedule  # the re-pins a choice needs
 
     async def async_prefix_for_request(
         self, subentry_id: str, device_id: str | None = None

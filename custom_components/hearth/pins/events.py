@@ -18,6 +18,7 @@ The engine's polls are events too: ``EnginePolls`` pins again what a restarted e
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Protocol
 
@@ -171,22 +172,15 @@ class RepinSchedule:
         self._repin(agent, PinReason.CHANGED)
 
 
+@dataclass(eq=False)  # identity: one per entry
 class EnginePolls:
     """What each poll of the engine shows of the pins: the ones to pin again."""
 
-    def __init__(
-        self,
-        pins: AgentPins,
-        coordinator: HearthCoordinator,
-        pinner: Pinner,
-        rebuilds: Rebuilds,
-    ) -> None:
-        """Look at ``coordinator``'s polls for ``pins``, pinned by ``pinner``."""
-        self._pins = pins
-        self._coordinator = coordinator
-        self._pinner = pinner
-        self._rebuilds = rebuilds
-        self._checked: EngineStatus | None = None
+    _pins: AgentPins
+    _coordinator: HearthCoordinator  # whose polls are looked at
+    _pinner: Pinner
+    _rebuilds: Rebuilds
+    _checked: EngineStatus | None = field(default=None, init=False)
 
     @callback
     def async_polled(self) -> None:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
@@ -60,23 +60,16 @@ class _Retry:
     wait_polls: int = 0
 
 
+@dataclass(eq=False)  # identity: one per entry
 class Pinner:
     """PUTs the entry's pins in the engine and keeps them there."""
 
-    def __init__(
-        self,
-        pins: AgentPins,
-        coordinator: HearthCoordinator,
-        renders: PrefixRenders,
-        rebuilds: Rebuilds,
-    ) -> None:
-        """Pin ``pins`` in ``coordinator``'s engine, rendered by ``renders``."""
-        self._pins = pins
-        self._coordinator = coordinator
-        self._renders = renders
-        self._rebuilds = rebuilds
-        self.instance_id: str | None = None  # the engine instance that holds the pins
-        self._retries: dict[PinKey, _Retry] = {}
+    _pins: AgentPins
+    _coordinator: HearthCoordinator  # the engine the pins are PUT in
+    _renders: PrefixRenders
+    _rebuilds: Rebuilds
+    instance_id: str | None = field(default=None, init=False)  # the engine holding the pins
+    _retries: dict[PinKey, _Retry] = field(default_factory=dict, init=False)
 
     @callback
     def async_pin_in_background(self, agent: AgentPin, reason: PinReason) -> None:
