@@ -85,6 +85,10 @@ def refused(language: str, text: str, tool: str, arguments: Mapping[str, Any]) -
         ("en", "add milk to my shopping list", "HassCancelTimer", {"name": "milk"}),
         ("de", "überspringe dieses Lied", "HassCancelAllTimers", {}),
         ("de", "öffne das Wasserventil", "HassCancelTimer", {}),
+        # A call that names nothing, while the request names an area (or a thing).
+        ("en", "close the kitchen", "HassSetPosition", {"position": 0}),
+        ("en", "open the garage door", "HassTurnOn", {}),
+        ("de", "schließe die Küche", "HassSetPosition", {"position": 0}),
         # A media intent for a request about a cover.
         ("en", "close the garage door", "HassMediaPause", {"name": "Speaker"}),
         ("de", "schließe das Garagentor", "HassMediaPause", {"name": "Lautsprecher"}),
@@ -136,6 +140,10 @@ def test_a_call_that_cannot_act_on_the_request_is_refused(
         ("de", "schließe das Wasserventil", "HassTurnOff", {"name": "Wasserventil"}),
         ("de", "starte den Saugroboter", "HassVacuumStart", {"name": "Saugroboter"}),
         ("de", "schalte die Schreibtischlampe aus", "HassTurnOff", {"name": "Schreibtischlampe"}),
+        # A request that names nothing of the house: a call may name nothing either
+        # (the speaking device's area; HA decides).
+        ("en", "set the position to 50", "HassSetPosition", {"position": 50}),
+        ("en", "close the kitchen", "HassSetPosition", {"area": "Kitchen", "position": 0}),
         # A request that says neither direction: the call runs (HA decides).
         ("en", "the front door", "HassTurnOn", {"name": "Front Door"}),
         # Reading never acts: never refused.

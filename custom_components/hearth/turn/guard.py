@@ -13,6 +13,9 @@ in the request's language, never from word lists of ours:
   reads as one of its intents: one of those intents' templates matches it whole, or it
   says a word that the intents of that kind say (most of them) and no other intent says
   ("timer", "minutes"; German "Minuten"). "Skip this track" says none.
+- **A call that names nothing of what the request names**: an intent that acts on
+  things of the house, called with no name, area, floor or kind while the request names
+  some, does not run (HA would pick: the house's one thermostat for "close the garage").
 - **A call of an intent for some domains** (``HassMediaPause``: media players) does not
   run on a request about other domains only (the curtains).
 - **On/off on a domain HA cannot switch**: ``HassTurnOn``/``HassTurnOff`` act on covers,
@@ -54,6 +57,8 @@ OPPOSITE |= {off: on for on, off in OPPOSITE.items()}
 # Domains HA's on/off handler switches by their own services (intent/__init__.py).
 OWN_ON_OFF = frozenset({"cover", "lock", "valve", "button", "input_button"})
 ON_OFF = {"HassTurnOn": "turn_on", "HassTurnOff": "turn_off"}
+# The arguments by which a call of HA's intents says what it acts on.
+TARGETS = ("name", "area", "floor", "domain", "device_class")
 # A word says a direction where at most this many of the language's intents say it
 # ("unlock": 1, "ferme": 8); "is", "the", German "auf" are said by many more.
 FEW_INTENTS = 8
@@ -95,6 +100,7 @@ class Guard:
         targets = self.target_domains(arguments)
         return (
             self._unnamed(intent, targets)
+            or self._untargeted(intent, arguments)
             or self._other_domain(tool, intent, targets)
             or self._cannot_switch(intent, targets)
             or self._opposite(intent, targets)
@@ -129,6 +135,20 @@ class Guard:
         ):
             return None
         return f"{NOT_FOR_REQUEST}: the request asks nothing {intent} does."
+
+    def _untargeted(self, intent: str, arguments: Mapping[str, Any]) -> str | None:
+        """A call of an intent that acts on things of the house, naming no thing, area,
+        floor or kind, where the request names some: Home Assistant would act on what
+        it picks (asked to close the garage, the small model set the house's one
+        thermostat to 21 degrees), not on what was asked."""
+        if self.follow_up or not (intent in ON_OFF or self._platforms(intent)):
+            return None
+        if any(arguments.get(key) for key in TARGETS):
+            return None
+        named = sorted(self.names.mentioned(self.text))
+        if not named:
+            return None
+        return f"{NOT_FOR_REQUEST}: the request names {', '.join(named)}; the call names none."
 
     def _other_domain(self, tool: str, intent: str, targets: frozenset[str]) -> str | None:
         """An intent for some domains, called on a request about others only."""
