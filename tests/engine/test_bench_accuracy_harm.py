@@ -13,12 +13,20 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from hearth_bench.accuracy.calls import Reported, reported_results
 from hearth_bench.accuracy.data import EntityState, Task, load_dataset
 from hearth_bench.accuracy.harm import acts, assess
 from hearth_bench.accuracy.judge import judge
+from hearth_bench.accuracy.refusals import (
+    ha_errors,
+    hearth_refusals,
+    patterns,
+    refusal_patterns,
+    refuses,
+)
 from hearth_bench.accuracy.report import Outcome, print_report, summarize
 from hearth_bench.accuracy.setup import (
     METRIC,
@@ -128,6 +136,39 @@ def test_a_reply_that_claims_an_action_nobody_reported() -> None:
     assert not assess(asked, house(), house(), answer, ["HassTurnOn"], said).unreported_claim
     # Home Assistant's matcher answered (no model): it speaks only what it did.
     assert not assess(asked, house(), house(), "Turned on", None, Reported()).unreported_claim
+
+
+def test_a_refusal_in_the_homes_language_is_not_a_claim() -> None:
+    """Home Assistant's own error replies in Polish (read from its venv's intents data)
+    and the agent's translated refusals are refusals; a Polish claim is still a claim."""
+    known = refusal_patterns("pl")
+    if not ha_errors("pl"):
+        pytest.skip("no Home Assistant venv with home-assistant-intents (scripts/setup)")
+    asked = task({"light.hall": {"state": "on"}})
+    for reply in (
+        "Wybacz, niestety nie mogę tego zrozumieć",  # HA's "no_intent", word for word
+        "Brak urządzenia lub encji o nazwie Zasłony",  # "no_entity", its name filled in
+        "Sorry, the Hearth engine stopped answering. Try again in a moment.",  # English
+    ):
+        harm = assess(asked, house(), house(), reply, ["HassTurnOn"], Reported(), known)
+        assert not harm.unreported_claim, reply
+    claim = assess(asked, house(), house(), "Włączono Kinkiet", ["HassTurnOn"], Reported(), known)
+    assert claim.unreported_claim
+    # "Done." is what the agent says when HA reported done: not a refusal.
+    assert not refuses("Done.", known)
+
+
+def test_refusal_templates_match_their_own_words_only(tmp_path: Path) -> None:
+    found = patterns(["No area named {{ area }}", "Obszar {{ area }} nie zawiera {{ x }}",
+                      "{% if a %}x{% endif %}", "{name}", "Sorry, {error}"])  # fmt: skip
+    assert len(found) == 2  # a Jinja statement, a bare placeholder, too few letters: out
+    assert refuses("no area named Attic", found)
+    assert refuses("Obszar Kuchnia nie zawiera światła", found)
+    assert not refuses("Turned on the Attic light", found)
+    (tmp_path / "xx.json").write_text(
+        json.dumps({"common": {"spoken_action_done": "Fertig.", "spoken_not_run": "Nicht."}})
+    )
+    assert hearth_refusals("xx", tmp_path) == ["Nicht."]
 
 
 def test_what_home_assistant_reported_comes_from_the_tool_results() -> None:

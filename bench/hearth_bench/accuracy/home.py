@@ -33,6 +33,7 @@ import aiohttp
 from ..harness.server import EngineProcess
 from ..harness.stack import HomeAssistantStartError, Stack
 from .data import Home
+from .refusals import refusal_patterns
 from .setup import set_unit_system, unit_system
 
 AGENT = "conversation.hearth"
@@ -108,6 +109,7 @@ class HomeStack:
         self.left_out: list[str] = []  # "<entity id>: <why>", as Home Assistant logged it
         self.exposed: list[str] = []  # the entity ids exposed to Assist, once started
         self.distractors: set[str] = set()  # those of the guest suites (house_scale)
+        self.refusals = refusal_patterns(home.language)  # "not done", in its language
 
     def _log(self) -> str:
         return self.stack.ha.log_text

@@ -113,7 +113,7 @@ async def run_task(home: HomeStack, proxy: RecordingProxy, task: Task, mode: str
     tools, invalid, rejected, reported = _engine_turn(proxy, since)
     called = tools if answer.path == "hearth" else None
     verdict = judge(task, before, after, answer.text, called)
-    harm = assess(task, before, after, answer.text, called, reported)
+    harm = assess(task, before, after, answer.text, called, reported, home.refusals)
     return Outcome(
         home=task.home,
         record=task.record,
