@@ -136,6 +136,55 @@ def test_what_a_request_names(text: str, said: set[str]) -> None:
     assert HOUSE.mentioned(text) == said
 
 
+# Names people inflect as they say them (Polish and Russian cases, English plurals).
+SPOKEN = HouseNames.of(
+    [
+        (["Brama garażowa"], Named("cover.brama", "garage")),
+        (["Lampa stojąca"], Named("light.lampa_stojaca")),
+        (["Lampa"], Named("light.lampa")),
+        (["Lampka nocna"], Named("light.lampka_nocna")),
+        (["Kinkiet"], Named("light.kinkiet")),
+        (["Штора"], Named("cover.shtora", "curtain")),
+        (["Kitchen Light"], Named("light.kitchen_light")),
+        (["Kitchen Lights"], Named("light.kitchen_lights")),
+        (["Office Window"], Named("cover.office_window", "window")),
+        (["TV"], Named("media_player.tv")),
+    ],
+    areas=["Kuchnia", "Ogród", "Office", "Bedroom"],
+    floors=["Piętro"],
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "said", "things"),
+    [
+        ("Otwórz bramę garażową", {"brama garażowa"}, {"brama garażowa"}),
+        # The name of more words wins ("Lampa stojąca", "Lampka nocna"; not "Lampa").
+        ("Zapal lampę stojącą", {"lampa stojąca"}, None),
+        ("Zapal lampę", {"lampa"}, None),
+        ("Zgaś lampkę nocną i zapal kinkiet", {"lampka nocna", "kinkiet"}, None),
+        ("закрой штору", {"штора"}, None),
+        # Areas and floors too; accents do not count ("ogród", "ogrodzie").
+        ("Zapal światło w kuchni", {"kuchnia"}, set()),
+        ("Włącz światło w ogrodzie", {"ogród"}, set()),
+        ("Wyłącz światła na piętrze", {"piętro"}, set()),
+        # A name said as written is not read as another one inflected.
+        ("turn on the kitchen light", {"kitchen light"}, {"kitchen light"}),
+        ("turn on the kitchen lights", {"kitchen lights"}, {"kitchen lights"}),
+        ("close the office windows", {"office", "office window"}, {"office window"}),
+        # Not inflections: another word around the same letters, a short word.
+        ("turn on the light in this room", set(), set()),
+        ("Zamknij rolki", set(), set()),
+        ("turn on the TVs", set(), set()),
+    ],
+)
+def test_a_request_names_things_in_the_forms_people_say(
+    text: str, said: set[str], things: set[str] | None
+) -> None:
+    assert SPOKEN.mentioned(text) == said
+    assert SPOKEN.said_things(text) == (said if things is None else things)
+
+
 def test_the_domains_of_the_things_a_request_names() -> None:
     assert HOUSE.named_domains("open the garage door opener") == {"cover", "light"}
     assert HOUSE.named_domains("turn on the kitchen") == {"light"}  # a thing and an area

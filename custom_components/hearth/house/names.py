@@ -23,11 +23,11 @@ Pure: ``HouseNames`` is built by values.house_names from the registries.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..language.words import said_in, words
+from ..language.words import inflected, said_in, unspaced, words
 from ..tool_names import bare_name
 
 # Domains in the order a shared name most likely means them when nothing else tells:
@@ -125,9 +125,17 @@ class HouseNames:
         return frozenset(named.domain for n in self.said_things(text) for named in self.things[n])
 
     def mentioned(self, text: str) -> set[str]:
-        """The names of things, areas and floors that ``text`` says."""
+        """The names of things, areas and floors that ``text`` says: as they are
+        written, or with their words inflected (``said_inflected``) where no name
+        written as it is was said in those words ("zapal lampę stojącą" says "Lampa
+        stojąca"; "the kitchen lights", where "Kitchen Light" is said, not "Kitchen
+        Lights")."""
         said = normalize(text)
-        return {name for name in (*self.things, *self.areas, *self.floors) if says(said, name)}
+        names = (*self.things, *self.areas, *self.floors)
+        spans = {name: list(said_at(said, name)) for name in names}
+        taken = [(at, at + len(name)) for name, found in spans.items() for at in found]
+        exact = {name for name, found in spans.items() if found}
+        return exact | said_inflected(said, set(names) - exact, taken)
 
 
 def unasked(name: str, names: HouseNames, said: Iterable[str]) -> bool:
@@ -161,17 +169,56 @@ def says(text: str, name: str) -> bool:
     """Whether normalized ``text`` says ``name``: as whole words where the name starts
     or ends with a letter of a spaced script (``tv`` is not in "activate"), anywhere
     in unspaced scripts (キッチン in キッチンの電気をつけて)."""
+    return next(said_at(text, name), None) is not None
+
+
+def said_at(text: str, name: str) -> Iterator[int]:
+    """Where normalized ``text`` says ``name`` as ``says`` reads it."""
     start = 0
     while (at := text.find(name, start)) >= 0:
         before = text[at - 1] if at else " "
         after = text[at + len(name)] if at + len(name) < len(text) else " "
         if not (_joins(before, name[0]) or _joins(name[-1], after)):
-            return True
+            yield at
         start = at + 1
-    return False
 
 
-_SPACED = re.compile(r"[0-9a-zß-ɏͰ-ӿ]")  # Latin, Greek, Cyrillic (casefolded)
+def said_inflected(text: str, names: Iterable[str], taken: Iterable[tuple[int, int]]) -> set[str]:
+    """The ``names`` (normalized) that normalized ``text`` says with their words
+    inflected: each word of the name, in order and side by side, one of the text's
+    inflected (words.inflected: "bramę garażową" for "brama garażowa", "w kuchni" for
+    "Kuchnia"), where no name said as written (``taken``: their spans; ``_crosses``),
+    nor one of more words said inflected, takes those words. Names in a script without
+    spaces are said as written or not at all."""
+    tokens = [(m.group(), m.start(), m.end()) for m in _TOKEN.finditer(text)]
+    taken = list(taken)
+    found = set()
+    spelled = {name: _TOKEN.findall(name) for name in names if not any(map(unspaced, name))}
+    # Names of more words first: "lampkę nocną" is "Lampka nocna", and "lampkę" is then
+    # not also "Lampa" inflected.
+    for name, parts in sorted(spelled.items(), key=lambda item: (-len(item[1]), item[0])):
+        for i in range(len(tokens) - len(parts) + 1) if parts else ():
+            window = tokens[i : i + len(parts)]
+            start, end = window[0][1], window[-1][2]
+            alike = all(inflected(p, w) for p, (w, _, _) in zip(parts, window, strict=True))
+            if alike and not any(_crosses((at, to), (start, end)) for at, to in taken):
+                found.add(name)
+                taken.append((start, end))
+                break
+    return found
+
+
+def _crosses(said: tuple[int, int], window: tuple[int, int]) -> bool:
+    """Whether a name said as written at ``said`` takes words of ``window``, other than
+    as a part of it ("the office windows" holds the area "office"; "the kitchen light"
+    is "Kitchen Light", not "Kitchen Lights" inflected)."""
+    (at, to), (start, end) = said, window
+    inside = start <= at and to <= end and (at, to) != (start, end)
+    return at < end and start < to and not inside
+
+
+_SPACED = re.compile(r"[0-9a-zß-ɏͰ-ӿ]")
+_TOKEN = re.compile(r"\w+")  # Latin, Greek, Cyrillic (casefolded)
 
 
 def _joins(left: str, right: str) -> bool:

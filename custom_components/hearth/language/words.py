@@ -77,11 +77,26 @@ def alike(word: str, other: str) -> bool:
     short, long = sorted((word, other), key=len)
     if len(short) < _ALIKE_LETTERS:
         return False
-    if short in long:
+    return short in long or inflected(word, other)
+
+
+def inflected(word: str, other: str) -> bool:
+    """Whether two words (of ``words``) are one word inflected: equal, or all but the
+    shorter's last two letters alike, four at least ("roleta" and "roletę", "lamp" and
+    "lamps"; not "room" and "bedroom"). Accents do not count ("ogród", "ogrodzie")."""
+    if word == other:
         return True
+    short, long = sorted((_plain(word), _plain(other)), key=len)
+    if len(short) < _ALIKE_LETTERS:
+        return False
     pairs = zip(short, long[: len(short)], strict=True)
     same = next((i for i, (a, b) in enumerate(pairs) if a != b), len(short))
     return same >= max(_ALIKE_LETTERS, len(short) - _ENDING_LETTERS)
+
+
+def _plain(word: str) -> str:
+    """``word`` without its accents (combining marks)."""
+    return "".join(c for c in unicodedata.normalize("NFD", word) if not unicodedata.combining(c))
 
 
 def said_in(word: str, asked: Iterable[str]) -> bool:
