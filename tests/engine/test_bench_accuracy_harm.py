@@ -19,6 +19,7 @@ import yaml
 from hearth_bench.accuracy.calls import Reported, reported_results
 from hearth_bench.accuracy.data import EntityState, Task, load_dataset
 from hearth_bench.accuracy.harm import acts, assess
+from hearth_bench.accuracy.home import done_targets
 from hearth_bench.accuracy.judge import judge
 from hearth_bench.accuracy.refusals import (
     ha_errors,
@@ -169,6 +170,16 @@ def test_refusal_templates_match_their_own_words_only(tmp_path: Path) -> None:
         json.dumps({"common": {"spoken_action_done": "Fertig.", "spoken_not_run": "Nicht."}})
     )
     assert hearth_refusals("xx", tmp_path) == ["Nicht."]
+
+
+def test_the_last_call_is_read_from_the_conversation_result() -> None:
+    """The turn's last call is answered to no later request: what Home Assistant
+    reported done for it is read from the conversation result's intent response."""
+    result = {"response": {"speech": {"plain": {"speech": "Włączono Kinkiet"}},
+                           "data": {"success": [{"id": "light.kinkiet", "type": "entity"},
+                                                {"name": "Salon", "type": "area"}]}}}  # fmt: skip
+    assert done_targets(result) == ("light.kinkiet", "Salon")
+    assert done_targets({"response": {"data": {}}}) == done_targets({}) == ()
 
 
 def test_what_home_assistant_reported_comes_from_the_tool_results() -> None:

@@ -80,11 +80,15 @@ def house_yaml(
 
 @dataclass
 class Answer:
-    """A reply, how long it took, and which path answered (``local``: HA's matcher)."""
+    """A reply, how long it took, and which path answered (``local``: HA's matcher);
+    ``done``: the targets the conversation result reports done (its intent response's
+    ``data.success``: Home Assistant's answer to the turn's last call, which no later
+    request carries to the engine)."""
 
     text: str
     ms: float
     path: str
+    done: tuple[str, ...] = ()
 
 
 class HomeStack:
@@ -205,7 +209,7 @@ class HomeStack:
         started = time.perf_counter()
         result = await self.stack.converse(text, agent_id=AGENT, **extra)
         ms = (time.perf_counter() - started) * 1000
-        return Answer(_speech(result), ms, "hearth")
+        return Answer(_speech(result), ms, "hearth", done_targets(result))
 
     async def ask_pipeline(self, text: str, device_id: str | None) -> Answer:
         """Through the preferred Assist pipeline, text in, intent out (``pipeline`` mode)."""
@@ -241,7 +245,8 @@ class HomeStack:
         if end is None:
             raise PipelineError("the pipeline ended without an intent")
         path = "local" if end.get("processed_locally") else "hearth"
-        return Answer(_speech(end.get("intent_output") or {}), ms, path)
+        output = end.get("intent_output") or {}
+        return Answer(_speech(output), ms, path, done_targets(output))
 
 
 class PipelineError(RuntimeError):
@@ -264,6 +269,13 @@ def _reason(body: str) -> str:
 def _speech(result: dict[str, Any]) -> str:
     speech = ((result.get("response") or {}).get("speech") or {}).get("plain") or {}
     return str(speech.get("speech") or "")
+
+
+def done_targets(result: dict[str, Any]) -> tuple[str, ...]:
+    """The ids (else names) of the targets a conversation result reports done."""
+    data = (result.get("response") or {}).get("data") or {}
+    success = data.get("success") if isinstance(data, dict) else None
+    return tuple(str(t.get("id") or t.get("name")) for t in success or () if isinstance(t, dict))
 
 
 REQUEST_ERRORS = (aiohttp.ClientError, TimeoutError, PipelineError, ValueError)

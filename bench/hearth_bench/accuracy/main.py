@@ -111,6 +111,7 @@ async def run_task(home: HomeStack, proxy: RecordingProxy, task: Task, mode: str
         answer, error = Answer("", 0.0, "hearth"), f"{type(err).__name__}: {err}"
     after = await home.snapshot()
     tools, invalid, rejected, reported = _engine_turn(proxy, since)
+    reported = Reported((*reported.done, *answer.done), reported.speech)
     called = tools if answer.path == "hearth" else None
     verdict = judge(task, before, after, answer.text, called)
     harm = assess(task, before, after, answer.text, called, reported, home.refusals)
