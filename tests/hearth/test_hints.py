@@ -499,3 +499,17 @@ def test_a_device_class_only_from_the_house() -> None:
     assert doors.house_slots(read.slots) == read.slots  # the house has one: kept
     lights = HouseNames.of([(["Door Lamp"], Named("light.door_lamp", "door"))], ["Garage"])
     assert "device_class" not in lights.house_slots(read.slots)  # of another domain
+
+
+def test_an_inflected_request_reads_as_its_template_once_spelled() -> None:
+    """Polish inflects names ("lampę stojącą" for "Lampa stojąca"); HA's templates read
+    a name only as written. Spelled with the house's names (names.HouseNames.spelled),
+    the request reads as its intent on what it names, as the house writes it."""
+    pl = load_language_data("pl")
+    things = [Thing("light.lampa_stojaca", "Lampa stojąca"), Thing("light.kinkiet", "Kinkiet")]
+    house = HouseNames.of([([t.name], Named(t.entity_id)) for t in things], ["Salon"])
+    text = "Włącz lampę stojącą"
+    assert hint_messages(text, things, ["Salon"], TOOLS, {}, data=pl).intent is None
+    read = hint_messages(house.spelled(text), things, ["Salon"], TOOLS, {}, data=pl)
+    assert (read.intent, dict(read.slots)) == ("HassTurnOn", {"name": "Lampa stojąca"})
+    assert _call(read.messages) == ("intent__HassTurnOn", {"name": "Kinkiet"})

@@ -185,6 +185,23 @@ def test_a_request_names_things_in_the_forms_people_say(
     assert SPOKEN.said_things(text) == (said if things is None else things)
 
 
+@pytest.mark.parametrize(
+    ("text", "spelled"),
+    [
+        ("Zapal lampę stojącą", "zapal lampa stojąca"),
+        ("Zgaś lampkę nocną i zapal kinkiet", "zgaś lampka nocna i zapal kinkiet"),
+        ("Zapal światło w kuchni!", "zapal światło w kuchnia!"),
+        ("close the office windows", "close the office window"),
+        ("turn on the kitchen light", "turn on the kitchen light"),  # as written: kept
+    ],
+)
+def test_a_request_is_spelled_with_the_names_as_the_house_writes_them(
+    text: str, spelled: str
+) -> None:
+    """What HA's sentence templates read, which take a name only as written."""
+    assert SPOKEN.spelled(text) == spelled
+
+
 def test_the_domains_of_the_things_a_request_names() -> None:
     assert HOUSE.named_domains("open the garage door opener") == {"cover", "light"}
     assert HOUSE.named_domains("turn on the kitchen") == {"light"}  # a thing and an area

@@ -131,11 +131,27 @@ class HouseNames:
         stojąca"; "the kitchen lights", where "Kitchen Light" is said, not "Kitchen
         Lights")."""
         said = normalize(text)
+        exact, inflected = self._said(said)
+        return exact | set(inflected)
+
+    def spelled(self, text: str) -> str:
+        """``text`` (normalized) with each name it says inflected written as the house
+        writes it ("włącz lampa stojąca" for "Włącz lampę stojącą"): Home Assistant's
+        sentence templates read a name only as written."""
+        said = normalize(text)
+        _, inflected = self._said(said)
+        for name, (start, end) in sorted(inflected.items(), key=lambda i: -i[1][0]):
+            said = f"{said[:start]}{name}{said[end:]}"
+        return said
+
+    def _said(self, said: str) -> tuple[set[str], dict[str, tuple[int, int]]]:
+        """The names normalized ``said`` says as written, and those it says inflected
+        (where, in ``said``)."""
         names = (*self.things, *self.areas, *self.floors)
         spans = {name: list(said_at(said, name)) for name in names}
         taken = [(at, at + len(name)) for name, found in spans.items() for at in found]
         exact = {name for name, found in spans.items() if found}
-        return exact | said_inflected(said, set(names) - exact, taken)
+        return exact, said_inflected(said, set(names) - exact, taken)
 
 
 def unasked(name: str, names: HouseNames, said: Iterable[str]) -> bool:
@@ -183,16 +199,18 @@ def said_at(text: str, name: str) -> Iterator[int]:
         start = at + 1
 
 
-def said_inflected(text: str, names: Iterable[str], taken: Iterable[tuple[int, int]]) -> set[str]:
+def said_inflected(
+    text: str, names: Iterable[str], taken: Iterable[tuple[int, int]]
+) -> dict[str, tuple[int, int]]:
     """The ``names`` (normalized) that normalized ``text`` says with their words
-    inflected: each word of the name, in order and side by side, one of the text's
+    inflected, and where: each word of the name, in order and side by side, one of the text's
     inflected (words.inflected: "bramę garażową" for "brama garażowa", "w kuchni" for
     "Kuchnia"), where no name said as written (``taken``: their spans; ``_crosses``),
     nor one of more words said inflected, takes those words. Names in a script without
     spaces are said as written or not at all."""
     tokens = [(m.group(), m.start(), m.end()) for m in _TOKEN.finditer(text)]
     taken = list(taken)
-    found = set()
+    found: dict[str, tuple[int, int]] = {}
     spelled = {name: _TOKEN.findall(name) for name in names if not any(map(unspaced, name))}
     # Names of more words first: "lampkę nocną" is "Lampka nocna", and "lampkę" is then
     # not also "Lampa" inflected.
@@ -202,7 +220,7 @@ def said_inflected(text: str, names: Iterable[str], taken: Iterable[tuple[int, i
             start, end = window[0][1], window[-1][2]
             alike = all(inflected(p, w) for p, (w, _, _) in zip(parts, window, strict=True))
             if alike and not any(_crosses((at, to), (start, end)) for at, to in taken):
-                found.add(name)
+                found[name] = (start, end)
                 taken.append((start, end))
                 break
     return found

@@ -58,7 +58,7 @@ class Calls:
             for function in (tool.get("function") or {} for tool in tools)
         }
         guard = Guard(
-            request.text,
+            request.spelled or request.text,
             cached_language_data(request.language),
             house.names,
             request.about,

@@ -49,6 +49,9 @@ class Request:
     words: frozenset[str] = frozenset()  # its words (language/words.py), split once
     follow_up: bool = False  # the conversation has earlier turns ("turn it off")
     language: str = ""
+    # The text with the names it says inflected written as the house writes them
+    # ("włącz lampa stojąca"): what HA's templates read (names.HouseNames.spelled).
+    spelled: str = ""
 
     @property
     def names_house(self) -> bool:
@@ -81,14 +84,15 @@ async def async_understand(
     said = frozenset(words(text))  # the one split of the request
     await async_language_data(hass, language)  # hints and questions read it
     names = house_names(hass)
+    spelled = names.spelled(text)
     by_domain = domain_names(hass)
     pairs = [(name, domain) for domain, found in by_domain.items() for name in found]
-    question = bool(text) and is_question(text, language, names=pairs)
+    question = bool(text) and is_question(spelled, language, names=pairs)
     follow_up = len(asked) > 1  # "turn it off": the names are in the history
     platforms = tool_domains(hass, chat_log.llm_api) if chat_log.llm_api else {}
     hint = Hint()
     if text and plan.prefix.examples:
-        hint = house_hint(hass, plan.tools, language, text, platforms, said=said)
+        hint = house_hint(hass, plan.tools, language, spelled, platforms, said=said)
     # What the request is about: its hint's domains, else those of the things it names.
     about = hint.domains if hint.domains is not None else names.named_domains(text) or None
     request = Request(
@@ -104,6 +108,7 @@ async def async_understand(
         words=said,
         follow_up=follow_up,
         language=language,
+        spelled=spelled,
     )
     return request, House(names, by_domain, platforms)
 
