@@ -29,7 +29,8 @@ BACKEND_ERRORS: tuple[type[Exception], ...] = (HearthError, openai.OpenAIError)
 _BUSY = (429, 503)
 # What Home Assistant's own Assist says (home-assistant-intents, ``responses.errors``)
 # that fits an error of ours, for a language we have no strings for: a failure of the
-# engine is HA's "an unexpected error occurred", a reply that was not speech its "I
+# engine is HA's "an unexpected error occurred"; a turn whose model made no call that
+# could run (a reply that was not speech, a call refused, calls until the bound) its "I
 # could not understand that". ``action_done`` has no such sentence.
 HA_ERRORS: dict[str, str] = {
     "cannot_connect": "handle_error",
@@ -40,7 +41,7 @@ HA_ERRORS: dict[str, str] = {
     "engine_error": "handle_error",
     "engine_stalled": "handle_error",
     "invalid_auth": "handle_error",
-    "tool_loop_limit": "handle_error",
+    "tool_loop_limit": "no_intent",
     "markup_only": "no_intent",
     "not_run": "no_intent",
 }

@@ -25,6 +25,8 @@ async def test_each_language_speaks_its_own_sentence(hass: HomeAssistant) -> Non
         errors = get_intents(language)["responses"]["errors"]
         assert await async_spoken(hass, language, "cannot_connect") == errors["handle_error"]
         assert await async_spoken(hass, language, "markup_only") == errors["no_intent"]
+        # The model kept calling until the bound: not understood, not "an error".
+        assert await async_spoken(hass, language, "tool_loop_limit") == errors["no_intent"]
         # No fitting Assist sentence for "done": our English one.
         assert await async_spoken(hass, language, "action_done") == "Done."
     # Neither our strings nor HA's intents have Klingon.
