@@ -1,12 +1,20 @@
 """The only thing of its kind is named by its kind (house/kinds.py): pure, over HA's
-intents data; the kinds' names as HA's translations give them."""
+intents data; the kinds' names as HA's translations give them. Then a real turn: a
+command that names a thing by its kind is about that thing."""
 
 from __future__ import annotations
+
+from homeassistant.components.homeassistant.exposed_entities import async_expose_entity
+from homeassistant.core import HomeAssistant
+from homeassistant.setup import async_setup_component
+from pytest_homeassistant_custom_component.common import MockConfigEntry
 
 from custom_components.hearth.house.kinds import named_by_kind
 from custom_components.hearth.house.names import HouseNames, Named
 from custom_components.hearth.language.intents_data import load_language_data
 from custom_components.hearth.language.words import words
+
+from .common import ChatSpy, converse, hearth_traces
 
 EN = load_language_data("en")
 # What async_kind_words reads of HA's English entity_component names.
@@ -56,3 +64,26 @@ def test_without_the_language_data_only_the_kinds_names_decide() -> None:
     one = house(ROBOT, SPEAKERS)
     assert "vacuum.roborock" in named_by_kind(one, "start the vacuum", KINDS, None)
     assert named_by_kind(one, "pause the music", KINDS, None) == frozenset()
+
+
+async def test_a_command_that_names_a_thing_by_its_kind_names_that_thing(
+    hass: HomeAssistant, entry: MockConfigEntry
+) -> None:
+    """Real Home Assistant and engine: "start the vacuum" in a house whose one vacuum
+    is called Roborock is a command about Roborock. The turn must act (not chat), and
+    the names the grammar offers its calls are Roborock's, where the model could pick
+    any thing of the house before."""
+    assert await async_setup_component(hass, "vacuum", {})
+    hass.states.async_set("vacuum.roborock", "docked", {"friendly_name": "Roborock"})
+    async_expose_entity(hass, "conversation", "vacuum.roborock", True)
+    with ChatSpy() as spy:
+        await converse(hass, "start the vacuum")
+    turn = hearth_traces()[-1]
+    assert turn["command"] and "roborock" in turn["named"]
+    values = spy.bodies[0]["hearth"]["argument_values"]
+    assert values["name"] == ["Roborock"]
+    # A question is read whole: the kind narrows nothing there.
+    with ChatSpy() as spy:
+        await converse(hass, "is the vacuum docked?")
+    assert hearth_traces()[-1]["question"]
+    assert "Kitchen Light" in spy.bodies[0]["hearth"]["argument_values"]["name"]

@@ -114,6 +114,10 @@ class HouseNames:
         """The names that name more than one entity."""
         return {key: found for key, found in self.things.items() if len(found) > 1}
 
+    def domains_of(self, names: Iterable[str]) -> frozenset[str]:
+        """The domains of the things that ``names`` (normalized) name."""
+        return frozenset(n.domain for name in names for n in self.things.get(name, ()))
+
     def said_things(self, text: str) -> frozenset[str]:
         """The names and aliases (normalized) of things that ``text`` says; the longest
         wins where one holds another ("kitchen ceiling light", not "kitchen")."""
@@ -152,6 +156,14 @@ class HouseNames:
         taken = [(at, at + len(name)) for name, found in spans.items() for at in found]
         exact = {name for name, found in spans.items() if found}
         return exact, said_inflected(said, set(names) - exact, taken)
+
+
+def names_of(names: HouseNames, entities: Iterable[str]) -> frozenset[str]:
+    """Every name and alias (normalized) of the ``entities`` (ids)."""
+    wanted = frozenset(entities)
+    return frozenset(
+        name for name, found in names.things.items() if any(n.entity_id in wanted for n in found)
+    )
 
 
 def unasked(name: str, names: HouseNames, said: Iterable[str]) -> bool:

@@ -10,12 +10,11 @@ turn/guard.py; in a spoken first turn, a name that shares no word with the reque
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from homeassistant.core import HomeAssistant
 
-from ..house.kinds import Kinds, named_by_kind
 from ..house.names import names_entity, normalize, resolve_call, unasked
 from ..house.values import scoped_arguments
 from ..language.intents_data import cached_language_data
@@ -36,7 +35,6 @@ class Calls:
     accepts: Mapping[str, tuple[str, ...]]  # tool (as shown) -> its arguments
     spoken: bool = True  # a conversation (speech); an AI Task's reply is structured data
     guard: Guard | None = None  # whether a call can act on what was asked (turn/guard.py)
-    kinds: Kinds = field(default_factory=dict)  # HA's names of each kind (house/kinds.py)
 
     @classmethod
     def of(
@@ -47,10 +45,8 @@ class Calls:
         *,
         tools: tuple[dict[str, Any], ...],
         spoken: bool,
-        kinds: Kinds,
     ) -> Calls:
-        """The calls of a turn whose request is ``request``, in a house with ``kinds``
-        (house/kinds.py), offered ``tools``."""
+        """The calls of a turn whose request is ``request``, offered ``tools``."""
         accepts = {
             str(function.get("name", "")): tuple(
                 (function.get("parameters") or {}).get("properties") or {}
@@ -68,7 +64,7 @@ class Calls:
             question=request.question,
             said=request.words,
         )
-        return cls(request, house, accepts, spoken, guard if spoken else None, kinds)
+        return cls(request, house, accepts, spoken, guard if spoken else None)
 
     def resolve(self, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
         """A call's arguments as Home Assistant should run them (see resolve_call)."""
@@ -108,12 +104,9 @@ class Calls:
 
     def _named_by_kind(self, name: str) -> bool:
         """Whether the request names the thing ``name`` names by its kind ("the vacuum"
-        for the house's one vacuum; house/kinds.py)."""
-        names = self.house.names
-        named = {n.entity_id for n in names.things.get(normalize(name), ())}
-        data = cached_language_data(self.request.language)
-        by_kind = named_by_kind(names, self.request.text, self.kinds, data, said=self.request.words)
-        return bool(named & by_kind)
+        for the house's one vacuum; understand.Request.by_kind)."""
+        named = {n.entity_id for n in self.house.names.things.get(normalize(name), ())}
+        return bool(named & self.request.by_kind)
 
 
 def _shown(tool: str, accepts: Mapping[str, Any]) -> str:

@@ -17,7 +17,6 @@ from homeassistant.components import conversation
 from homeassistant.core import HomeAssistant
 
 from ..const import CONF_READ_FIRST, CONF_TOOL_FIRST, DEFAULT_TOOL_FIRST, MAX_TOOL_ITERATIONS
-from ..house.kinds import async_kind_words
 from ..language.questions import live_context_tool
 from .call import Calls
 from .decide import Capabilities, Options, TurnPolicy, decide
@@ -93,11 +92,7 @@ async def async_prepare_turn(
         names_by_domain=house.by_domain,
         max_requests=None if spoken else MAX_TOOL_ITERATIONS,
     )
-    # "The vacuum" for the house's one vacuum (house/kinds.py).
-    kinds = await async_kind_words(
-        hass, language, {n.domain for f in house.names.things.values() for n in f}
-    )
-    calls = Calls.of(hass, request, house, tools=plan.tools, spoken=spoken, kinds=kinds)
+    calls = Calls.of(hass, request, house, tools=plan.tools, spoken=spoken)
     tools = chat_log.llm_api.tools if chat_log.llm_api else []
     return Turn(
         request,

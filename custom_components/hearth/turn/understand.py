@@ -21,7 +21,8 @@ from homeassistant.core import HomeAssistant
 from homeassistant.helpers import area_registry as ar
 from homeassistant.helpers import floor_registry as fr
 
-from ..house.names import HouseNames, worded
+from ..house.kinds import async_kind_words, named_by_kind
+from ..house.names import HouseNames, names_of, worded
 from ..house.values import domain_names, house_names, tool_domains
 from ..language.intents_data import async_language_data, cached_language_data
 from ..language.questions import is_question
@@ -48,6 +49,8 @@ class Request:
     worded: frozenset[str] | None = None
     words: frozenset[str] = frozenset()  # its words (language/words.py), split once
     follow_up: bool = False  # the conversation has earlier turns ("turn it off")
+    # The things it names by their kind: the only vacuum for "the vacuum" (house/kinds.py).
+    by_kind: frozenset[str] = frozenset()  # their entity ids
     language: str = ""
     # The text with the names it says inflected written as the house writes them
     # ("włącz lampa stojąca"): what HA's templates read (names.HouseNames.spelled).
@@ -88,25 +91,33 @@ async def async_understand(
     by_domain = domain_names(hass)
     pairs = [(name, domain) for domain, found in by_domain.items() for name in found]
     question = bool(text) and is_question(spelled, language, names=pairs)
+    kinds = await async_kind_words(hass, language, by_domain)
+    data = cached_language_data(language)
+    by_kind = named_by_kind(names, spelled, kinds, data, said=said) if text else frozenset()
+    # A command that names a thing by its kind names that thing (a question is read
+    # whole: "how warm is it" is not only about the one thermostat).
+    kind_names = frozenset() if question else names_of(names, by_kind)
     follow_up = len(asked) > 1  # "turn it off": the names are in the history
     platforms = tool_domains(hass, chat_log.llm_api) if chat_log.llm_api else {}
     hint = Hint()
     if text and plan.prefix.examples:
         hint = house_hint(hass, plan.tools, language, spelled, platforms, said=said)
     # What the request is about: its hint's domains, else those of the things it names.
-    about = hint.domains if hint.domains is not None else names.named_domains(text) or None
+    named_domains = names.named_domains(text) | names.domains_of(kind_names)
+    about = hint.domains if hint.domains is not None else named_domains or None
     request = Request(
         text,
         question,
-        frozenset(names.mentioned(text)),
+        frozenset(names.mentioned(text)) | kind_names,
         tuple(hint.messages),
         about,
-        things=names.said_things(text),
+        things=names.said_things(text) | kind_names,
         intent=hint.intent,
         slots=names.house_slots(hint.slots),
-        worded=worded(names, said) if spoken and not follow_up else None,
+        worded=worded(names, said) | kind_names if spoken and not follow_up else None,
         words=said,
         follow_up=follow_up,
+        by_kind=by_kind,
         language=language,
         spelled=spelled,
     )
