@@ -66,19 +66,40 @@ def test_a_question_about_the_house_reads_it_first() -> None:
     ).read_first
 
 
+READS = {"type": "allowed_tools", "allowed_tools": {"mode": "auto", "tools": [
+    {"type": "function", "function": {"name": LIVE}}]}}  # fmt: skip
+
+
 @pytest.mark.parametrize("text", ["tell me a joke", "what is the capital of France?"])
 def test_a_question_about_nothing_here_reads_nothing(text: str) -> None:
     asked = policy(Request(text, question=True))
     assert not asked.read_first
-    assert asked.tool_choice(0, True) is None
+    assert asked.tool_choice(0, True) == READS  # words, or a read: never an action
     assert not asked.command
+    assert policy(Request(text, question=True), OTHER).tool_choice(0, True) is None
 
 
 def test_read_first_can_be_turned_off() -> None:
     asked = policy(
         Request("is it on?", question=True, named=frozenset({"kitchen"})), read_first=False
     )
-    assert asked.tool_choice(0, True) is None
+    assert asked.tool_choice(0, True) == READS
+
+
+def test_a_question_never_acts() -> None:
+    """After its read, a question's requests may call only the tools that read (or
+    answer in words): asked how warm it was outside, the small model set a thermostat.
+    A command's later requests are the server's default; the last speaks."""
+    asked = policy(
+        Request("is the kitchen light on?", question=True, named=frozenset({"kitchen light"}))
+    )
+    assert [asked.tool_choice(i, True) for i in range(MAX_REQUESTS)] == [
+        {"type": "function", "function": {"name": LIVE}},
+        READS,
+        "none",
+    ]
+    told = policy(Request("turn on the kitchen light", question=False, about=frozenset({"light"})))
+    assert told.tool_choice(1, True) is None
 
 
 def test_a_command_naming_the_house_must_call_a_tool() -> None:

@@ -70,5 +70,15 @@ async def test_a_question_turn_starts_with_the_live_context_tool(
         later = [body.get("tool_choice") for body in spy.bodies[1:]]
         assert not any(isinstance(c, dict) and c.get("type") == "function" for c in later)
     else:
-        assert "tool_choice" not in question
+        # Not forced to read; still never to act: words, or a tool that reads.
+        assert question["tool_choice"] == {
+            "type": "allowed_tools",
+            "allowed_tools": {
+                "mode": "auto",
+                "tools": [
+                    {"type": "function", "function": {"name": "GetDateTime"}},
+                    {"type": "function", "function": {"name": "GetLiveContext"}},
+                ],
+            },
+        }
     assert hass.states.get(KITCHEN_LIGHT).state == "on"

@@ -92,7 +92,7 @@ async def test_only_a_question_about_the_house_reads_it_first(
         await converse(hass, "tell me a joke?")
         await converse(hass, "is the kitchen light on?")
     joke, house = spy.bodies[0], spy.bodies[1]
-    assert "tool_choice" not in joke
+    assert joke["tool_choice"]["allowed_tools"]["mode"] == "auto"  # not forced to read
     assert house["tool_choice"]["function"]["name"].endswith("GetLiveContext")
     assert [t["read_first"] for t in hearth_traces()[-2:]] == [False, True]
 

@@ -65,6 +65,14 @@ def is_question(
     return said.endswith(_ASKS[:2]) or said.startswith(_ASKS[2])
 
 
+def reads(tool: str) -> bool:
+    """Whether ``tool`` only reads the house: the live context, HA's question intents,
+    and the ``Get``/``get_`` tools (the date and time, a calendar's events, a to-do
+    list's items)."""
+    short = bare_name(tool)
+    return short == LIVE_CONTEXT or short in QUESTION_INTENTS or short.startswith(("Get", "get_"))
+
+
 def live_context_tool(tools: Iterable[Mapping[str, Any]]) -> str | None:
     """The offered live-context tool's full name (``homeassistant__GetLiveContext``)."""
     for tool in tools:

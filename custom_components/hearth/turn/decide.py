@@ -8,6 +8,9 @@ acts on) and what the server can do (``Capabilities``), ``decide`` returns a
 - **Read first.** A question that names something of this house (a thing, area or
   floor, or a kind of thing its nearest example is about) starts by reading the house:
   the first request names the live-context tool. "Tell me a joke" reads nothing.
+- **A question never acts.** Its other requests may call only the tools that read
+  (questions.reads: the live context, a calendar, a to-do list, the date and time),
+  or answer in words: asked how warm it was outside, the small model set a thermostat.
 - **A command acts or asks.** A request that names something of this house and does
   not ask must call a tool first (``required``; where the server takes OpenAI's
   ``allowed_tools``, only the tools that act on what it names), never answer in prose.
@@ -42,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..house.names import names_entity, normalize
 from ..house.values import AREA_WIDE, allowed_for
+from ..language.questions import reads
 from ..tool_names import bare_name
 
 if TYPE_CHECKING:
@@ -80,6 +84,7 @@ class TurnPolicy:
 
     hint: tuple[dict[str, Any], ...] = ()
     first_choice: str | dict[str, Any] | None = None  # the first request's tool_choice
+    later_choice: str | dict[str, Any] | None = None  # the others' (but the last)
     allowed: list[str] | None = None  # the tools a command may call (None: any)
     values: dict[str, Any] | None = None  # argument values for the grammar (None: none)
     about: frozenset[str] | None = None
@@ -106,7 +111,7 @@ class TurnPolicy:
             return self.first_choice
         if iteration >= self.max_requests - 1:
             return "none"  # the last request speaks
-        return None
+        return self.later_choice
 
 
 def decide(
@@ -149,6 +154,10 @@ def decide(
         first = {"type": "allowed_tools", "allowed_tools": {"mode": "required", "tools": chosen}}
     elif tools and ((command and caps.forced_calls) or options.tool_first):
         first = "required"
+    # A question never acts: after its first request (the read), and where it reads
+    # nothing first, its requests may call the tools that read only, or answer.
+    later = reading_choice(tools) if request.question and caps.allowed_tools else None
+    first = later if first is None else first
     sent = None
     if caps.value_lists and values:
         sent = command_values(values, about, names_by_domain or {}) if command else values
@@ -162,6 +171,7 @@ def decide(
     return TurnPolicy(
         hint=tuple(request.hint),
         first_choice=first,
+        later_choice=later,
         allowed=None if read_first else allowed,
         values=sent,
         about=about,
@@ -170,6 +180,16 @@ def decide(
         max_requests=max_requests or MAX_REQUESTS,
         request={"named": sorted(request.named), "question": request.question},
     )
+
+
+def reading_choice(tools: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """A ``tool_choice`` that lets a request call only the offered tools that read
+    (questions.reads), or answer in words; None where none of them reads."""
+    names = [str((t.get("function") or {}).get("name", "")) for t in tools]
+    chosen = [{"type": "function", "function": {"name": n}} for n in names if reads(n)]
+    if not chosen:
+        return None
+    return {"type": "allowed_tools", "allowed_tools": {"mode": "auto", "tools": chosen}}
 
 
 def said_intent(
