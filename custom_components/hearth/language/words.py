@@ -20,6 +20,7 @@ import re
 import unicodedata
 from collections.abc import Iterable, Mapping, Set
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, Protocol
 
 from hassil.expression import (
@@ -94,6 +95,13 @@ def inflected(word: str, other: str) -> bool:
     return same >= max(_ALIKE_LETTERS, len(short) - _ENDING_LETTERS)
 
 
+def inflection_key(word: str) -> str:
+    """What two words that are one word inflected (``inflected``) share: the first
+    four letters of each, accents aside (a shorter word: all of it)."""
+    return _plain(word)[:_ALIKE_LETTERS]
+
+
+@lru_cache(maxsize=65536)
 def _plain(word: str) -> str:
     """``word`` without its accents (combining marks)."""
     return "".join(c for c in unicodedata.normalize("NFD", word) if not unicodedata.combining(c))
