@@ -89,6 +89,12 @@ def refused(language: str, text: str, tool: str, arguments: Mapping[str, Any]) -
         ("en", "close the kitchen", "HassSetPosition", {"position": 0}),
         ("en", "open the garage door", "HassTurnOn", {}),
         ("de", "schließe die Küche", "HassSetPosition", {"position": 0}),
+        # On/off on things of a kind the request is not about (a lock, then the lights).
+        ("en", "lock the front door", "HassTurnOn", {"area": "Kitchen", "domain": ["light"]}),
+        ("de", "verriegle die Haustür", "HassTurnOn", {"name": "Schreibtischlampe"}),
+        # A call by an area the request does not say, where it names a thing.
+        ("en", "open the garage door", "HassTurnOn", {"area": "Kitchen"}),
+        ("de", "öffne das Garagentor", "HassTurnOn", {"area": "Küche", "domain": ["cover"]}),
         # A media intent for a request about a cover.
         ("en", "close the garage door", "HassMediaPause", {"name": "Speaker"}),
         ("de", "schließe das Garagentor", "HassMediaPause", {"name": "Lautsprecher"}),
@@ -144,6 +150,14 @@ def test_a_call_that_cannot_act_on_the_request_is_refused(
         # (the speaking device's area; HA decides).
         ("en", "set the position to 50", "HassSetPosition", {"position": 50}),
         ("en", "close the kitchen", "HassSetPosition", {"area": "Kitchen", "position": 0}),
+        # An area the request says, inflected or not; a request naming nothing of the
+        # house leaves the area to the model (the speaking device's, HA's "here").
+        ("en", "turn on the lights in the kitchens", "HassTurnOn",
+         {"area": "Kitchen", "domain": ["light"]}),
+        ("de", "Licht in der Küche an", "HassTurnOn", {"area": "Küche", "domain": ["light"]}),
+        ("en", "turn on the lights", "HassTurnOn", {"area": "Kitchen", "domain": ["light"]}),
+        # On/off by a name of a kind the request is about.
+        ("en", "turn on the desk lamp", "HassTurnOn", {"name": "Desk Lamp", "domain": ["light"]}),
         # A request that says neither direction: the call runs (HA decides).
         ("en", "the front door", "HassTurnOn", {"name": "Front Door"}),
         # Reading never acts: never refused.

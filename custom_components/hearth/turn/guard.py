@@ -16,8 +16,13 @@ in the request's language, never from word lists of ours:
 - **A call that names nothing of what the request names**: an intent that acts on
   things of the house, called with no name, area, floor or kind while the request names
   some, does not run (HA would pick: the house's one thermostat for "close the garage").
-- **A call of an intent for some domains** (``HassMediaPause``: media players) does not
-  run on a request about other domains only (the curtains).
+- **A call of an intent for some domains** (``HassMediaPause``: media players), or an
+  on/off call on things of some domains (its name's, or its ``domain``), does not run on
+  a request about other domains only (the curtains; asked to lock the front door, the
+  small model switched on the office's lights).
+- **A call by a place the request does not say**: where the request names things,
+  areas or floors of the house, a call by an area or floor none of whose words the
+  request says (inflected or not) does not run.
 - **On/off on a domain HA cannot switch**: ``HassTurnOn``/``HassTurnOff`` act on covers,
   locks, valves and buttons by their own services, else by the domain's
   ``turn_on``/``turn_off`` service; where the house has none (a vacuum), the call
@@ -101,6 +106,7 @@ class Guard:
         return (
             self._unnamed(intent, targets)
             or self._untargeted(intent, arguments)
+            or self._unsaid_place(intent, arguments)
             or self._other_domain(tool, intent, targets)
             or self._cannot_switch(intent, targets)
             or self._opposite(intent, targets)
@@ -150,9 +156,29 @@ class Guard:
             return None
         return f"{NOT_FOR_REQUEST}: the request names {', '.join(named)}; the call names none."
 
+    def _unsaid_place(self, intent: str, arguments: Mapping[str, Any]) -> str | None:
+        """A call by an area or floor none of whose words the request says, where the
+        request names things, areas or floors of the house: asked to lock the front door,
+        the small model switched on the lights of the office."""
+        if self.follow_up or not (intent in ON_OFF or self._platforms(intent)):
+            return None
+        places = [arguments.get(key) for key in ("area", "floor")]
+        unsaid = [
+            place
+            for place in places
+            if isinstance(place, str)
+            and place.strip()
+            and not any(said_in(word, self.asked) for word in words(place))
+        ]
+        if not unsaid or not (named := sorted(self.names.mentioned(self.text))):
+            return None
+        return f"{NOT_FOR_REQUEST}: the request names {', '.join(named)}; not {', '.join(unsaid)}."
+
     def _other_domain(self, tool: str, intent: str, targets: frozenset[str]) -> str | None:
-        """An intent for some domains, called on a request about others only."""
+        """An intent for some domains, or an on/off call on things of some domains,
+        called on a request about others only."""
         acts = self.platforms.get(tool) or self._platforms(intent)
+        acts = acts or (targets if intent in ON_OFF else frozenset())
         if not acts or not self.about:
             return None
         asked = self.about | self.names.named_domains(self.text)
