@@ -441,6 +441,28 @@ async def test_a_turn_sends_the_hint_where_examples_are_pinned(
     assert values["area"]
 
 
+async def test_a_request_read_as_said_before_it_is_read_spelled(
+    hass: HomeAssistant, house: None, engine: EngineProcess
+) -> None:
+    """ "The kitchen lights" says the thing "Kitchen Light" inflected, but HA's template
+    reads it as said: the kitchen's lights (area and domain), as HA's matcher would. The
+    request is read spelled with the house's names only where it reads as no template
+    as said."""
+    assert await async_setup_component(hass, "conversation", {})
+    await async_language_data(hass, "en")
+    hass.states.async_set("light.porch", "off", {"friendly_name": "Porch Light"})
+    async_expose_entity(hass, "conversation", "light.porch", True)
+    await async_setup_entry(hass, make_entry(engine.url, **{CONF_EXAMPLES: True}))
+    with ChatSpy() as spy:
+        await converse(hass, "turn on the kitchen lights")
+    values = spy.bodies[0]["hearth"]["argument_values"]
+    assert values["HassTurnOn.area"] == ["Kitchen"] and values["HassTurnOn.name"] == []
+    with ChatSpy() as spy:
+        await converse(hass, "turn on kitchen lights now and porch lights")  # no template
+    values = spy.bodies[0]["hearth"]["argument_values"]
+    assert "HassTurnOn.area" not in values  # not read as the kitchen's lights
+
+
 TIMER = {
     "type": "function",
     "function": {

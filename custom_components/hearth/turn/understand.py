@@ -22,7 +22,7 @@ from homeassistant.helpers import area_registry as ar
 from homeassistant.helpers import floor_registry as fr
 
 from ..house.kinds import async_kind_words, named_by_kind
-from ..house.names import HouseNames, names_of, worded
+from ..house.names import HouseNames, names_of, normalize, worded
 from ..house.values import domain_names, house_names, tool_domains
 from ..language.intents_data import async_language_data, cached_language_data
 from ..language.questions import is_question
@@ -101,7 +101,13 @@ async def async_understand(
     platforms = tool_domains(hass, chat_log.llm_api) if chat_log.llm_api else {}
     hint = Hint()
     if text and plan.prefix.examples:
-        hint = house_hint(hass, plan.tools, language, spelled, platforms, said=said)
+        hint = house_hint(hass, plan.tools, language, text, platforms, said=said)
+        # HA's templates read the request as said first ("the kitchen lights": the
+        # kitchen's lights, where a "Kitchen Light" is a thing); failing that, with the
+        # names it says inflected written as the house writes them.
+        if hint.intent is None and spelled != normalize(text):
+            respelled = house_hint(hass, plan.tools, language, spelled, platforms, said=said)
+            hint = respelled if respelled.intent is not None else hint
     # What the request is about: its hint's domains, else those of the things it names.
     named_domains = names.named_domains(text) | names.domains_of(kind_names)
     about = hint.domains if hint.domains is not None else named_domains or None
