@@ -142,9 +142,9 @@ class HouseNames:
     def mentioned(self, text: str) -> set[str]:
         """The names of things, areas and floors that ``text`` says: as they are
         written, or with their words inflected (``said_inflected``) where no name
-        written as it is was said in those words ("zapal lampę stojącą" says "Lampa
-        stojąca"; "the kitchen lights", where "Kitchen Light" is said, not "Kitchen
-        Lights")."""
+        said as written takes those words ("zapal lampę stojącą" says "Lampa stojąca",
+        "the kitchen lights" a "Kitchen Light"; where the house has both a "Kitchen
+        Light" and "Kitchen Lights", "the kitchen light" says only the first)."""
         said = normalize(text)
         exact, inflected = self._said(said)
         return exact | set(inflected)
@@ -228,8 +228,8 @@ def said_inflected(
     text: str, names: Iterable[str], taken: Iterable[tuple[int, int]]
 ) -> dict[str, tuple[int, int]]:
     """The ``names`` (normalized) that normalized ``text`` says with their words
-    inflected, and where: each word of the name, in order and side by side, one of the text's
-    inflected (words.inflected: "bramę garażową" for "brama garażowa", "w kuchni" for
+    inflected, and where: each word of the name, in order and side by side, one of the
+    text's inflected (words.inflected: "bramę garażową" for "brama garażowa", "w kuchni" for
     "Kuchnia"), where no name said as written (``taken``: their spans; ``_crosses``),
     nor one of more words said inflected, takes those words. Names in a script without
     spaces are said as written or not at all."""
