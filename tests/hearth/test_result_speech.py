@@ -55,6 +55,16 @@ def test_a_target_the_request_did_not_name_is_named() -> None:
     assert say([outcome], "open the curtains") == "Done: Garage Door Opener."
 
 
+def test_a_target_said_inflected_or_in_the_speech_is_not_named_again() -> None:
+    """Polish inflects the name ("lampkę nocną" for "Lampka nocna"); HA's Polish
+    sentence names the thing itself: neither is followed by the name once more."""
+    lamp = entity("Lampka nocna", "light.lampka_nocna")
+    outcome = Outcome("HassTurnOff", {"name": "Lampka nocna"}, acted([lamp]))
+    assert say([outcome], "zgaś lampkę nocną", "Wyłączono") == "Wyłączono"
+    assert say([outcome], "zgaś wszystko", "Wyłączono Lampka nocna") == "Wyłączono Lampka nocna"
+    assert say([outcome], "zgaś wszystko", "Wyłączono") == "Wyłączono: Lampka nocna."
+
+
 def test_has_own_speech_wins() -> None:
     outcome = Outcome("HassStartTimer", {"minutes": 5}, acted([], said="Timer started"))
     assert say([outcome], "set a timer", "x") == "Timer started"

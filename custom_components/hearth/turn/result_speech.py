@@ -29,7 +29,7 @@ from homeassistant.exceptions import TemplateError
 from homeassistant.helpers import template
 from homeassistant.util import language as language_util
 
-from ..house.names import names_entity, normalize, says
+from ..house.names import names_entity, normalize, said_inflected, says
 from ..tool_names import bare_name
 
 ACTION_DONE = "action_done"
@@ -116,8 +116,10 @@ def spoken_outcomes(
         speech = outcome.own_speech() or render(outcome) or done
         places = [str(t.get("name", "")) for k in PLACES for t in outcome.targets(k)]
         names = [str(t.get("name", "")) for t in outcome.targets("entity")]
-        unnamed = [n for n in names if n and not says(request_norm, normalize(n))]
-        if unnamed and not any(p and says(request_norm, normalize(p)) for p in places):
+        unnamed = [
+            n for n in names if n and not _said(request_norm, n) and not _said(speech.casefold(), n)
+        ]
+        if unnamed and not any(p and _said(request_norm, p) for p in places):
             listed = list(dict.fromkeys(unnamed))
             more = ", …" if len(listed) > MAX_NAMED else ""
             speech = f"{speech.rstrip('.!。')}: {', '.join(listed[:MAX_NAMED])}{more}."
@@ -127,6 +129,13 @@ def spoken_outcomes(
     if missed:
         parts.append(failed(list(dict.fromkeys(missed))))
     return " ".join(parts)
+
+
+def _said(text: str, name: str) -> bool:
+    """Whether normalized ``text`` says ``name``, as written or inflected ("wyłącz lampkę
+    nocną" says "Lampka nocna")."""
+    key = normalize(name)
+    return says(text, key) or bool(said_inflected(text, [key], ()))
 
 
 def response_key(outcome: Outcome, templates: Mapping[str, str], domain: str | None) -> str | None:
