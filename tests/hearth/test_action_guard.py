@@ -255,3 +255,19 @@ def test_a_template_of_one_direction_never_reads_as_the_other(
 
 def _one(value: str) -> TextSlotList:
     return TextSlotList.from_tuples([(value, value)], allow_template=False)
+
+
+def test_a_word_valued_argument_is_what_the_template_reads() -> None:
+    """HA's Polish template reads "ścisz telewizor" (turn the TV down) as
+    ``HassSetVolumeRelative`` with ``volume_step: down``: the call that turns it up is
+    not run, the one that turns it down is; German "lauter" reads ``up``."""
+    pl = load_language_data("pl")
+    tv = HouseNames.of([(["Telewizor"], Named("media_player.telewizor"))])
+    said = Guard("ścisz telewizor", pl, tv)
+    volume = "HassSetVolumeRelative"
+    up = said.refusal(volume, {"name": "Telewizor", "volume_step": "up"})
+    assert up is not None and up.startswith(NOT_FOR_REQUEST)
+    assert said.refusal(volume, {"name": "Telewizor", "volume_step": "down"}) is None
+    louder = Guard("Lautsprecher lauter", DE, names("de"))
+    assert louder.refusal(volume, {"name": "Lautsprecher", "volume_step": "down"})
+    assert not louder.refusal(volume, {"name": "Lautsprecher", "volume_step": "up"})

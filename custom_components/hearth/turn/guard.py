@@ -27,6 +27,8 @@ in the request's language, never from word lists of ours:
   locks, valves and buttons by their own services, else by the domain's
   ``turn_on``/``turn_off`` service; where the house has none (a vacuum), the call
   cannot act, and the tools made for that domain are named instead.
+- **A word-valued argument** that is not what a template of the call's intent reads in
+  the request ("ścisz telewizor": ``volume_step`` down, not up) does not run.
 - **Direction**: where the request reads as the opposite intent of the call on that
   kind of thing (lock / unlock, open / close, on / off, start / return to base, pause /
   resume), the call is not run. The request reads as an intent where one of its
@@ -110,6 +112,7 @@ class Guard:
             or self._other_domain(tool, intent, targets)
             or self._cannot_switch(intent, targets)
             or self._opposite(intent, targets)
+            or self._contrary(intent, arguments)
         )
 
     def target_domains(self, arguments: Mapping[str, Any]) -> frozenset[str]:
@@ -219,6 +222,21 @@ class Guard:
         read = {direction(self.data, self.text, intent, d, self.names, said=asked) for d in domains}
         if other in read and intent not in read:
             return f"{NOT_FOR_REQUEST}: the request asks for {other}, not {intent}."
+        return None
+
+    def _contrary(self, intent: str, arguments: Mapping[str, Any]) -> str | None:
+        """A call whose word-valued argument is not what a template of its intent reads
+        in the request ("ścisz telewizor" reads ``volume_step: down``; the small model
+        turned it up)."""
+        if self.data is None or intent not in self.data.intents.intents:
+            return None
+        result = recognize(self.data, self.text, _lists(self.names), {intent})
+        for slot, entity in (result.entities if result is not None else {}).items():
+            said, called = entity.value, arguments.get(slot)
+            if slot in TARGETS or entity.is_wildcard or not isinstance(said, str):
+                continue
+            if isinstance(called, str) and said and called.casefold() != said.casefold():
+                return f"{NOT_FOR_REQUEST}: the request asks for {slot} {said}, not {called}."
         return None
 
     def _platforms(self, intent: str) -> frozenset[str]:
