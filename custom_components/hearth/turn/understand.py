@@ -109,15 +109,15 @@ async def async_understand(
             respelled = house_hint(hass, plan.tools, language, spelled, platforms, said=said)
             hint = respelled if respelled.intent is not None else hint
     # What the request is about: its hint's domains, else those of the things it names.
-    named_domains = names.named_domains(text) | names.domains_of(kind_names)
-    about = hint.domains if hint.domains is not None else named_domains or None
+    things = names.said_things(text) | kind_names
+    about = hint.domains if hint.domains is not None else names.domains_of(things) or None
     request = Request(
         text,
         question,
         frozenset(names.mentioned(text)) | kind_names,
         tuple(hint.messages),
         about,
-        things=names.said_things(text) | kind_names,
+        things=things,
         intent=hint.intent,
         slots=names.house_slots(hint.slots),
         worded=worded(names, said) | kind_names if spoken and not follow_up else None,
