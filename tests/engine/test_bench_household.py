@@ -267,3 +267,46 @@ def test_a_tool_round_follows_its_turn_with_the_servers_own_calls(
         assert last["messages"][-1]["tool_call_id"] == "own_1"
     else:
         assert last["messages"] == captured
+
+
+def test_rounds_run_abba_and_pool_each_configurations_requests(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``--rounds``: the configurations run in turn, back and forth, and each one's
+    requests and times are pooled (a stand-in replay: the order and the pooling are what
+    is checked here; the replay itself runs against real engines in the benchmarks)."""
+    from hearth_bench.household import main as household_main
+
+    order: list[str] = []
+
+    class CountingReplay:
+        def __init__(self, household: object, name: str, settings: Settings) -> None:
+            self.name, self.pins = name, name == "hearth"
+            self.records: list[Record] = []
+
+        async def run(self, trace: list[Step]) -> dict[str, Any]:
+            order.append(self.name)
+            ms = 100.0 * len(order)
+            self.records = [
+                Record(step=len(order), index=0, role="chat", agent="a", prefix=0,
+                       issued_s=0.0, in_repin=False, in_debounce=False, ttft_ms=ms,
+                       total_ms=ms, prompt_tokens=10, cached_tokens=9, engine_ttft_ms=ms,
+                       prefill_ms=ms, queue_ms=0.0, error=None)
+            ]  # fmt: skip
+            peaks = {"kv_total_bytes": len(order)}
+            return {"wall_s": 1.0, "stats": {}, "peaks": peaks, "pin_ms": [ms],
+                    "repin_tokens": [], "repin_windows_s": [], "state_changes": 1}  # fmt: skip
+
+    monkeypatch.setattr(household_main, "Replay", CountingReplay)
+    settings = Settings("default", 8, 0.0, None, Path(), None)
+    results, runs = asyncio.run(
+        household_main.run_all(None, [], ["no_cache", "hearth"], settings, rounds=3)  # type: ignore[arg-type]
+    )
+    assert order == ["hearth", "no_cache", "no_cache", "hearth", "hearth", "no_cache"]
+    assert [r.ttft_ms for r in runs["hearth"]] == [100.0, 400.0, 500.0]
+    assert results["hearth"]["requests"] == 3 and results["hearth"]["ttft_p50_ms"] == 400.0
+    assert results["no_cache"]["pin_ms"] == [200.0, 300.0, 600.0]
+    assert results["no_cache"]["kv_peak_bytes"] == 6
+    assert parse_args(["--rounds", "2"]).rounds == 2
+    with pytest.raises(SystemExit):
+        parse_args(["--rounds", "0"])

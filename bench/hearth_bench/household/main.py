@@ -88,29 +88,63 @@ from .trace import Step, make_trace, trace_summary
 
 
 async def run_all(
-    household: Household, trace: list[Step], names: list[str], settings: Settings
+    household: Household,
+    trace: list[Step],
+    names: list[str],
+    settings: Settings,
+    rounds: int = 1,
 ) -> tuple[dict[str, dict[str, Any]], dict[str, list[Record]]]:
-    results: dict[str, dict[str, Any]] = {}
+    """Each configuration ``rounds`` times, a fresh engine each time, in the order ABBA
+    (hearth first, then the others, then back), so that the drift of a shared machine
+    falls on every configuration alike; each one's requests are pooled."""
+    merged: dict[str, dict[str, Any]] = {}
     runs: dict[str, list[Record]] = {}
-    window = fallback_window(trace)
-    for name in sorted(names, key=list(CONFIGS).index):  # hearth first: it finds the windows
-        target = settings.engine_url if name in EXTERNALS else settings.model
-        print(f"# {name}: {target}, {len(trace)} steps", flush=True)
-        replay = Replay(household, name, settings)
-        run = await replay.run(trace)
-        own = {r.key for r in replay.records if r.in_repin}
-        if name == "hearth":
-            window = own
-        runs[name] = replay.records
-        results[name] = summarize(name, run, replay.records, own if replay.pins else window)
-        hit = results[name]["hit_rate"]
-        print(
-            f"  {results[name]['requests']} requests in {run['wall_s']} s, hit rate"
-            f" {'n/a' if hit is None else f'{hit:.2%}'},"
-            f" p95 TTFT {results[name]['ttft_p95_ms']:.0f} ms",
-            flush=True,
-        )
+    own_windows: dict[str, set[tuple[int, int]]] = {}
+    ordered = sorted(names, key=list(CONFIGS).index)  # hearth first: it finds the windows
+    for round_ in range(rounds):
+        for name in ordered if round_ % 2 == 0 else ordered[::-1]:
+            target = settings.engine_url if name in EXTERNALS else settings.model
+            turn = f", round {round_ + 1} of {rounds}" if rounds > 1 else ""
+            print(f"# {name}: {target}, {len(trace)} steps{turn}", flush=True)
+            replay = Replay(household, name, settings)
+            run = await replay.run(trace)
+            own_windows.setdefault(name, set()).update(r.key for r in replay.records if r.in_repin)
+            runs.setdefault(name, []).extend(replay.records)
+            merged[name] = merge_runs(merged.get(name), run)
+            merged[name]["pins"] = replay.pins
+            this = summarize(name, run, replay.records, set())
+            hit = this["hit_rate"]
+            print(
+                f"  {this['requests']} requests in {run['wall_s']} s, hit rate"
+                f" {'n/a' if hit is None else f'{hit:.2%}'},"
+                f" p95 TTFT {this['ttft_p95_ms']:.0f} ms",
+                flush=True,
+            )
+    window = own_windows.get("hearth") or fallback_window(trace)
+    results = {
+        name: summarize(name, run, runs[name], own_windows[name] if run["pins"] else window)
+        for name, run in merged.items()
+    }
     return results, runs
+
+
+def merge_runs(before: dict[str, Any] | None, run: dict[str, Any]) -> dict[str, Any]:
+    """One configuration's rounds as one run: times and pins added up, peaks the highest,
+    the engine's counters of its last round."""
+    if before is None:
+        return dict(run)
+    peaks = None
+    if run["peaks"] is not None:
+        peaks = {k: max(v, (before["peaks"] or {}).get(k, 0)) for k, v in run["peaks"].items()}
+    return {
+        **run,
+        "wall_s": round(before["wall_s"] + run["wall_s"], 1),
+        "peaks": peaks,
+        "pin_ms": before["pin_ms"] + run["pin_ms"],
+        "repin_tokens": before["repin_tokens"] + run["repin_tokens"],
+        "repin_windows_s": before["repin_windows_s"] + run["repin_windows_s"],
+        "state_changes": before["state_changes"] + run["state_changes"],
+    }
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -127,6 +161,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--model", default="default", help="default, tiny-tools, a folder")
     parser.add_argument("--requests", type=int, default=20, help="requests per configuration")
     parser.add_argument("--seed", type=int, default=2026)
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="run each configuration this many times, in turn (ABBA), and pool their"
+        " requests: configurations compared on a machine that drifts",
+    )
     parser.add_argument(
         "--max-tokens", type=int, default=8, help="per reply (32: a spoken sentence, for reply ms)"
     )
@@ -161,6 +202,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--check", action="store_true", help="exit 1 if a goal is missed")
     args = parser.parse_args(argv)
     args.configs = chosen_configs(args.configs, args.engine_url)
+    if args.rounds < 1:
+        parser.error("--rounds must be 1 or more")
     if set(EXTERNALS) & set(args.configs) and args.engine_url is None:
         parser.error(f"--configs {' / '.join(EXTERNALS)} needs --engine-url URL")
     if args.fixture is None:
@@ -234,7 +277,9 @@ def main(argv: list[str]) -> int:
         )  # fmt: skip
         started = time.monotonic()
         try:
-            configs, runs = asyncio.run(run_all(household, trace, args.configs, settings))
+            configs, runs = asyncio.run(
+                run_all(household, trace, args.configs, settings, args.rounds)
+            )
         except PinRefusedError as err:
             print(f"scripts/bench household: {err} ({house_of(household.fixture)})")
             return 2
@@ -249,6 +294,7 @@ def main(argv: list[str]) -> int:
         "configs": configs,
         "goals": [{"pass": ok, "check": text} for ok, text in goals],
         "trace": {"seed": args.seed, **summary},
+        "rounds": args.rounds,
         "model": args.model,
         "engine_url": args.engine_url,
         "max_tokens": args.max_tokens,

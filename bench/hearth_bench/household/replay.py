@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -241,6 +242,7 @@ class Replay:
         if self.settings.kv_cache_mb:
             env["HEARTH_KV_CACHE_MB"] = str(self.settings.kv_cache_mb)
         data = self.settings.workdir / "container-data"
+        shutil.rmtree(data, ignore_errors=True)  # each run pins afresh, as ``hearth`` does
         kernels = CONTAINER_KERNELS  # kept between runs, like this machine's own
         engine = ContainerEngine(build_image(), data, env, kernels=kernels).start()
         if engine.wait_kernels() != "active":
