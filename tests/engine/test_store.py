@@ -6,6 +6,7 @@ import contextlib
 import errno
 import json
 import logging
+import math
 import os
 import stat
 import subprocess
@@ -106,6 +107,29 @@ def test_writing_a_pin_starts_no_openmp_pool_on_the_writing_thread(
         assert _threads() == before
     loaded = store.load(NS, tokens)
     assert loaded is not None and torch.equal(loaded, segment)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    shape=st.lists(st.integers(0, 5), min_size=0, max_size=5),
+    cut=st.integers(0, 4),
+    transpose=st.booleans(),
+    dtype=st.sampled_from([torch.float32, torch.bfloat16, torch.int64]),
+)
+def test_a_tensors_runs_are_its_bytes_in_order(
+    shape: list[int], cut: int, transpose: bool, dtype: torch.dtype
+) -> None:
+    """Whatever the view (sliced, transposed, empty), the runs written are the tensor's
+    bytes in C order: those of its contiguous copy."""
+    tensor = torch.arange(max(1, math.prod(shape)) * 2).to(dtype)[: math.prod(shape)]
+    tensor = tensor.view(shape)
+    if tensor.dim() >= 2 and transpose:
+        tensor = tensor.transpose(0, -1)
+    if tensor.dim() >= 1:
+        tensor = tensor[..., : max(0, tensor.shape[-1] - cut)] if cut < 2 else tensor[: cut - 1]
+    written = b"".join(bytes(run) for run in store_module._runs_for_writing(tensor))
+    expected = tensor.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()
+    assert written == expected
 
 
 @contextlib.contextmanager

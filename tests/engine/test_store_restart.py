@@ -4,6 +4,7 @@ by a crash. Each runs real engines (the tiny model) on a real folder, one after 
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import logging
 import os
@@ -149,3 +150,49 @@ async def test_temporary_files_of_a_crash_are_swept_at_start(
     make_engine(prefix_store=tmp_path)
     assert not stale.exists()
     assert path.exists()
+
+
+@pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="Linux's SCHED_IDLE")
+async def test_the_store_writes_only_on_cores_nothing_else_wants(
+    make_engine: Any, tmp_path: Path
+) -> None:
+    """A pin's file (100-200 MB to copy, checksum and write) is written by a thread the
+    kernel runs only when the worker's threads leave a core idle: with the store on, as
+    the add-on runs, writes beside a request had delayed its prefill."""
+    engine = make_engine(prefix_store=tmp_path)
+    assert (await engine.pin("house", HOUSE)).state == "ready"
+    policy = engine.pins.disk._io.submit(lambda: os.sched_getscheduler(0)).result(20)
+    assert policy == os.SCHED_IDLE
+    assert os.sched_getscheduler(0) != os.SCHED_IDLE  # the caller's own thread is untouched
+    engine.pins.flush(20)
+    assert manifest_names(engine) == ["house"]
+
+
+async def test_a_pins_file_waits_for_a_worker_without_requests(
+    make_engine: Any, tmp_path: Path
+) -> None:
+    """A pin's file is written between requests, not beside them (persistence only has
+    to outlive a restart); closing the engine writes what still waits, at once."""
+    engine = make_engine(prefix_store=tmp_path)
+    assert not engine._has_requests()  # the worker's own answer, read by the store
+    requests = [True]
+    engine.pins.disk.busy = lambda: requests[0]
+    assert (await engine.pin("house", HOUSE)).state == "ready"
+    assert engine.pins.store is not None
+    path = engine.pins.store.path_for(engine.namespace, prefix_key(engine.namespace, HOUSE))
+    await asyncio.sleep(0.3)
+    assert not path.exists()  # held back while requests run
+    requests[0] = False
+    engine.pins.flush(20)
+    assert path.exists()
+
+    second = make_engine(prefix_store=tmp_path / "second")
+    second.pins.disk.busy = lambda: True  # requests without end: closing writes anyway
+    assert (await second.pin("house", HOUSE)).state == "ready"
+    started = time.monotonic()
+    second.close()
+    assert time.monotonic() - started < 10
+    assert second.pins.store is not None
+    assert second.pins.store.path_for(
+        second.namespace, prefix_key(second.namespace, HOUSE)
+    ).exists()

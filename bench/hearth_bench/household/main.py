@@ -25,6 +25,9 @@ The same trace runs against a fresh engine process per configuration:
 * ``hearth_container`` (only with ``--configs``): as ``hearth``, against the add-on's
   image (``scripts/image``) run with podman through its own launcher, with the API key
   it made: ``--configs hearth hearth_container`` shows what packaging costs.
+* ``hearth_store`` (only with ``--configs``): as ``hearth``, with a prefix store, as the
+  add-on runs: against ``hearth``, what persistence costs; against ``hearth_container``,
+  what the container alone costs.
 * ``hearth_fresh_prefix`` (only with ``--configs``): as ``hearth``, but requests switch to
   the renamed prefix at once (the plugin before it kept the pinned prefix during re-pins:
   every request then cold-prefilled most of the house).

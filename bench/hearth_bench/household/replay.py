@@ -39,6 +39,9 @@ CONFIGS = {
     # Hearth as ``hearth``, but the engine is the add-on's image run with podman
     # (scripts/image): what packaging costs, side by side with ``hearth``.
     "hearth_container": ("radix", True, True),
+    # Hearth as ``hearth``, its pins also written to a prefix store (``--prefix-store``,
+    # as the add-on runs): what persistence costs, and packaging alone against the add-on.
+    "hearth_store": ("radix", True, True),
     # Hearth with every token a grammar forces decoded one step each (before jump-forward).
     "hearth_no_jump_forward": ("radix", True, True),
     # --engine-url: the server as the plugin drives it: each agent's prefix primed at start
@@ -52,6 +55,7 @@ CONFIGS = {
 CONFIG_ARGS = {"hearth_no_jump_forward": ("--no-jump-forward",)}  # engine flags of a config
 EXTERNAL = "external"
 CONTAINER = "hearth_container"
+STORE = "hearth_store"
 CONTAINER_KERNELS = (
     Path(os.environ.get("HEARTH_CACHE_DIR") or Path.home() / ".cache" / "hearth")
     / "image"
@@ -196,6 +200,10 @@ class Replay:
         args += ["--max-queue", "256", *CONFIG_ARGS.get(self.name, ())]
         if self.settings.kv_cache_mb:
             args += ["--kv-cache-mb", str(self.settings.kv_cache_mb)]
+        if self.name == STORE:
+            store = self.settings.workdir / "prefix-store"
+            shutil.rmtree(store, ignore_errors=True)  # each run pins afresh
+            args += ["--prefix-store", str(store)]
         return args
 
     async def run(self, trace: Sequence[Step]) -> dict[str, Any]:

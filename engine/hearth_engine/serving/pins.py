@@ -70,14 +70,20 @@ Waiter = Callable[[PinStatus], None]
 
 class PinManager:
     def __init__(
-        self, config: EngineConfig, namespace: str, kv: KVManager, counters: Counters
+        self,
+        config: EngineConfig,
+        namespace: str,
+        kv: KVManager,
+        counters: Counters,
+        busy: Callable[[], bool] = lambda: False,
     ) -> None:
+        """``busy``: whether the worker has requests to run (``PinStore``)."""
         self.mode = config.cache_mode
         self.namespace = namespace
         self.kv = kv
         self.counters = counters
         radix = self.mode is CacheMode.RADIX
-        self.disk = PinStore(config.prefix_store, radix, kv, namespace, counters)
+        self.disk = PinStore(config.prefix_store, radix, kv, namespace, counters, busy=busy)
         self._lock = threading.RLock()  # guards the records below
         self._active: dict[str, PinStatus] = {}  # ready pins, or a failed first try
         self._pending: dict[str, PinStatus] = {}  # the latest attempt, still warming

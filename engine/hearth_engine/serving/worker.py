@@ -102,7 +102,7 @@ class WorkerLoop:
         self.kv = KVManager(config, runner, budget, lambda: self.scheduler.prefilling)
         self.output = OutputProcessor(config, runner, self.counters)
         self.masker = Masker(runner.info.vocab_size)  # grammar masks of constrained requests
-        self.pins = PinManager(config, namespace, self.kv, self.counters)
+        self.pins = PinManager(config, namespace, self.kv, self.counters, self._has_requests)
         if self.pins.store is not None:  # sliding layers store their last window only
             layout = runner.layout
             trimmed = layout.sliding if layout.trims_windows else ()
@@ -117,6 +117,11 @@ class WorkerLoop:
         self.failure: str | None = None  # why the worker stopped, if it died
         self._last_work = 0.0  # monotonic time of the last step that did work
         self._released = True  # nothing ran since the last idle release
+
+    def _has_requests(self) -> bool:
+        """Whether requests wait or run (read from the store's thread: a passing answer
+        is enough there)."""
+        return bool(self.scheduler.running or self.scheduler.waiting)
 
     def _loop(self) -> None:
         try:
