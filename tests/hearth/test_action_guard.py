@@ -22,7 +22,8 @@ from custom_components.hearth.turn.guard import NOT_FOR_REQUEST, OPPOSITE, Guard
 
 EN = load_language_data("en")
 DE = load_language_data("de")
-DATA = {"en": EN, "de": DE}
+PL = load_language_data("pl")
+DATA = {"en": EN, "de": DE, "pl": PL}
 
 # One house per language: a lock, a garage door, a valve, a vacuum, a speaker, a light.
 THINGS = {
@@ -42,6 +43,7 @@ THINGS = {
         "media_player.speaker": "Lautsprecher",
         "light.desk_lamp": "Schreibtischlampe",
     },
+    "pl": {"vacuum.robot": "Odkurzacz", "media_player.speaker": "Głośnik"},
 }
 PLATFORMS = {
     "HassVacuumStart": frozenset({"vacuum"}),
@@ -116,6 +118,14 @@ def refused(language: str, text: str, tool: str, arguments: Mapping[str, Any]) -
         ("de", "starte den Saugroboter", "HassVacuumReturnToBase", {"name": "Saugroboter"}),
         ("de", "schick den Saugroboter zur Ladestation", "HassVacuumStart",
          {"name": "Saugroboter"}),
+        # A pair of a thing's own, against the on / off the request reads as.
+        ("en", "turn on the robot", "HassVacuumReturnToBase", {"name": "Robot"}),
+        ("en", "turn off the robot", "HassVacuumStart", {"name": "Robot"}),
+        ("en", "turn off the speaker", "HassMediaUnpause", {"name": "Speaker"}),
+        ("de", "schalte den Saugroboter ein", "HassVacuumReturnToBase",
+         {"name": "Saugroboter"}),
+        ("pl", "włącz odkurzacz", "HassVacuumReturnToBase", {"name": "Odkurzacz"}),
+        ("pl", "wyłącz odkurzacz", "HassVacuumStart", {"name": "Odkurzacz"}),
     ],
 )  # fmt: skip
 def test_a_call_that_cannot_act_on_the_request_is_refused(
@@ -146,6 +156,13 @@ def test_a_call_that_cannot_act_on_the_request_is_refused(
         ("de", "schließe das Wasserventil", "HassTurnOff", {"name": "Wasserventil"}),
         ("de", "starte den Saugroboter", "HassVacuumStart", {"name": "Saugroboter"}),
         ("de", "schalte die Schreibtischlampe aus", "HassTurnOff", {"name": "Schreibtischlampe"}),
+        # A pair of a thing's own, with the on / off the request reads as.
+        ("en", "turn off the robot", "HassVacuumReturnToBase", {"name": "Robot"}),
+        ("en", "turn on the robot", "HassVacuumStart", {"name": "Robot"}),
+        ("en", "turn off the speaker", "HassMediaPause", {"name": "Speaker"}),
+        ("de", "schalte den Saugroboter aus", "HassVacuumReturnToBase", {"name": "Saugroboter"}),
+        ("pl", "wyłącz odkurzacz", "HassVacuumReturnToBase", {"name": "Odkurzacz"}),
+        ("pl", "włącz odkurzacz", "HassVacuumStart", {"name": "Odkurzacz"}),
         # A request that names nothing of the house: a call may name nothing either
         # (the speaking device's area; HA decides).
         ("en", "set the position to 50", "HassSetPosition", {"position": 50}),

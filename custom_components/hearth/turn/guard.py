@@ -34,7 +34,9 @@ in the request's language, never from word lists of ours:
   resume), the call is not run. The request reads as an intent where one of its
   templates for that domain matches it whole with the house's names; failing that,
   where it says a word that only that intent's templates for that domain say (and few
-  intents of the language say at all), and none of the other's.
+  intents of the language say at all), and none of the other's. Nor does a call of a
+  pair run against the on / off the request reads as, its things named as switches are
+  ("turn on the vacuum": not back to its base).
 
 Pure: ``Guard`` holds what the turn read of the request and the house.
 """
@@ -60,6 +62,7 @@ OPPOSITE: dict[str, str] = {
     "HassMediaUnpause": "HassMediaPause",
     "HassLawnMowerStartMowing": "HassLawnMowerDock",
 }
+STARTS = frozenset(OPPOSITE)  # of each pair, the intent that turns its thing on or starts it
 OPPOSITE |= {off: on for on, off in OPPOSITE.items()}
 # Domains HA's on/off handler switches by their own services (intent/__init__.py).
 OWN_ON_OFF = frozenset({"cover", "lock", "valve", "button", "input_button"})
@@ -215,6 +218,12 @@ class Guard:
         other = OPPOSITE.get(intent)
         if other is None or self.data is None:
             return None
+        switched = None if intent in ON_OFF else switched_as(self.data, self.text, self.names)
+        if switched is not None:  # the words of switching say more than a word of a pair
+            wanted = "HassTurnOn" if intent in STARTS else "HassTurnOff"
+            if switched != wanted:
+                return f"{NOT_FOR_REQUEST}: the request asks for {switched}, not {intent}."
+            return None
         domains = targets or self.about or frozenset()
         if not domains:
             domains = self._platforms(intent) or frozenset()
@@ -293,6 +302,20 @@ def reads_as(data: LanguageData, text: str, intents: Iterable[str], names: House
         return False
     result = recognize(data, text, _lists(names), wanted)
     return result is not None and not result.unmatched_entities
+
+
+def switched_as(data: LanguageData, text: str, names: HouseNames) -> str | None:
+    """``HassTurnOn`` or ``HassTurnOff`` where a template of one matches ``text`` whole
+    with the house's things named as switches are: the words of switching a thing on or
+    off, whatever the thing. HA reads "turn on the vacuum" as no intent (a vacuum has no
+    ``turn_on``), and Polish has no vacuum template for "włącz odkurzacz", yet either
+    asks to start it, never to send it back to its base (as the small model did)."""
+    switches = [(name, "switch") for name in names.things]
+    lists = slot_lists(switches, names.areas, names.floors)
+    result = recognize(data, text, lists, set(ON_OFF))
+    if result is None or result.unmatched_entities:
+        return None
+    return result.intent.name
 
 
 def direction(
