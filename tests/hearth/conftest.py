@@ -150,10 +150,16 @@ def auto_enable_custom_integrations(enable_custom_integrations: None) -> None:
 async def house(hass: HomeAssistant) -> None:
     """A small real house: a template light "Kitchen Light" (backed by an
     input_boolean) in the Kitchen, plus a Living Room; the light is exposed to Assist."""
+    await async_setup_house(hass)
+
+
+async def async_setup_house(hass: HomeAssistant, **booleans: str) -> None:
+    """The ``house`` fixture's house, with ``booleans`` more input_booleans (object id ->
+    name) beside the light's power."""
     assert await async_setup_component(hass, "homeassistant", {})
-    assert await async_setup_component(
-        hass, "input_boolean", {"input_boolean": {"kitchen_light_power": {"name": "Power"}}}
-    )
+    config = {"kitchen_light_power": {"name": "Power"}}
+    config |= {object_id: {"name": name} for object_id, name in booleans.items()}
+    assert await async_setup_component(hass, "input_boolean", {"input_boolean": config})
     assert await async_setup_component(
         hass,
         "template",

@@ -305,18 +305,21 @@ def recognize(
     text: str,
     lists: Mapping[str, TextSlotList],
     intents: set[str] | None = None,
+    *,
+    whole: bool = False,
 ) -> RecognizeResult | None:
     """The best match of ``text`` among ``intents`` (all where None) with a house's
     ``lists`` (names, areas, floors), as HA's matcher would pick it; a template that
-    wants the speaking device's area gets one. Failing that, a template match whose
-    name is not one of the house's (the user's words for a thing)."""
+    wants the speaking device's area gets one. Failing that (unless ``whole``: only a
+    match of every slot), a template match whose name is not one of the house's (the
+    user's words for a thing)."""
     chosen = data.intents
     if intents is not None:
         chosen = dataclasses.replace(
             chosen, intents={k: v for k, v in chosen.intents.items() if k in intents}
         )
     here = {AREA: "", "area_id": ""}
-    for unmatched in (False, True):
+    for unmatched in (False,) if whole else (False, True):
         result = recognize_best(
             text,
             chosen,

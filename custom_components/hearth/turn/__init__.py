@@ -2,7 +2,8 @@
 
 - ``prepare.py``: the turn as one pipeline, ``async_prepare_turn``;
 - ``understand.py``: the request read once (its words, what it names, whether it asks,
-  its nearest example from ``hints.py``);
+  its nearest example from ``hints.py``; ``parts.py``: the commands of a request that
+  says several, each then a turn of its own);
 - ``decide.py``: the pure policy, what each request of the turn carries;
 - ``plan.py`` and ``prompt.py``: what a request sends (the prefix, tools, context, the
   messages);

@@ -178,7 +178,11 @@ def decide(
         read_first=read_first,
         command=command,
         max_requests=max_requests or MAX_REQUESTS,
-        request={"named": sorted(request.named), "question": request.question},
+        request={
+            "named": sorted(request.named),
+            "question": request.question,
+            **({"parts": list(request.parts)} if request.parts else {}),
+        },
     )
 
 

@@ -300,7 +300,7 @@ def reads_as(data: LanguageData, text: str, intents: Iterable[str], names: House
     wanted = {i for i in intents if i in data.intents.intents}
     if not wanted:
         return False
-    result = recognize(data, text, _lists(names), wanted)
+    result = recognize(data, text, _lists(names), wanted, whole=True)
     return result is not None and not result.unmatched_entities
 
 

@@ -35,6 +35,8 @@ class Turn:
     calls: Calls
     speech: Speech
     tool_names: tuple[str, ...] = ()
+    # A request of several commands (turn/parts.py): each one's own turn, run in order.
+    parts: tuple[Turn, ...] = ()
 
     @property
     def spoken(self) -> bool:
@@ -75,9 +77,13 @@ async def async_prepare_turn(
     caps: Capabilities,
     read_first: bool,
     spoken: bool,
+    part: str | None = None,
 ) -> Turn:
-    """This turn, from its request, the house, the options and ``caps``."""
-    request, house = await async_understand(hass, chat_log, plan, language=language, spoken=spoken)
+    """This turn, from its request, the house, the options and ``caps``; ``part``: one
+    command of the request's several (turn/parts.py), as a turn of its own."""
+    request, house = await async_understand(
+        hass, chat_log, plan, language=language, spoken=spoken, part=part
+    )
     policy = decide(
         request,
         plan.tools,
@@ -94,10 +100,18 @@ async def async_prepare_turn(
     )
     calls = Calls.of(hass, request, house, tools=plan.tools, spoken=spoken)
     tools = chat_log.llm_api.tools if chat_log.llm_api else []
+    parts = [
+        await async_prepare_turn(
+            hass, chat_log, plan, language=language, options=options, caps=caps,
+            read_first=read_first, spoken=spoken, part=text,
+        )
+        for text in request.parts
+    ]  # fmt: skip
     return Turn(
         request,
         policy,
         calls,
         await Speech.async_of(hass, request.text, language, spoken=spoken),
         tuple(tool.name for tool in tools),
+        tuple(parts),
     )

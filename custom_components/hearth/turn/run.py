@@ -14,7 +14,8 @@ the agent to this loop (``Agent``) and records what ``TurnRun`` gathered.
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
+import dataclasses
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import Any
@@ -75,6 +76,41 @@ class TurnRun:
         }
 
 
+@dataclass(frozen=True, slots=True)
+class Part:
+    """One command of a request that says several (turn/parts.py), run as a turn of its
+    own: its ``text``, and where its own items begin in the chat log (``since``)."""
+
+    text: str
+    since: int
+
+    def content(self, content: Sequence[conversation.Content]) -> list[conversation.Content]:
+        """The chat log as this part's requests see it: the request is the part's text,
+        and what the earlier parts did is left out (each says what it did)."""
+        asked = [i for i, item in enumerate(content) if isinstance(item, conversation.UserContent)]
+        if not asked:
+            return [*content, conversation.UserContent(self.text)]
+        user = asked[-1]
+        said = dataclasses.replace(content[user], content=self.text)
+        return [*content[:user], said, *content[max(self.since, user + 1) :]]
+
+
+async def _async_run_parts(
+    chat_log: conversation.ChatLog, agent: Agent, parts: Sequence[Turn], run: TurnRun
+) -> None:
+    """Run each command of a request that says several as a turn of its own, in order,
+    then say what each said, together."""
+    said: list[str] = []
+    for turn in parts:
+        since = len(chat_log.content)
+        await async_run_turn(chat_log, agent, turn, run, part=Part(turn.request.text, since))
+        last = chat_log.content[-1]
+        if len(chat_log.content) > since and isinstance(last, conversation.AssistantContent):
+            said.append(last.content or "")
+    if len([s for s in said if s]) > 1:
+        say(chat_log, agent.agent_id, " ".join(s for s in said if s))
+
+
 async def async_run_turn(
     chat_log: conversation.ChatLog,
     agent: Agent,
@@ -82,15 +118,23 @@ async def async_run_turn(
     run: TurnRun,
     *,
     response_format: Mapping[str, Any] | None = None,
+    part: Part | None = None,
 ) -> None:
-    """Run the tool loop for the chat log's last user message; ``run`` gathers what
-    its requests reported (also where one fails)."""
+    """Run the tool loop for the chat log's last user message (or ``part`` of it);
+    ``run`` gathers what its requests reported (also where one fails)."""
     hass, policy = agent.hass, turn.policy
+    if turn.parts:
+        await _async_run_parts(chat_log, agent, turn.parts, run)
+        return
+
+    def content() -> Sequence[conversation.Content]:
+        return chat_log.content if part is None else part.content(chat_log.content)
+
     for iteration in range(policy.max_requests):
-        failure = turn.speech.error_speech(hass, chat_log.content)
+        failure = turn.speech.error_speech(hass, content())
         reply = Reply()  # its time to the first token counts the requests sent again
         chunks = await _async_start(
-            chat_log, agent, turn, run, iteration=iteration, response_format=response_format
+            agent, turn, run, content, iteration=iteration, response_format=response_format
         )
         # ``chunks`` is closed even where the chat log stops before reading it.
         async with aclosing(chunks):
@@ -100,7 +144,7 @@ async def async_run_turn(
                 turn,
                 seen_calls=run.seen_calls,
                 context=run.plan.context if iteration == 0 else None,
-                reported=Reported(turn.speech.speech(hass, chat_log.content), failure),
+                reported=Reported(turn.speech.speech(hass, content()), failure),
             )
             async for _content in chat_log.async_add_delta_content_stream(agent.agent_id, stream):
                 pass
@@ -110,7 +154,7 @@ async def async_run_turn(
             run.requests.append(reply.usage)
         if not chat_log.unresponded_tool_results:
             break
-        if (said := turn.speech.speech(hass, chat_log.content)) is not None:
+        if (said := turn.speech.speech(hass, content())) is not None:
             say(chat_log, agent.agent_id, said)  # what HA reports was done
             break
 
@@ -144,16 +188,17 @@ def request_body(
 
 
 async def _async_start(
-    chat_log: conversation.ChatLog,
     agent: Agent,
     turn: Turn,
     run: TurnRun,
+    content: Callable[[], Sequence[conversation.Content]],
     *,
     iteration: int,
     response_format: Mapping[str, Any] | None,
 ) -> AsyncGenerator[dict[str, Any]]:
     """Send request ``iteration`` and wait for its first chunk; returns the reply's
-    chunks (``run.plan`` is then the plan it was sent with).
+    chunks (``run.plan`` is then the plan it was sent with). ``content``: the chat log as
+    the turn's requests see it (``Part.content``).
 
     A request over the model's context is sent again with less (turn/context_fit.py):
     without the conversation's earlier turns, then with the agent's prefix pinned
@@ -162,9 +207,7 @@ async def _async_start(
     """
     fit, hint, plan = run.fit, turn.policy.hint, run.plan
     while True:
-        messages = build_messages(
-            plan.prefix, chat_log.content, plan.context, fit.max_history, hint
-        )
+        messages = build_messages(plan.prefix, content(), plan.context, fit.max_history, hint)
         body = request_body(
             agent, plan, messages, turn, iteration=iteration, response_format=response_format
         )
@@ -173,7 +216,7 @@ async def _async_start(
         except BACKEND_ERRORS as err:
             if not is_context_exceeded(err):
                 raise
-            alone = build_messages(plan.prefix, chat_log.content, plan.context, 0, hint)
+            alone = build_messages(plan.prefix, content(), plan.context, 0, hint)
             step = fit.next_step(
                 err,
                 history=len(alone) < len(messages),

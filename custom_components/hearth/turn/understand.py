@@ -29,6 +29,7 @@ from ..language.questions import is_question
 from ..language.words import words
 from ..prefix.examples import exposed_things
 from .hints import Hint, hint_messages
+from .parts import command_parts
 from .plan import RequestPlan
 
 
@@ -55,6 +56,9 @@ class Request:
     # The text with the names it says inflected written as the house writes them
     # ("włącz lampa stojąca"): what HA's templates read (names.HouseNames.spelled).
     spelled: str = ""
+    # The commands it says one after another, each read whole by HA's templates
+    # (turn/parts.py): each runs as a turn of its own (turn/run.py). Empty: one command.
+    parts: tuple[str, ...] = ()
 
     @property
     def names_house(self) -> bool:
@@ -80,10 +84,12 @@ async def async_understand(
     *,
     language: str,
     spoken: bool,
+    part: str | None = None,
 ) -> tuple[Request, House]:
-    """This turn's request, and the house as the turn read it."""
+    """This turn's request, and the house as the turn read it; ``part``: one command of
+    the request's several (turn/parts.py), read in its place."""
     asked = [c for c in chat_log.content if isinstance(c, conversation.UserContent)]
-    text = asked[-1].content if asked else ""
+    text = part if part is not None else asked[-1].content if asked else ""
     said = frozenset(words(text))  # the one split of the request
     await async_language_data(hass, language)  # hints and questions read it
     names = house_names(hass)
@@ -110,6 +116,9 @@ async def async_understand(
             hint = respelled if respelled.intent is not None else hint
     # What the request is about: its hint's domains, else those of the things it names.
     things = names.said_things(text) | kind_names
+    parts: tuple[str, ...] = ()
+    if spoken and part is None and data is not None and text and not question:
+        parts = await hass.async_add_executor_job(command_parts, data, text, names)
     about = hint.domains if hint.domains is not None else names.domains_of(things) or None
     request = Request(
         text,
@@ -126,6 +135,7 @@ async def async_understand(
         by_kind=by_kind,
         language=language,
         spelled=spelled,
+        parts=parts,
     )
     return request, House(names, by_domain, platforms)
 
