@@ -123,4 +123,4 @@ async def test_both_commands_of_a_sentence_happen_and_are_said(
     trace = hearth_traces()[-1]
     assert trace["parts"] == ["turn on the kitchen light", "turn off the desk fan"]
     said = speech(result)
-    assert said.startswith("Turned on") and "Turned off" in said
+    assert said.startswith("Turned on") and ". Turned off" in said

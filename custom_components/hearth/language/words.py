@@ -228,6 +228,19 @@ def said_by(data: LanguageData) -> dict[str, int]:
     return data.said[key]
 
 
+# A command's own word is said by at most one in this many of the language's intents.
+COMMAND_WORD_SHARE = 4
+
+
+def says_command(data: LanguageData, said: Iterable[str]) -> bool:
+    """Whether one of the words ``said`` is a command's own: said by some of the
+    language's intents but by at most a quarter of them ("turn", "lock", "zgaś",
+    "włącz"; not "the", "on", "i")."""
+    counts = said_by(data)
+    most = max(1, len(data.intents.intents) // COMMAND_WORD_SHARE)
+    return any(0 < counts.get(word, 0) <= most for word in said)
+
+
 def said_most(
     data: LanguageData,
     asked: Set[str],

@@ -50,7 +50,15 @@ from typing import Any
 from ..house.names import HouseNames, normalize
 from ..language.questions import QUESTION_INTENTS
 from ..language.sentences import recognize, slot_lists
-from ..language.words import LanguageData, block_domains, block_words, said_by, said_in, words
+from ..language.words import (
+    LanguageData,
+    block_domains,
+    block_words,
+    said_by,
+    said_in,
+    says_command,
+    words,
+)
 from ..tool_names import bare_name
 
 # Where a tool error starts when the guard refuses a call (result_speech reads it).
@@ -305,16 +313,28 @@ def reads_as(data: LanguageData, text: str, intents: Iterable[str], names: House
 
 
 def switched_as(data: LanguageData, text: str, names: HouseNames) -> str | None:
-    """``HassTurnOn`` or ``HassTurnOff`` where a template of one matches ``text`` whole
-    with the house's things named as switches are: the words of switching a thing on or
-    off, whatever the thing. HA reads "turn on the vacuum" as no intent (a vacuum has no
+    """``HassTurnOn`` or ``HassTurnOff`` where a template of one matches ``text`` with
+    the house's things named as switches are: the words of switching a thing on or off,
+    whatever the thing. HA reads "turn on the vacuum" as no intent (a vacuum has no
     ``turn_on``), and Polish has no vacuum template for "włącz odkurzacz", yet either
-    asks to start it, never to send it back to its base (as the small model did)."""
+    asks to start it, never to send it back to its base (as the small model did). The
+    thing may be said by its kind ("odkurzacz" for the one vacuum, Roborock), a name the
+    templates do not know, where the words around it say a command (words.says_command):
+    "send the vacuum home" matches HA's bare ``{name}`` template whole, and reads as
+    nothing here."""
     switches = [(name, "switch") for name in names.things]
     lists = slot_lists(switches, names.areas, names.floors)
     result = recognize(data, text, lists, set(ON_OFF))
-    if result is None or result.unmatched_entities:
+    if result is None:
         return None
+    unmatched = result.unmatched_entities
+    if unmatched:
+        thing = unmatched.get("name")
+        if thing is None or set(unmatched) - {"name", "domain"}:
+            return None
+        around = normalize(text).replace(normalize(thing.text).strip(), " ")
+        if not says_command(data, words(around)):
+            return None
     return result.intent.name
 
 

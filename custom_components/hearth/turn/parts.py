@@ -17,14 +17,12 @@ from collections.abc import Callable, Sequence
 from ..house.names import HouseNames
 from ..language.intents_data import LanguageData
 from ..language.questions import QUESTION_INTENTS
-from ..language.words import said_by, words
+from ..language.words import says_command, words
 from .guard import reads_as
 
 MAX_JOIN = 2  # words between two commands
 MAX_WORDS = 24  # a longer request is not split (each split point is a template match)
 MAX_PARTS = 4
-# A command's own word is said by at most one in this many of the language's intents.
-COMMAND_WORD_SHARE = 4
 
 
 def command_parts(data: LanguageData, text: str, names: HouseNames) -> tuple[str, ...]:
@@ -50,16 +48,13 @@ def command_parts(data: LanguageData, text: str, names: HouseNames) -> tuple[str
 
 
 def commands(data: LanguageData, text: str, names: HouseNames) -> bool:
-    """Whether ``text`` says a word of its own, beside the names it says, that some of the
-    language's intents say but at most a quarter of them ("turn", "lock", "zgaś"; not
-    "the", "on", "i"): HA reads "the ceiling fan" alone as turning it on, yet "turn off
-    the light and the ceiling fan" must not turn the fan on."""
+    """Whether ``text`` says a command's own word beside the names it says
+    (words.says_command): HA reads "the ceiling fan" alone as turning it on, yet "turn
+    off the light and the ceiling fan" must not turn the fan on."""
     asked = set(words(text))
     for name in names.said_things(text) | names.mentioned(text):
         asked -= set(words(name))
-    counts = said_by(data)
-    most = max(1, len(data.intents.intents) // COMMAND_WORD_SHARE)
-    return any(0 < counts.get(word, 0) <= most for word in asked)
+    return says_command(data, asked)
 
 
 def _split(

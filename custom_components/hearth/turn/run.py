@@ -15,6 +15,7 @@ the agent to this loop (``Agent``) and records what ``TurnRun`` gathered.
 from __future__ import annotations
 
 import dataclasses
+import unicodedata
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, field
@@ -107,8 +108,14 @@ async def _async_run_parts(
         last = chat_log.content[-1]
         if len(chat_log.content) > since and isinstance(last, conversation.AssistantContent):
             said.append(last.content or "")
-    if len([s for s in said if s]) > 1:
-        say(chat_log, agent.agent_id, " ".join(s for s in said if s))
+    said = [_ended(s.strip()) for s in said if s.strip()]
+    if len(said) > 1:
+        say(chat_log, agent.agent_id, " ".join(said))
+
+
+def _ended(sentence: str) -> str:
+    """``sentence`` ending as a sentence ends (HA's error sentences often do not)."""
+    return sentence if unicodedata.category(sentence[-1]) == "Po" else f"{sentence}."
 
 
 async def async_run_turn(
