@@ -212,6 +212,12 @@ def test_a_question_is_read_never_acted_on() -> None:
         assert asked.refusal(read, {}) is None, read
 
 
+def test_a_refusal_against_the_on_off_read_names_the_pairs_other_intent() -> None:
+    """Told why, the model may call again: "turn on" a vacuum asks for its start."""
+    why = guard("pl", "włącz odkurzacz").refusal("HassVacuumReturnToBase", {"name": "Roborock"})
+    assert why is not None and "asks for HassVacuumStart" in why
+
+
 def test_a_vacuum_refusal_names_the_tools_made_for_it() -> None:
     why = guard("en", "start the robot").refusal("HassTurnOn", {"name": "Robot"})
     assert why is not None

@@ -229,8 +229,8 @@ class Guard:
         switched = None if intent in ON_OFF else switched_as(self.data, self.text, self.names)
         if switched is not None:  # the words of switching say more than a word of a pair
             wanted = "HassTurnOn" if intent in STARTS else "HassTurnOff"
-            if switched != wanted:
-                return f"{NOT_FOR_REQUEST}: the request asks for {switched}, not {intent}."
+            if switched != wanted:  # the other of the pair is what it asks for
+                return f"{NOT_FOR_REQUEST}: the request asks for {other}, not {intent}."
             return None
         domains = targets or self.about or frozenset()
         if not domains:
