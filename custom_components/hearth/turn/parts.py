@@ -7,7 +7,8 @@ left part that reads whole as an action with the house's names (as the turn read
 inflected names written as the house writes them), then at most ``MAX_JOIN`` words
 ("and", "and then", "i", "und dann"), then a right part that does too, or splits again.
 No word list of ours decides: the language's templates do. The turn then runs each part
-as a turn of its own (entity.py), and says what each did.
+as a turn of its own (turn/prepare.py ``Turn.parts``, turn/run.py), and says what each
+did.
 """
 
 from __future__ import annotations
