@@ -12,8 +12,9 @@ batch 1 and 16:
   this host built) equals ``tiles.emulate`` (its activation rounding written in torch)
   to one bfloat16 rounding (float32: float32 sums), and stays within the measured bound
   of the float reference;
-* prefill-sized calls (dequantize, then one GEMM) and the embedding's row lookup equal
-  the reference.
+* prefill-sized calls take the integer path where no AMX tiles are (each row's result
+  the one it gets alone, bit for bit), or dequantize and run one GEMM (``dense``), equal
+  to the reference; the embedding's row lookup equals the reference.
 
 A corrupt or truncated tensor is refused in one line.
 """
@@ -129,9 +130,16 @@ def _two_level(
     return tiles.pack(q, factors, mins, group, bits, supers=(d, dmin), per_super=per)
 
 
+@pytest.fixture
+def integer_prefill(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Prefill rows on the integer path, on any host (an AMX host's bf16 goes dense)."""
+    monkeypatch.setenv(quant_linear.PREFILL_SWITCH, "integer")
+
+
 @pytest.mark.parametrize(("n", "k"), [(33, 100), (16, 64), (70, 1000), (5, 8)])
-@pytest.mark.parametrize("rows", [1, 16])
-def test_decode_rows_equal_the_dequantized_reference(
+@pytest.mark.parametrize("rows", [1, 16, 37])  # 37: a prefill chunk's rows, not decode's
+@pytest.mark.usefixtures("integer_prefill")
+def test_integer_rows_equal_the_dequantized_reference(
     kernels: object, n: int, k: int, rows: int
 ) -> None:
     torch.manual_seed(n * k + rows)
@@ -168,9 +176,51 @@ def test_decode_rows_equal_the_dequantized_reference(
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_prefill_rows_and_embedding_rows_equal_the_reference(
-    kernels: object, dtype: torch.dtype
+@pytest.mark.usefixtures("integer_prefill")
+def test_a_prefill_chunk_gets_what_each_row_gets_alone(kernels: object, dtype: torch.dtype) -> None:
+    """A prefill chunk's rows through the integer path: each row's output is the one a
+    decode step of that row alone gets (rows share a tile's read, never its sums: the
+    same int8 rows and exact integer dots, up to where the compiler fused a multiply and
+    an add for one block size and not another, a float32 rounding), for every form,
+    with a bias, over two parts; and the rows are quantized on the threads when there
+    are many, with the same result."""
+    g = torch.Generator().manual_seed(5)
+    for w in _forms(7, 40, 200):
+        other = quantize_int4(torch.randn(24, 200, generator=g))
+        bias = torch.randn(64, generator=g).to(dtype)
+        linear = QuantLinear([w, other], bias)
+        for rows in (37, 700):  # 700 x 200 inputs: quantized over the threads
+            x = torch.randn(rows, 200, generator=g).to(dtype)
+            chunk = linear(x)
+            alone = torch.cat([linear(x[i : i + 1]) for i in range(0, rows, 97)])
+            rounding = (2**-7 if dtype == torch.bfloat16 else 2**-16) * alone.abs().float()
+            assert ((chunk[::97] - alone).abs().float() <= rounding + 1e-6).all()
+
+
+def test_the_prefill_path_follows_the_cpu_and_the_switch(
+    kernels: object, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Integer with VNNI dot products, but dense for bfloat16 rows on AMX tiles; dense
+    with any other dots; the switch wins. The build says which dots it has."""
+    assert kernels.quant_dots() in {"avx512_vnni", "avx2", "arm_dotprod", "generic"}  # type: ignore[attr-defined]
+    monkeypatch.delenv(quant_linear.PREFILL_SWITCH, raising=False)
+    for dots in ("avx512_vnni", "avx2", "arm_dotprod", "generic", "none"):
+        monkeypatch.setattr(quant_linear, "_dots", lambda dots=dots: dots)
+        for amx in (False, True):
+            monkeypatch.setattr(quant_linear, "cpu_has_amx_bf16", lambda amx=amx: amx)
+            vnni = "integer" if dots == "avx512_vnni" else "dense"
+            assert quant_linear.prefill_path(torch.float32) == vnni
+            assert quant_linear.prefill_path(torch.bfloat16) == ("dense" if amx else vnni)
+    for chosen in ("dense", "integer"):
+        monkeypatch.setenv(quant_linear.PREFILL_SWITCH, chosen)
+        assert quant_linear.prefill_path(torch.float32) == chosen
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_prefill_rows_and_embedding_rows_equal_the_reference(
+    kernels: object, dtype: torch.dtype, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(quant_linear.PREFILL_SWITCH, "dense")
     w = tiles.pack(
         torch.randint(0, 16, (40, 72)), torch.rand(40, 3) * 0.01, torch.randn(40, 3) * 0.01, 32, 4
     )
@@ -238,9 +288,13 @@ def test_two_level_forms_dequantize_join_and_reorder_exactly(
     assert moved.kind == w.kind and torch.equal(tiles.dequantize(moved), ref[order])
 
 
-def test_prefill_runs_in_and_out_of_inference_mode(kernels: object) -> None:
+def test_prefill_runs_in_and_out_of_inference_mode(
+    kernels: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The engine runs the model under ``torch.inference_mode``, benches and tests may
-    not: the reused prefill scratch must serve both, in either order, on one thread."""
+    not: the dense prefill's reused scratch must serve both, in either order, on one
+    thread."""
+    monkeypatch.setenv(quant_linear.PREFILL_SWITCH, "dense")
     w = quantize_int4(torch.randn(32, 64))
     x = torch.randn(40, 64)
     ref = x @ tiles.dequantize(w).T

@@ -8,7 +8,7 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 from .process import ServerStartError, wait_healthy
@@ -23,15 +23,23 @@ def free_port() -> int:
 class EngineProcess:
     """``python -m hearth_engine serve`` as a child process; logs go to ``log_path``."""
 
-    def __init__(self, args: Sequence[str], log_path: Path, port: int | None = None) -> None:
+    def __init__(
+        self,
+        args: Sequence[str],
+        log_path: Path,
+        port: int | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.args = [*args, "--host", "127.0.0.1", "--port", str(self.port)]
         self.log_path = log_path
+        self.env = dict(env or {})  # on top of this process's environment
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, timeout: float = 300) -> EngineProcess:
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+        env.update(self.env)
         log = self.log_path.open("ab")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "hearth_engine", "serve", *self.args],

@@ -28,6 +28,9 @@ The same trace runs against a fresh engine process per configuration:
 * ``hearth_store`` (only with ``--configs``): as ``hearth``, with a prefix store, as the
   add-on runs: against ``hearth``, what persistence costs; against ``hearth_container``,
   what the container alone costs.
+* ``hearth_dense_prefill`` (only with ``--configs``): as ``hearth``, with a packed
+  model's prefill rows dequantized into one GEMM (``HEARTH_QUANT_PREFILL=dense``), as
+  before the integer prefill: ``--configs hearth hearth_dense_prefill`` shows its gain.
 * ``hearth_fresh_prefix`` (only with ``--configs``): as ``hearth``, but requests switch to
   the renamed prefix at once (the plugin before it kept the pinned prefix during re-pins:
   every request then cold-prefilled most of the house).

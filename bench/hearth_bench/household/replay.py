@@ -44,6 +44,9 @@ CONFIGS = {
     "hearth_store": ("radix", True, True),
     # Hearth with every token a grammar forces decoded one step each (before jump-forward).
     "hearth_no_jump_forward": ("radix", True, True),
+    # Hearth with a packed model's prefill rows dequantized into one GEMM, as before the
+    # integer prefill (``HEARTH_QUANT_PREFILL=dense``): what the integer path gains.
+    "hearth_dense_prefill": ("radix", True, True),
     # --engine-url: the server as the plugin drives it: each agent's prefix primed at start
     # and after each rename (max_tokens 1), requests on the primed prefix until then; on
     # llama.cpp cache_prompt.
@@ -53,6 +56,7 @@ CONFIGS = {
     "external_unprimed": ("server", False, False),
 }
 CONFIG_ARGS = {"hearth_no_jump_forward": ("--no-jump-forward",)}  # engine flags of a config
+CONFIG_ENV = {"hearth_dense_prefill": {"HEARTH_QUANT_PREFILL": "dense"}}  # and its environment
 EXTERNAL = "external"
 CONTAINER = "hearth_container"
 STORE = "hearth_store"
@@ -214,7 +218,7 @@ class Replay:
         if self.name == CONTAINER:
             engine = await asyncio.to_thread(self._start_container)
         else:
-            engine = EngineProcess(self.engine_args(), log)
+            engine = EngineProcess(self.engine_args(), log, env=CONFIG_ENV.get(self.name))
             await asyncio.to_thread(engine.start)
         headers = engine.headers if isinstance(engine, ContainerEngine) else None
         started = time.monotonic()

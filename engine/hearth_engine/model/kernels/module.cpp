@@ -34,6 +34,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "4/6/8-bit tiles into the padded [T * 16, K_pad] matrix (prefill)", py::arg("tiles"),
         py::arg("scales"), py::arg("zeros"), py::arg("group"), py::arg("bits"), py::arg("out"),
         py::arg("supers") = py::none(), py::arg("per_super") = 0);
+  m.def("quant_dots", &hearth::quant_dots, "the integer dot products of this build");
   m.def("quant_rows", &hearth::quant_rows, "rows of 4/6/8-bit tiles (an embedding lookup)",
         py::arg("tiles"), py::arg("scales"), py::arg("zeros"), py::arg("ids"),
         py::arg("out_features"), py::arg("in_features"), py::arg("group"), py::arg("bits"),

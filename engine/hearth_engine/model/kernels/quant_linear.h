@@ -8,13 +8,14 @@
 #include <c10/util/Optional.h>
 
 #include <memory>
+#include <string>
 
 namespace hearth {
 
 // One linear of one or more quantized matrices that read the same input (q/k/v,
 // gate/up), built once: a call quantizes the rows once per group size, runs every
 // matrix's tiles in one parallel region and writes their outputs side by side, with the
-// bias added in float32 before the one rounding. For decode rows (at most 16).
+// bias added in float32 before the one rounding. For decode steps and prefill chunks.
 class QuantPlan {
  public:
   QuantPlan(int64_t in_features, const c10::optional<at::Tensor>& bias);
@@ -41,6 +42,10 @@ void quant_dequant_tiles(const at::Tensor& tiles, const at::Tensor& scales,
                          const c10::optional<at::Tensor>& zeros, int64_t group, int64_t bits,
                          at::Tensor& out, const c10::optional<at::Tensor>& supers,
                          int64_t per_super);
+
+// The integer dot products this build has: "avx512_vnni", "avx2", "arm_dotprod" or
+// "generic" (quant/linear.py's prefill_path reads it).
+std::string quant_dots();
 
 // Rows ids of W (an embedding lookup): [*ids.shape, K] in dtype.
 at::Tensor quant_rows(const at::Tensor& tiles, const at::Tensor& scales,

@@ -7,13 +7,26 @@ One copy of the weights serves both phases (``kernels/quant_linear.cpp``):
   the rows (bfloat16 or float32) are quantized per group to int8 and multiplied with
   integer dots (AVX-512 VNNI, or AVX2's vpmaddubsw: llama.cpp's scheme); ``exact``
   keeps float32 rows unrounded (a float path several times slower, for tests);
-* **prefill** (more rows): the matrix is dequantized a tile at a time
-  (``quant_dequant_tiles``) into a scratch buffer (per thread, reused, the size of the
-  largest matrix) and multiplied by one GEMM (oneDNN, AMX where the CPU has it). On the
-  Qwen2.5-1.5B layer, int4, 256 rows (2-vCPU Xeon, loaded, one run): 310 ms per layer
-  against 264 ms for the bfloat16 GEMM alone (1.17x; the dequantization is 46 ms of it),
-  where torch's vectorised ops dequantized it in 1,286 ms (4.9x), and torch's
-  ``_weight_int4pack_mm_for_cpu`` took 1,482 ms earlier.
+* **prefill** (more rows), one of two ways (``prefill_path``):
+
+  - ``integer`` (with AVX-512 VNNI, unless AMX-BF16 takes bfloat16 rows): the same
+    ``QuantPlan`` as decode, every tile read once for all the chunk's rows. On a 2-vCPU
+    AVX-512 VNNI Xeon without BF16, the default model's linears at 85 rows: 1.6 ms a
+    layer against 2.9 ms dense (about 200 against 100-130 GMAC/s), and a warm 85-token
+    prefill over a 3,200-token house 229-234 to 187-189 ms. It is the arithmetic decode
+    steps already use, so a prefix and the steps that follow it see the same linears
+    (llama.cpp's prefill does the same with q8 rows);
+  - ``dense`` (elsewhere, and for the self-test's exact rows): the matrix is dequantized
+    a tile at a time (``quant_dequant_tiles``) into a scratch buffer (per thread,
+    reused, the size of the largest matrix) and multiplied by one GEMM (oneDNN, on AMX
+    tiles where the CPU has them). On the Qwen2.5-1.5B layer, int4, 256 rows (2-vCPU
+    Xeon with AMX, loaded, one run): 310 ms per layer against 264 ms for the bfloat16
+    GEMM alone (1.17x; the dequantization is 46 ms of it), where torch's vectorised ops
+    dequantized it in 1,286 ms (4.9x), and torch's ``_weight_int4pack_mm_for_cpu`` took
+    1,482 ms earlier.
+
+  ``HEARTH_QUANT_PREFILL=integer|dense`` chooses one for a process (benches compare the
+  two side by side: ``scripts/bench household --configs hearth hearth_dense_prefill``).
 
 Several matrices that read the same input (q/k/v, gate/up) are one ``QuantLinear`` of
 several parts: one decode call for all, their outputs side by side. Parts of the same
@@ -23,15 +36,19 @@ form whose features fill whole tiles are joined into one part.
 from __future__ import annotations
 
 import contextlib
+import functools
+import os
 import threading
 from collections.abc import Iterator, Sequence
 
 import torch
 
 from .. import native
+from ..hardware import cpu_has_amx_bf16
 from .tiles import LANES, QuantWeight, dequantize, pack
 
-DECODE_ROWS = 16  # QuantPlan's limit: decode steps of up to 16 rows
+DECODE_ROWS = 16  # decode steps: at most 16 rows (native_step.py's bound too)
+PREFILL_SWITCH = "HEARTH_QUANT_PREFILL"  # "integer" or "dense": overrides prefill_path
 INT4_GROUP = 32  # --quantize int4: the group size (as Q4_K's sub-blocks)
 
 _SCRATCH = threading.local()
@@ -62,6 +79,34 @@ def exact_float_rows() -> Iterator[None]:
 def exact_rows() -> bool:
     """Whether ``exact_float_rows`` is on for this thread."""
     return bool(getattr(_EXACT, "on", False))
+
+
+def prefill_path(dtype: torch.dtype) -> str:
+    """How prefill rows (more than ``DECODE_ROWS``) of ``dtype`` meet a packed matrix:
+    ``integer`` (int8 rows, ``QuantPlan``) or ``dense`` (dequantized, one GEMM).
+
+    Integer where the kernels multiply with AVX-512 VNNI (``quant_dots``), except for
+    bfloat16 rows on a CPU with AMX-BF16 (within its ``HEARTH_CPU`` class), whose GEMM
+    multiplies on the tiles at several times the integer rate. Dense elsewhere: AVX2's
+    vpmaddubsw path ran a chunk's rows at about 30 GMAC/s against 70 for the float32
+    GEMM (the ``avx2`` class on the same Xeon: a warm prefill 530 against 345 ms); Arm's
+    and the generic dots are unmeasured at prefill. ``HEARTH_QUANT_PREFILL`` overrides
+    it."""
+    chosen = os.environ.get(PREFILL_SWITCH, "").strip().lower()
+    if chosen in {"integer", "dense"}:
+        return chosen
+    if dtype == torch.bfloat16 and cpu_has_amx_bf16():
+        return "dense"
+    return "integer" if _dots() == "avx512_vnni" else "dense"
+
+
+@functools.cache
+def _dots() -> str:
+    """The loaded kernels' integer dot products (``quant_dots``), or ``none``."""
+    module = native.load() if native.enabled() else None
+    return (
+        str(module.quant_dots()) if module is not None and hasattr(module, "quant_dots") else "none"
+    )
 
 
 class QuantKernelsMissingError(RuntimeError):
@@ -160,8 +205,8 @@ class QuantLinear:
             )
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        exact = self.exact or exact_rows()
         if x.numel() <= DECODE_ROWS * self.in_features:
-            exact = self.exact or exact_rows()
             if x.dtype == torch.float32 or (x.dtype == torch.bfloat16 and not exact):
                 return self.plan(x, exact)
             if exact and x.dtype == torch.bfloat16:
@@ -170,6 +215,12 @@ class QuantLinear:
                 # would dequantize the whole matrix into scratch that stays (a
                 # vocabulary-sized head: 467 MB in bf16, and the GEMM's copy of it).
                 return self.plan(x.float(), True).to(x.dtype)
+        elif (
+            not exact
+            and x.dtype in {torch.float32, torch.bfloat16}
+            and prefill_path(x.dtype) == "integer"
+        ):
+            return self.plan(x, False)
         outs = [self._dense(p, x) for p in self.parts]
         out = outs[0] if len(outs) == 1 else torch.cat(outs, dim=-1)
         return out if self.bias is None else out + self.bias.to(out.dtype)
