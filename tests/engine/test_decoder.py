@@ -32,6 +32,7 @@ from hearth_engine.model.attention import PARTS_KWARG, PrefixPart
 from hearth_engine.model.decoder import LeanDecoder, UnsupportedModelError, unsupported_reason
 from hearth_engine.model.kv import KVBuffer, KVLayout
 from hearth_engine.model.linear import FrozenLinear, Quantization, quantize_int8
+from hearth_engine.model.quant import linear as quant_linear
 from hearth_engine.model.runner import ModelRunner
 from hearth_engine.serving.engine import Engine
 from hearth_engine.serving.sampling import SamplingParams
@@ -249,6 +250,25 @@ async def test_a_pin_made_without_int8_is_never_served_to_int8(
     assert fin.stats.cached_tokens == 0
     again = make_engine(tiny_runner_bf16, prefix_store=tmp_path)
     assert again.pin_status("house")["restored"] is True  # its own namespace still there
+
+
+def test_a_packed_models_prefill_path_keys_its_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Packed linears meet prefill rows as int8 rows or dequantized: the two prefills'
+    KV differ (slightly), so their pins never mix, in memory or in the prefix store;
+    the dense path keeps the namespace packed models always had."""
+    tokens = list(range(20, 120))  # prefill-sized: more rows than a decode step's
+    runs = {}
+    for path in ("integer", "dense"):
+        monkeypatch.setenv(quant_linear.PREFILL_SWITCH, path)
+        runner = ModelRunner.load("tiny", dtype="float32", quantize="int4")
+        logits = runner.prefill(runner.new_buffer(1, len(tokens)), tokens)
+        runs[path] = (runner.info, logits)
+    (integer, int_logits), (dense, dense_logits) = runs["integer"], runs["dense"]
+    assert (integer.quant_prefill, dense.quant_prefill) == ("integer", "dense")
+    assert dense.namespace == f"{dense.fingerprint}:float32:int4"
+    assert integer.namespace == f"{dense.namespace}:int8-prefill"
+    assert not torch.equal(int_logits, dense_logits)  # the switch took effect
+    assert torch.allclose(int_logits, dense_logits, atol=0.2 * float(dense_logits.abs().max()))
 
 
 @pytest.mark.parametrize(

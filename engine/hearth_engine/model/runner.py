@@ -27,6 +27,7 @@ from .kv import KVBuffer, KVLayout, segment_tokens
 from .layer_types import sliding_layers, state_layers
 from .linear import Quantization, int8_unsupported
 from .loader import LoadedModel, load_model
+from .quant.linear import prefill_path
 from .self_test import check_shared_prefix
 from .step_compiler import CompileMode, CompileState, StepCompiler, wants_compile
 
@@ -49,13 +50,18 @@ class ModelInfo:
     forward: str = "transformers"
     # The form of each kind of linear ({"qkv": {"int4-g32": 28}, ...}; /v1/stats).
     linears: dict[str, dict[str, int]] = field(default_factory=dict, hash=False, compare=False)
+    # How packed linears meet prefill rows (quant.linear.prefill_path); "" when unpacked.
+    quant_prefill: str = ""
 
     @property
     def namespace(self) -> str:
-        """Cache namespace: different models, dtypes or quantizations never share KV."""
+        """Cache namespace: different models, dtypes or quantizations never share KV, nor
+        do a packed model's prefills of int8 rows and of dequantized ones (a pin in the
+        prefix store from the other path is computed again, not read)."""
         if self.quantization == Quantization.NONE:
             return f"{self.fingerprint}:{self.dtype}"
-        return f"{self.fingerprint}:{self.dtype}:{self.quantization}"
+        rows = ":int8-prefill" if self.quant_prefill == "integer" else ""
+        return f"{self.fingerprint}:{self.dtype}:{self.quantization}{rows}"
 
 
 # Mamba-2 layers run transformers' reference chunked scan here (no ``mamba_ssm`` kernels).
@@ -185,6 +191,11 @@ class ModelRunner:
             quantization=quantization.value,
             forward="lean" if self.lean is not None else "transformers",
             linears=self.lean.linear_forms() if self.lean is not None else {},
+            quant_prefill=(
+                prefill_path(dtype)
+                if quantization in {Quantization.INT4, Quantization.GGUF} and device.type == "cpu"
+                else ""
+            ),
         )
 
     @classmethod

@@ -66,6 +66,7 @@ def engine_stats(engine: Engine) -> dict[str, Any]:
         "dtype": engine.info.dtype,
         "quantization": engine.info.quantization,
         "linears": engine.info.linears,
+        "quant_prefill": engine.info.quant_prefill or None,  # integer, dense; None: unpacked
         "forward": engine.info.forward,
         "compiled_step": engine.runner.compile_state,
         "native_attention": native.state(),
