@@ -27,7 +27,7 @@ from .kv import KVBuffer, KVLayout, segment_tokens
 from .layer_types import sliding_layers, state_layers
 from .linear import Quantization, int8_unsupported
 from .loader import LoadedModel, load_model
-from .quant.linear import prefill_path
+from .quant.linear import prefill_paths
 from .self_test import check_shared_prefix
 from .step_compiler import CompileMode, CompileState, StepCompiler, wants_compile
 
@@ -50,7 +50,8 @@ class ModelInfo:
     forward: str = "transformers"
     # The form of each kind of linear ({"qkv": {"int4-g32": 28}, ...}; /v1/stats).
     linears: dict[str, dict[str, int]] = field(default_factory=dict, hash=False, compare=False)
-    # How packed linears meet prefill rows (quant.linear.prefill_path); "" when unpacked.
+    # How packed linears meet prefill rows (quant.linear.prefill_paths): integer, dense,
+    # mixed; "" when none is packed.
     quant_prefill: str = ""
 
     @property
@@ -60,7 +61,7 @@ class ModelInfo:
         prefix store from the other path is computed again, not read)."""
         if self.quantization == Quantization.NONE:
             return f"{self.fingerprint}:{self.dtype}"
-        rows = ":int8-prefill" if self.quant_prefill == "integer" else ""
+        rows = ":int8-prefill" if self.quant_prefill in {"integer", "mixed"} else ""
         return f"{self.fingerprint}:{self.dtype}:{self.quantization}{rows}"
 
 
@@ -192,8 +193,8 @@ class ModelRunner:
             forward="lean" if self.lean is not None else "transformers",
             linears=self.lean.linear_forms() if self.lean is not None else {},
             quant_prefill=(
-                prefill_path(dtype)
-                if quantization in {Quantization.INT4, Quantization.GGUF} and device.type == "cpu"
+                prefill_paths(self.lean.linears(), dtype)
+                if self.lean is not None and device.type == "cpu"
                 else ""
             ),
         )

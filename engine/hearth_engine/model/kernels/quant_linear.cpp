@@ -69,6 +69,13 @@ using namespace hearth::quant;  // NOLINT(build/namespaces): the tiles' vocabula
 
 constexpr int64_t kMaxRows = 1 << 16;  // a sanity bound (prefill chunks are 256 rows)
 constexpr int64_t kBlockRows = 8;              // rows that share one read of a tile
+// Rows in one kernel call's registers: AVX2's 16 registers of 32 bytes hold two rows'
+// sums (at eight group_dots kept them on the stack); AVX-512's 32 of 64 bytes hold eight.
+#if defined(HEARTH_QAVX2)
+constexpr int kRegisterRows = 2;
+#else
+constexpr int kRegisterRows = 8;
+#endif
 constexpr int64_t kSerialBytes = 96 * 1024;    // smaller matrices: the calling thread only
 constexpr int64_t kTaskBytes = 48 * 1024;      // weight bytes per parallel task, at least
 constexpr int64_t kParallelInputs = 64 * 1024;  // rows x inputs quantized on one thread, at most
@@ -133,6 +140,25 @@ inline void group_dots(const uint8_t* wg, const QuantRows& xr, int64_t row0, con
 template <int Bits, int MB>
 void tile_int(const uint8_t* w, const Params& p, const QuantRows& xr, int64_t row0,
               const Shape& sh, float* sums) {
+#if defined(HEARTH_QAVX2)
+  if (p.wide != nullptr) {  // a chunk's rows, one level (part_tiles widened the scales)
+    const int64_t bytes = sh.group * kLanes * Bits / 8;
+    const auto dots = [&](int64_t g, __m256i (&d)[MB][2]) {
+      hearth::vec::prefetch_ahead(w + g * bytes, bytes);
+      hearth::quant_avx2::group_dots<Bits, MB>(w + g * bytes, xr.q.data() + row0 * sh.k_pad,
+                                               sh.k_pad, g * sh.group, sh.group, d);
+      if constexpr (Bits == 6) {  // the codes' +32, per row and group
+        for (int m = 0; m < MB; ++m) {
+          const __m256i off = _mm256_set1_epi32(32 * xr.qsum[(row0 + m) * sh.groups + g]);
+          d[m][0] = _mm256_sub_epi32(d[m][0], off);
+          d[m][1] = _mm256_sub_epi32(d[m][1], off);
+        }
+      }
+    };
+    hearth::quant_avx2::tile_sums<MB>(p.wide, p.has_zero(), xr, row0, sh.groups, dots, sums);
+    return;
+  }
+#endif
   f16v acc[MB] = {};
   i16v dots[MB];
   const int64_t group_bytes = sh.group * kLanes * Bits / 8;
@@ -294,12 +320,29 @@ void part_tiles(const PlanPart& part, const Activations& a, bool integer, int64_
   const Shape& sh = part.sh;
   const uint8_t* wbase = part.tiles.data_ptr<uint8_t>();
   float sums[kBlockRows * kLanes];
+#if defined(HEARTH_QAVX2)
+  // AVX2's integer path takes rows two at a time: a one-level tile's scales and zeros
+  // are widened once for all of them (zeros 0 where there are none).
+  std::vector<float> wide;
+  const bool widen = integer && rows > 2 && part.params.per == 0;
+  if (widen) wide.resize(sh.groups * 2 * kLanes);
+#endif
   for (int64_t t = t0; t < t1; ++t) {
     const uint8_t* w = wbase + t * sh.tile_bytes;
-    const Params p = part.params.tile(t, sh.groups);
+    Params p = part.params.tile(t, sh.groups);
+#if defined(HEARTH_QAVX2)
+    if (widen) {
+      for (int64_t g = 0; g < sh.groups; ++g) {
+        const f16v sv = p.scale(g), zv = p.zero(g);
+        std::memcpy(wide.data() + g * 2 * kLanes, &sv, sizeof(sv));
+        std::memcpy(wide.data() + (g * 2 + 1) * kLanes, &zv, sizeof(zv));
+      }
+      p.wide = wide.data();
+    }
+#endif
     for (int64_t m0 = 0; m0 < rows;) {
       const int64_t left = rows - m0;
-      const int mb = left >= 8 ? 8 : left >= 4 ? 4 : left >= 2 ? 2 : 1;
+      const int mb = std::min<int>(kRegisterRows, left >= 8 ? 8 : left >= 4 ? 4 : left >= 2 ? 2 : 1);
       if (sh.bits == 4) {
         dispatch_block<4>(mb, integer, w, p, a.xr, a.xf, a.xsum, m0, sh, sums);
       } else if (sh.bits == 6) {

@@ -9,11 +9,12 @@ One copy of the weights serves both phases (``kernels/quant_linear.cpp``):
   keeps float32 rows unrounded (a float path several times slower, for tests);
 * **prefill** (more rows), one of two ways (``prefill_path``):
 
-  - ``integer`` (with AVX-512 VNNI, unless AMX-BF16 takes bfloat16 rows): the same
-    ``QuantPlan`` as decode, every tile read once for all the chunk's rows. On a 2-vCPU
-    AVX-512 VNNI Xeon without BF16, the default model's linears at 85 rows: 1.6 ms a
-    layer against 2.9 ms dense (about 200 against 100-130 GMAC/s), and a warm 85-token
-    prefill over a 3,200-token house 229-234 to 187-189 ms. It is the arithmetic decode
+  - ``integer`` (AVX-512 VNNI; AVX2 for one-level forms; not where AMX-BF16 takes
+    bfloat16 rows): the same ``QuantPlan`` as decode, every tile read once for all the
+    chunk's rows. On a 2-vCPU AVX-512 VNNI Xeon without BF16, the default model's
+    linears at 85 rows: 1.6 ms a layer against 2.9 ms dense (about 200 against 100-130
+    GMAC/s), and a warm 85-token prefill over a 3,200-token house 226-234 to 187-200 ms
+    (as the ``avx2`` class, 356-361 to 305-307 ms). It is the arithmetic decode
     steps already use, so a prefix and the steps that follow it see the same linears
     (llama.cpp's prefill does the same with q8 rows);
   - ``dense`` (elsewhere, and for the self-test's exact rows): the matrix is dequantized
@@ -39,7 +40,7 @@ import contextlib
 import functools
 import os
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 import torch
 
@@ -81,23 +82,39 @@ def exact_rows() -> bool:
     return bool(getattr(_EXACT, "on", False))
 
 
-def prefill_path(dtype: torch.dtype) -> str:
-    """How prefill rows (more than ``DECODE_ROWS``) of ``dtype`` meet a packed matrix:
-    ``integer`` (int8 rows, ``QuantPlan``) or ``dense`` (dequantized, one GEMM).
+def prefill_path(dtype: torch.dtype, two_level: bool = False) -> str:
+    """How prefill rows (more than ``DECODE_ROWS``) of ``dtype`` meet a packed matrix
+    (``two_level``: K-quant super-blocks): ``integer`` (int8 rows, ``QuantPlan``) or
+    ``dense`` (dequantized, one GEMM).
 
-    Integer where the kernels multiply with AVX-512 VNNI (``quant_dots``), except for
+    Integer where the kernels multiply with AVX-512 VNNI (``quant_dots``), and with
+    AVX2 for one-level forms (Q4_0, Q4_1, Q8_0, ``--quantize int4``), except for
     bfloat16 rows on a CPU with AMX-BF16 (within its ``HEARTH_CPU`` class), whose GEMM
-    multiplies on the tiles at several times the integer rate. Dense elsewhere: AVX2's
-    vpmaddubsw path ran a chunk's rows at about 30 GMAC/s against 70 for the float32
-    GEMM (the ``avx2`` class on the same Xeon: a warm prefill 530 against 345 ms); Arm's
-    and the generic dots are unmeasured at prefill. ``HEARTH_QUANT_PREFILL`` overrides
-    it."""
+    multiplies on the tiles at several times the integer rate. Measured on a 2-vCPU
+    Xeon, a warm 85-token prefill of the default model over a 3,200-token house: AVX-512
+    VNNI 187-200 ms integer against 226-234 dense; as the ``avx2`` class 305-307 against
+    356-361. Dense elsewhere: AVX2's two-level forms (their integer path keeps the
+    generic scale arithmetic, about 30 GMAC/s against 70 for the float32 GEMM), and
+    Arm's and the generic dots, unmeasured at prefill. ``HEARTH_QUANT_PREFILL``
+    overrides it."""
     chosen = os.environ.get(PREFILL_SWITCH, "").strip().lower()
     if chosen in {"integer", "dense"}:
         return chosen
     if dtype == torch.bfloat16 and cpu_has_amx_bf16():
         return "dense"
-    return "integer" if _dots() == "avx512_vnni" else "dense"
+    dots = _dots()
+    return "integer" if dots == "avx512_vnni" or (dots == "avx2" and not two_level) else "dense"
+
+
+def prefill_paths(linears: Iterable[object], dtype: torch.dtype) -> str:
+    """The paths the packed ``linears`` of a model take at prefill: ``integer``,
+    ``dense``, or ``mixed`` (both); "" where none is packed."""
+    paths = {
+        prefill_path(dtype, linear.two_level)
+        for linear in linears
+        if isinstance(linear, QuantLinear)
+    }
+    return "mixed" if len(paths) > 1 else next(iter(paths), "")
 
 
 @functools.cache
@@ -194,6 +211,7 @@ class QuantLinear:
         self.out_features = sum(p.out_features for p in self.parts)
         self.bias = bias
         self.kind = "+".join(dict.fromkeys(p.kind for p in self.parts))
+        self.two_level = any(p.supers is not None for p in self.parts)  # K-quant forms
         self.tiles = None  # no bfloat16 decode tiles: the packed weights are the tiles
         self.nbytes = sum(p.nbytes for p in self.parts)
         # Decode rows: one native call for every part and the bias (``QuantPlan``): the
@@ -218,7 +236,7 @@ class QuantLinear:
         elif (
             not exact
             and x.dtype in {torch.float32, torch.bfloat16}
-            and prefill_path(x.dtype) == "integer"
+            and prefill_path(x.dtype, self.two_level) == "integer"
         ):
             return self.plan(x, False)
         outs = [self._dense(p, x) for p in self.parts]
