@@ -32,7 +32,8 @@
 // * the exact path (float32 inputs, ``exact``): the weights are widened to float and the
 //   sums are float32 (no activation rounding), for tests.
 // The dense prefill (quant_dequant_tiles) dequantizes whole tiles into a scratch matrix
-// for one GEMM (quant_dequant.h): AMX's bfloat16 tiles, and the exact self-test's rows.
+// for one GEMM (quant_dequant.h): for AMX's bfloat16 tiles, the exact self-test's rows,
+// and where the integer path is not the faster (quant/linear.py's prefill_path).
 //
 // The instruction-set paths are files of their own: quant_avx512.h (AVX-512: the rows'
 // quantization, VNNI dot products, the prefill's stores), quant_avx2.h (AVX2: dot
