@@ -162,6 +162,37 @@ inline void tile_sums(const float* wide, bool zeros, const hearth::quant::QuantR
     _mm256_storeu_ps(sums + m * 16 + 8, acc[m][1]);
   }
 }
+// A one-level tile's scales and zeros (zeros 0 where there are none) widened to float32
+// into out, [G][2][16]; returns out.
+inline const float* widen(const hearth::quant::Params& p, int64_t groups, float* out) {
+  for (int64_t g = 0; g < groups; ++g) {
+    const hearth::vec::f16v sv = p.scale(g), zv = p.zero(g);
+    std::memcpy(out + g * 32, &sv, sizeof(sv));
+    std::memcpy(out + g * 32 + 16, &zv, sizeof(zv));
+  }
+  return out;
+}
+
+// quant_linear.cpp's tile_int for a one-level tile whose scales are widened (p.wide).
+template <int Bits, int MB>
+inline void tile_int_wide(const uint8_t* w, const hearth::quant::Params& p,
+                          const hearth::quant::QuantRows& xr, int64_t row0,
+                          const hearth::quant::Shape& sh, float* sums) {
+  const int64_t bytes = sh.group * 16 * Bits / 8;
+  const auto dots = [&](int64_t g, __m256i (&d)[MB][2]) {
+    hearth::vec::prefetch_ahead(w + g * bytes, bytes);
+    group_dots<Bits, MB>(w + g * bytes, xr.q.data() + row0 * sh.k_pad, sh.k_pad, g * sh.group,
+                         sh.group, d);
+    if constexpr (Bits == 6) {  // the codes' +32, per row and group
+      for (int m = 0; m < MB; ++m) {
+        const __m256i off = _mm256_set1_epi32(32 * xr.qsum[(row0 + m) * sh.groups + g]);
+        d[m][0] = _mm256_sub_epi32(d[m][0], off);
+        d[m][1] = _mm256_sub_epi32(d[m][1], off);
+      }
+    }
+  };
+  tile_sums<MB>(p.wide, p.has_zero(), xr, row0, sh.groups, dots, sums);
+}
 #endif
 
 #if defined(__AVX2__)

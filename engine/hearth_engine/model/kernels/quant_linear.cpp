@@ -143,21 +143,7 @@ void tile_int(const uint8_t* w, const Params& p, const QuantRows& xr, int64_t ro
               const Shape& sh, float* sums) {
 #if defined(HEARTH_QAVX2)
   if (p.wide != nullptr) {  // a chunk's rows, one level (part_tiles widened the scales)
-    const int64_t bytes = sh.group * kLanes * Bits / 8;
-    const auto dots = [&](int64_t g, __m256i (&d)[MB][2]) {
-      hearth::vec::prefetch_ahead(w + g * bytes, bytes);
-      hearth::quant_avx2::group_dots<Bits, MB>(w + g * bytes, xr.q.data() + row0 * sh.k_pad,
-                                               sh.k_pad, g * sh.group, sh.group, d);
-      if constexpr (Bits == 6) {  // the codes' +32, per row and group
-        for (int m = 0; m < MB; ++m) {
-          const __m256i off = _mm256_set1_epi32(32 * xr.qsum[(row0 + m) * sh.groups + g]);
-          d[m][0] = _mm256_sub_epi32(d[m][0], off);
-          d[m][1] = _mm256_sub_epi32(d[m][1], off);
-        }
-      }
-    };
-    hearth::quant_avx2::tile_sums<MB>(p.wide, p.has_zero(), xr, row0, sh.groups, dots, sums);
-    return;
+    return hearth::quant_avx2::tile_int_wide<Bits, MB>(w, p, xr, row0, sh, sums);
   }
 #endif
   f16v acc[MB] = {};
@@ -332,14 +318,7 @@ void part_tiles(const PlanPart& part, const Activations& a, bool integer, int64_
     const uint8_t* w = wbase + t * sh.tile_bytes;
     Params p = part.params.tile(t, sh.groups);
 #if defined(HEARTH_QAVX2)
-    if (widen) {
-      for (int64_t g = 0; g < sh.groups; ++g) {
-        const f16v sv = p.scale(g), zv = p.zero(g);
-        std::memcpy(wide.data() + g * 2 * kLanes, &sv, sizeof(sv));
-        std::memcpy(wide.data() + (g * 2 + 1) * kLanes, &zv, sizeof(zv));
-      }
-      p.wide = wide.data();
-    }
+    if (widen) p.wide = hearth::quant_avx2::widen(p, sh.groups, wide.data());
 #endif
     for (int64_t m0 = 0; m0 < rows;) {
       const int64_t left = rows - m0;
