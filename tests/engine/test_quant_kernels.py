@@ -200,31 +200,21 @@ def test_a_prefill_chunk_gets_what_each_row_gets_alone(kernels: object, dtype: t
 def test_the_prefill_path_follows_the_cpu_and_the_switch(
     kernels: object, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Integer with VNNI dot products, and with AVX2's for one-level forms, but dense
-    for bfloat16 rows on AMX tiles; dense with any other dots; the switch wins. The
-    build says which dots it has; a model's linears say their paths together."""
+    """Integer with VNNI's or AVX2's dot products, but dense for bfloat16 rows on AMX
+    tiles; dense with any other dots; the switch wins. The build says which dots it
+    has; a model with no packed linear has no path."""
     assert kernels.quant_dots() in {"avx512_vnni", "avx2", "arm_dotprod", "generic"}  # type: ignore[attr-defined]
     monkeypatch.delenv(quant_linear.PREFILL_SWITCH, raising=False)
     for dots in ("avx512_vnni", "avx2", "arm_dotprod", "generic", "none"):
         monkeypatch.setattr(quant_linear, "_dots", lambda dots=dots: dots)
         for amx in (False, True):
             monkeypatch.setattr(quant_linear, "cpu_has_amx_bf16", lambda amx=amx: amx)
-            for two_level in (False, True):
-                fast = dots == "avx512_vnni" or (dots == "avx2" and not two_level)
-                path = "integer" if fast else "dense"
-                assert quant_linear.prefill_path(torch.float32, two_level) == path
-                bf16 = quant_linear.prefill_path(torch.bfloat16, two_level)
-                assert bf16 == ("dense" if amx else path)
-    monkeypatch.setattr(quant_linear, "cpu_has_amx_bf16", lambda: False)
-    one = QuantLinear([quantize_int4(torch.randn(16, 64))], None)
-    two = QuantLinear([_two_level(torch.Generator().manual_seed(1), 16, 64, 4, 32, True)], None)
-    assert (one.two_level, two.two_level) == (False, True)
-    for dots, expected in (("avx2", "mixed"), ("avx512_vnni", "integer"), ("generic", "dense")):
-        monkeypatch.setattr(quant_linear, "_dots", lambda dots=dots: dots)
-        assert (
-            quant_linear.prefill_paths([one, two, torch.nn.Linear(2, 2)], torch.float32) == expected
-        )
-    assert quant_linear.prefill_paths([torch.nn.Linear(2, 2)], torch.float32) == ""
+            path = "integer" if dots in {"avx512_vnni", "avx2"} else "dense"
+            assert quant_linear.prefill_path(torch.float32) == path
+            assert quant_linear.prefill_path(torch.bfloat16) == ("dense" if amx else path)
+    packed = QuantLinear([quantize_int4(torch.randn(16, 64))], None)
+    assert quant_linear.model_prefill_path([packed, torch.nn.Linear(2, 2)], torch.float32)
+    assert quant_linear.model_prefill_path([torch.nn.Linear(2, 2)], torch.float32) == ""
     for chosen in ("dense", "integer"):
         monkeypatch.setenv(quant_linear.PREFILL_SWITCH, chosen)
         assert quant_linear.prefill_path(torch.float32) == chosen

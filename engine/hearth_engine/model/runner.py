@@ -27,7 +27,7 @@ from .kv import KVBuffer, KVLayout, segment_tokens
 from .layer_types import sliding_layers, state_layers
 from .linear import Quantization, int8_unsupported
 from .loader import LoadedModel, load_model
-from .quant.linear import prefill_paths
+from .quant.linear import model_prefill_path
 from .self_test import check_shared_prefix
 from .step_compiler import CompileMode, CompileState, StepCompiler, wants_compile
 
@@ -50,8 +50,8 @@ class ModelInfo:
     forward: str = "transformers"
     # The form of each kind of linear ({"qkv": {"int4-g32": 28}, ...}; /v1/stats).
     linears: dict[str, dict[str, int]] = field(default_factory=dict, hash=False, compare=False)
-    # How packed linears meet prefill rows (quant.linear.prefill_paths): integer, dense,
-    # mixed; "" when none is packed.
+    # How packed linears meet prefill rows (quant.linear.prefill_path): integer or dense;
+    # "" when none is packed.
     quant_prefill: str = ""
 
     @property
@@ -61,7 +61,7 @@ class ModelInfo:
         prefix store from the other path is computed again, not read)."""
         if self.quantization == Quantization.NONE:
             return f"{self.fingerprint}:{self.dtype}"
-        rows = ":int8-prefill" if self.quant_prefill in {"integer", "mixed"} else ""
+        rows = ":int8-prefill" if self.quant_prefill == "integer" else ""
         return f"{self.fingerprint}:{self.dtype}:{self.quantization}{rows}"
 
 
@@ -193,7 +193,7 @@ class ModelRunner:
             forward="lean" if self.lean is not None else "transformers",
             linears=self.lean.linear_forms() if self.lean is not None else {},
             quant_prefill=(
-                prefill_paths(self.lean.linears(), dtype)
+                model_prefill_path(self.lean.linears(), dtype)
                 if self.lean is not None and device.type == "cpu"
                 else ""
             ),

@@ -129,11 +129,12 @@ inline void group_dots(const uint8_t* w, const int8_t* xq, int64_t k_pad, int64_
   }
 }
 
-// sums[MB, 16] of one tile for MB rows from row0, for a one-level tile whose scales and
-// zeros were widened to float32 once (``wide``, [G][2][16]): tile_int's arithmetic
-// (quant_linear.cpp) in 8-lane registers. In GCC's 16-float vectors, AVX2 built each
-// row's scale splat through the stack and widened the scales again for every row: a
-// prefill chunk's rows ran at about 30 GMAC/s, here 50-80.
+// sums[MB, 16] of one tile for MB rows from row0, for a tile whose scales and zeros were
+// widened to float32 once (``wide``, [G][2][16]; two-level forms: each group's factor
+// times its super-scale, so the super-block's sum is not kept apart): tile_int's
+// arithmetic (quant_linear.cpp) in 8-lane registers. In GCC's 16-float vectors, AVX2
+// built each row's scale splat through the stack and widened the scales again for every
+// row: a prefill chunk's rows ran at about 30 GMAC/s, here 50-100.
 // ``dots(g, out)`` gives group g's exact int32 sums (less 6-bit codes' offset).
 template <int MB, typename Dots>
 inline void tile_sums(const float* wide, bool zeros, const hearth::quant::QuantRows& xr,
@@ -162,8 +163,8 @@ inline void tile_sums(const float* wide, bool zeros, const hearth::quant::QuantR
     _mm256_storeu_ps(sums + m * 16 + 8, acc[m][1]);
   }
 }
-// A one-level tile's scales and zeros (zeros 0 where there are none) widened to float32
-// into out, [G][2][16]; returns out.
+// A tile's scales and zeros (zeros 0 where there are none) widened to float32 into out,
+// [G][2][16]; returns out.
 inline const float* widen(const hearth::quant::Params& p, int64_t groups, float* out) {
   for (int64_t g = 0; g < groups; ++g) {
     const hearth::vec::f16v sv = p.scale(g), zv = p.zero(g);
@@ -173,7 +174,7 @@ inline const float* widen(const hearth::quant::Params& p, int64_t groups, float*
   return out;
 }
 
-// quant_linear.cpp's tile_int for a one-level tile whose scales are widened (p.wide).
+// quant_linear.cpp's tile_int for a tile whose scales are widened (p.wide).
 template <int Bits, int MB>
 inline void tile_int_wide(const uint8_t* w, const hearth::quant::Params& p,
                           const hearth::quant::QuantRows& xr, int64_t row0,

@@ -78,7 +78,7 @@ struct Params {
   const int8_t* zf = nullptr;
   const at::Half* sup = nullptr;  // float16 [GS, Z, 16]
   int64_t per = 0, zn = 1;  // groups per super-block (0: one level), Z
-  // One level only: this tile's scales and zeros widened to float32 once, [G][2][16],
+  // This tile's scales and zeros (scale(g), zero(g)) widened to float32 once, [G][2][16],
   // where AVX2's integer path reads them for several pairs of rows (quant_linear.cpp).
   const float* wide = nullptr;
 

@@ -142,7 +142,7 @@ template <int Bits, int MB>
 void tile_int(const uint8_t* w, const Params& p, const QuantRows& xr, int64_t row0,
               const Shape& sh, float* sums) {
 #if defined(HEARTH_QAVX2)
-  if (p.wide != nullptr) {  // a chunk's rows, one level (part_tiles widened the scales)
+  if (p.wide != nullptr) {  // a chunk's rows (part_tiles widened the scales)
     return hearth::quant_avx2::tile_int_wide<Bits, MB>(w, p, xr, row0, sh, sums);
   }
 #endif
@@ -308,10 +308,10 @@ void part_tiles(const PlanPart& part, const Activations& a, bool integer, int64_
   const uint8_t* wbase = part.tiles.data_ptr<uint8_t>();
   float sums[kBlockRows * kLanes];
 #if defined(HEARTH_QAVX2)
-  // AVX2's integer path takes rows two at a time: a one-level tile's scales and zeros
-  // are widened once for all of them (zeros 0 where there are none).
+  // AVX2's integer path takes rows two at a time: a tile's scales and zeros (two-level:
+  // the products with their super-scales) are widened once for all of them.
   std::vector<float> wide;
-  const bool widen = integer && rows > 2 && part.params.per == 0;
+  const bool widen = integer && rows > 2;
   if (widen) wide.resize(sh.groups * 2 * kLanes);
 #endif
   for (int64_t t = t0; t < t1; ++t) {

@@ -9,13 +9,13 @@ One copy of the weights serves both phases (``kernels/quant_linear.cpp``):
   keeps float32 rows unrounded (a float path several times slower, for tests);
 * **prefill** (more rows), one of two ways (``prefill_path``):
 
-  - ``integer`` (AVX-512 VNNI; AVX2 for one-level forms; not where AMX-BF16 takes
-    bfloat16 rows): the same ``QuantPlan`` as decode, every tile read once for all the
-    chunk's rows. On a 2-vCPU AVX-512 VNNI Xeon without BF16, the default model's
-    linears at 85 rows: 1.6 ms a layer against 2.9 ms dense (about 200 against 100-130
-    GMAC/s), and a warm 85-token prefill over a 3,200-token house 226-234 to 187-200 ms
-    (as the ``avx2`` class, 356-361 to 305-307 ms). It is the arithmetic decode
-    steps already use, so a prefix and the steps that follow it see the same linears
+  - ``integer`` (AVX-512 VNNI or AVX2; not where AMX-BF16 takes bfloat16 rows): the
+    same ``QuantPlan`` as decode, every tile read once for all the chunk's rows. On a
+    2-vCPU AVX-512 VNNI Xeon without BF16, the default model's linears at 85 rows: 1.6
+    ms a layer against 2.9 ms dense (about 200 against 100-130 GMAC/s), and a warm
+    85-token prefill over a 3,200-token house 226-234 to 187-200 ms (as the ``avx2``
+    class, 356-361 to 305-307 ms). It is the arithmetic decode steps already use, so a
+    prefix and the steps that follow it see the same linears
     (llama.cpp's prefill does the same with q8 rows);
   - ``dense`` (elsewhere, and for the self-test's exact rows): the matrix is dequantized
     a tile at a time (``quant_dequant_tiles``) into a scratch buffer (per thread,
@@ -82,39 +82,29 @@ def exact_rows() -> bool:
     return bool(getattr(_EXACT, "on", False))
 
 
-def prefill_path(dtype: torch.dtype, two_level: bool = False) -> str:
-    """How prefill rows (more than ``DECODE_ROWS``) of ``dtype`` meet a packed matrix
-    (``two_level``: K-quant super-blocks): ``integer`` (int8 rows, ``QuantPlan``) or
-    ``dense`` (dequantized, one GEMM).
+def prefill_path(dtype: torch.dtype) -> str:
+    """How prefill rows (more than ``DECODE_ROWS``) of ``dtype`` meet a packed matrix:
+    ``integer`` (int8 rows, ``QuantPlan``) or ``dense`` (dequantized, one GEMM).
 
-    Integer where the kernels multiply with AVX-512 VNNI (``quant_dots``), and with
-    AVX2 for one-level forms (Q4_0, Q4_1, Q8_0, ``--quantize int4``), except for
-    bfloat16 rows on a CPU with AMX-BF16 (within its ``HEARTH_CPU`` class), whose GEMM
-    multiplies on the tiles at several times the integer rate. Measured on a 2-vCPU
+    Integer where the kernels multiply with AVX-512 VNNI or AVX2 (``quant_dots``), except
+    for bfloat16 rows on a CPU with AMX-BF16 (within its ``HEARTH_CPU`` class), whose
+    GEMM multiplies on the tiles at several times the integer rate. Measured on a 2-vCPU
     Xeon, a warm 85-token prefill of the default model over a 3,200-token house: AVX-512
     VNNI 187-200 ms integer against 226-234 dense; as the ``avx2`` class 305-307 against
-    356-361. Dense elsewhere: AVX2's two-level forms (their integer path keeps the
-    generic scale arithmetic, about 30 GMAC/s against 70 for the float32 GEMM), and
-    Arm's and the generic dots, unmeasured at prefill. ``HEARTH_QUANT_PREFILL``
-    overrides it."""
+    356-361 (a Q4_K-like two-level int4 linear, 576 -> 3,072 at 85 rows: 1.7-1.8 against
+    2.3-2.4 ms). Dense for Arm's and the generic dots, unmeasured at prefill.
+    ``HEARTH_QUANT_PREFILL`` overrides it."""
     chosen = os.environ.get(PREFILL_SWITCH, "").strip().lower()
     if chosen in {"integer", "dense"}:
         return chosen
     if dtype == torch.bfloat16 and cpu_has_amx_bf16():
         return "dense"
-    dots = _dots()
-    return "integer" if dots == "avx512_vnni" or (dots == "avx2" and not two_level) else "dense"
+    return "integer" if _dots() in {"avx512_vnni", "avx2"} else "dense"
 
 
-def prefill_paths(linears: Iterable[object], dtype: torch.dtype) -> str:
-    """The paths the packed ``linears`` of a model take at prefill: ``integer``,
-    ``dense``, or ``mixed`` (both); "" where none is packed."""
-    paths = {
-        prefill_path(dtype, linear.two_level)
-        for linear in linears
-        if isinstance(linear, QuantLinear)
-    }
-    return "mixed" if len(paths) > 1 else next(iter(paths), "")
+def model_prefill_path(linears: Iterable[object], dtype: torch.dtype) -> str:
+    """``prefill_path`` for a model whose ``linears`` include packed ones; "" where none is."""
+    return prefill_path(dtype) if any(isinstance(x, QuantLinear) for x in linears) else ""
 
 
 @functools.cache
@@ -211,7 +201,6 @@ class QuantLinear:
         self.out_features = sum(p.out_features for p in self.parts)
         self.bias = bias
         self.kind = "+".join(dict.fromkeys(p.kind for p in self.parts))
-        self.two_level = any(p.supers is not None for p in self.parts)  # K-quant forms
         self.tiles = None  # no bfloat16 decode tiles: the packed weights are the tiles
         self.nbytes = sum(p.nbytes for p in self.parts)
         # Decode rows: one native call for every part and the bias (``QuantPlan``): the
@@ -236,7 +225,7 @@ class QuantLinear:
         elif (
             not exact
             and x.dtype in {torch.float32, torch.bfloat16}
-            and prefill_path(x.dtype, self.two_level) == "integer"
+            and prefill_path(x.dtype) == "integer"
         ):
             return self.plan(x, False)
         outs = [self._dense(p, x) for p in self.parts]
