@@ -147,6 +147,56 @@ inline void group_dots(const uint8_t* w, const QuantRows& xr, int64_t row0, int6
 }
 #endif
 
+#if defined(HEARTH_QVNNI)
+// The integer path's whole tile for 4-bit codes in one level of groups (Q4_0, Q4_1, and
+// Hearth's own int4), MB rows: group_dots and the caller's float steps fused, so that
+// every value stays in a register. One accumulator per row takes both nibbles (the high
+// ones shifted down once per weight vector, for all MB rows, not once per row), and the
+// float steps are tile_int's, in its order: acc += dots * (scale * x's scale) as one
+// fused multiply-add, then acc += zero * x's sum. The int32 dots are exact either way,
+// so the sums are tile_int's bit for bit. tile_int<4, 8> kept 16 accumulators and
+// spilled them: on a 2-vCPU EPYC (Zen 4) the default model's four linears of a layer took
+// 0.49 ms at 16 rows and 1.86 at 85; with this, 0.30 and 1.74 (its 576 -> 3072 one at 85
+// rows: 362 -> 405 GOP/s, of vpdpbusd's 936 on two cores).
+template <int MB>
+inline void tile_int4(const uint8_t* w, const hearth::quant::Params& p, const QuantRows& xr,
+                      int64_t row0, const hearth::quant::Shape& sh, float* sums) {
+  const __m512i low = _mm512_set1_epi8(0x0F);
+  const int64_t group_bytes = sh.group * hearth::quant::kLanes / 2;
+  const bool zeros = p.has_zero();
+  const int8_t* xq = xr.q.data() + row0 * sh.k_pad;
+  __m512 acc[MB];
+  for (int m = 0; m < MB; ++m) acc[m] = _mm512_setzero_ps();
+  for (int64_t g = 0; g < sh.groups; ++g) {
+    const uint8_t* wg = w + g * group_bytes;
+    hearth::vec::prefetch_ahead(wg, group_bytes);
+    const int8_t* xg = xq + g * sh.group;
+    __m512i a[MB];
+    for (int m = 0; m < MB; ++m) a[m] = _mm512_setzero_si512();
+    for (int64_t s = 0; s < sh.group / 8; ++s) {
+      const __m512i raw = _mm512_loadu_si512(wg + s * 64);
+      const __m512i lo = _mm512_and_si512(raw, low);
+      const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low);
+      for (int m = 0; m < MB; ++m) {
+        a[m] = _mm512_dpbusd_epi32(a[m], lo, bcast4(xg + m * sh.k_pad + s * 8));
+        a[m] = _mm512_dpbusd_epi32(a[m], hi, bcast4(xg + m * sh.k_pad + s * 8 + 4));
+      }
+    }
+    __m512 sv, zv;
+    const hearth::vec::f16v sf = p.scale(g), zf = p.zero(g);
+    std::memcpy(&sv, &sf, sizeof(sv));
+    std::memcpy(&zv, &zf, sizeof(zv));
+    for (int m = 0; m < MB; ++m) {
+      const int64_t at = (row0 + m) * sh.groups + g;
+      const __m512 xs = _mm512_mul_ps(sv, _mm512_set1_ps(xr.scale[at]));
+      acc[m] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(a[m]), xs, acc[m]);
+      if (zeros) acc[m] = _mm512_fmadd_ps(zv, _mm512_set1_ps(xr.sum[at]), acc[m]);
+    }
+  }
+  for (int m = 0; m < MB; ++m) _mm512_storeu_ps(sums + m * hearth::quant::kLanes, acc[m]);
+}
+#endif
+
 #if defined(__AVX512F__)
 constexpr int64_t kScaledFloats = 16;  // the floats one store_scaled call takes
 

@@ -146,6 +146,11 @@ void tile_int(const uint8_t* w, const Params& p, const QuantRows& xr, int64_t ro
     return hearth::quant_avx2::tile_int_wide<Bits, MB>(w, p, xr, row0, sh, sums);
   }
 #endif
+#if defined(HEARTH_QVNNI)
+  if constexpr (Bits == 4) {
+    if (p.per == 0) return hearth::quant_avx512::tile_int4<MB>(w, p, xr, row0, sh, sums);
+  }
+#endif
   f16v acc[MB] = {};
   i16v dots[MB];
   const int64_t group_bytes = sh.group * kLanes * Bits / 8;
