@@ -224,9 +224,16 @@ def prefix_case(
 
 
 def float64_attention(
-    query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, scale: float
+    query: torch.Tensor,
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    scale: float,
+    visible: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Attention in float64; ``visible`` ``[N, T]`` bool: which keys each query sees."""
     scores = query.double() @ keys.double().transpose(-1, -2) * scale
+    if visible is not None:
+        scores = scores.masked_fill(~visible, float("-inf"))
     return torch.softmax(scores, -1) @ values.double(), torch.logsumexp(scores, -1)
 
 
@@ -254,12 +261,45 @@ def test_the_prefix_kernel_equals_float64_attention(
     torch.testing.assert_close(lse.double(), want_lse, atol=1e-4, rtol=1e-5)
 
 
+@settings(max_examples=30, deadline=None)
+@given(
+    seed=st.integers(0, 2**31),
+    heads=st.integers(1, 3),
+    groups=st.integers(1, 3),
+    tokens=st.integers(1, 40),
+    past=st.integers(0, 1300),
+    head=st.sampled_from([32, 64, 128, 256]),
+)
+def test_the_causal_kernel_equals_float64_attention_under_the_chunks_mask(
+    prefix_kernel: object, seed: int, heads: int, groups: int, tokens: int, past: int, head: int
+) -> None:
+    """A chunk's own keys (``causal_tokens``): grouped heads folded into the queries (row r
+    is token r % Q), each token seeing the keys before it and itself, however the keys fall
+    into the kernel's chunks (past 512, some rows see none of a chunk)."""
+    query, k, v = prefix_case(seed, heads, groups * tokens, past + tokens, head)
+    scale = head**-0.5
+    out, lse = prefix_kernel.prefix_attention(query, k, v, scale, causal_tokens=tokens)  # type: ignore[attr-defined]
+    token = torch.arange(groups * tokens) % tokens
+    visible = torch.arange(past + tokens)[None, :] <= token[:, None] + past
+    want, want_lse = float64_attention(query, k, v, scale, visible)
+    assert float(((out.double() - want).abs() - 2**-7 * (want.abs() + 1)).max()) <= 0
+    torch.testing.assert_close(lse.double(), want_lse, atol=1e-4, rtol=1e-5)
+
+
+def test_the_causal_kernel_refuses_rows_that_are_not_whole_tokens(prefix_kernel: object) -> None:
+    query, k, v = prefix_case(1, 2, 10, 12, 64)
+    for tokens in (3, 13):  # 10 rows are not groups of 3 tokens; 12 keys hold no 13 tokens
+        with pytest.raises(RuntimeError, match="whole groups"):
+            prefix_kernel.prefix_attention(query, k, v, 0.125, causal_tokens=tokens)  # type: ignore[attr-defined]
+
+
 def test_a_warm_prefill_reads_its_prefix_through_the_kernel_closer_than_torch(
     prefix_kernel: object, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``merged_attention`` of a multi-token prefill over a long part takes the kernel;
-    paused, torch's flash kernel gives the same up to bf16 rounding, and the kernel's
-    float32 partial is at least as close to float64 attention."""
+    """``merged_attention`` of a multi-token prefill over a long part takes the kernel,
+    for its own keys (causal) and for the part; paused, torch's flash kernel gives the
+    same up to bf16 rounding, and the kernel's float32 partials are at least as close to
+    float64 attention."""
     served = []
     real = attention.native_prefix
 
@@ -277,7 +317,7 @@ def test_a_warm_prefill_reads_its_prefix_through_the_kernel_closer_than_torch(
     segment = torch.randn(2, 2, hkv, prefix, d, generator=gen).to(torch.bfloat16)
     parts = [PrefixPart(segment)]
     fast = attention.merged_attention(query, own_k, own_v, None, None, parts, 1)
-    assert served == [True]
+    assert served == [True, True]  # the own keys, then the part
     with native.paused():
         slow = attention.merged_attention(query, own_k, own_v, None, None, parts, 1)
     keys = torch.cat([segment[1, 0], own_k[0]], 1).repeat_interleave(hq // hkv, 0)

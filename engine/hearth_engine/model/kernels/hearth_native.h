@@ -27,15 +27,17 @@ at::Tensor decode_attention(const at::Tensor& query, const at::Tensor& own_k,
 bool use_attention_amx(bool on);
 bool attention_amx();
 
-// prefix_attention.cpp: attention of many queries over one cached prefix part, no mask,
-// in bfloat16 dot products. query [H, N, D], keys/values [H, T, D], all bfloat16 with the
+// prefix_attention.cpp: attention of many queries over one cached prefix part, no mask
+// (or, with causal_tokens Q, a chunk's own Q tokens over their own keys, causal), in
+// bfloat16 dot products. query [H, N, D], keys/values [H, T, D], all bfloat16 with the
 // last dimension contiguous. Returns the output [H, N, D] and log-sum-exp [H, N] in
 // float32 (a partial for attention.py's merge). prefix_attention_ready: whether this
 // build has the kernel (AVX512-BF16); without it, prefix_attention refuses every call.
 bool prefix_attention_ready();
 std::tuple<at::Tensor, at::Tensor> prefix_attention(const at::Tensor& query,
                                                     const at::Tensor& keys,
-                                                    const at::Tensor& values, double scale);
+                                                    const at::Tensor& values, double scale,
+                                                    int64_t causal_tokens = 0);
 
 // decode_linear.cpp: a linear for a decode step's few rows, from weights re-laid out
 // once. tile_weight: weight [N, K] (bfloat16, float32 or int8) as tiles of 16 features.

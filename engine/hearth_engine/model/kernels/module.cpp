@@ -15,7 +15,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("prefix_attention_ready", &hearth::prefix_attention_ready,
         "whether prefix_attention is built (AVX512-BF16)");
   m.def("prefix_attention", &hearth::prefix_attention,
-        "many queries over one prefix part, bf16 dot products; (out, lse) in float32");
+        "many queries over one prefix part (or a chunk's own keys, causal_tokens > 0), bf16 "
+        "dot products; (out, lse) in float32",
+        py::arg("query"), py::arg("keys"), py::arg("values"), py::arg("scale"),
+        py::arg("causal_tokens") = 0);
   m.def("tile_weight", &hearth::tile_weight, "a weight [N, K] as tiled_linear's tiles");
   m.def("tiled_linear", &hearth::tiled_linear, "a linear for a decode step's few rows",
         py::arg("x"), py::arg("tiles"), py::arg("out_features"), py::arg("scales") = py::none(),
