@@ -193,6 +193,28 @@ def test_llama_cpp_is_driven_as_the_plugin_drives_it() -> None:
     ]
 
 
+def test_the_baseline_runs_another_checkouts_engine(tmp_path: Path) -> None:
+    """``hearth_baseline`` puts the other checkout's package first on the engine's path;
+    the other configurations keep theirs (and their own environment)."""
+    (tmp_path / "hearth_engine").mkdir()
+    args = parse_args(["--configs", "hearth", "hearth_baseline", "--baseline", str(tmp_path)])
+    settings = Settings("default", 8, 0.0, None, Path(), baseline=args.baseline)
+    household = Household(load_fixture())
+    assert Replay(household, "hearth_baseline", settings).engine_env() == {
+        "PYTHONPATH": str(tmp_path)
+    }
+    assert Replay(household, "hearth", settings).engine_env() == {}
+    dense = Replay(household, "hearth_dense_prefill", settings).engine_env()
+    assert dense == {"HEARTH_QUANT_PREFILL": "dense"}
+    for wrong in (
+        ["--configs", "hearth_baseline"],  # no checkout named
+        ["--baseline", str(tmp_path)],  # a checkout, but no row runs it
+        ["--configs", "hearth_baseline", "--baseline", str(tmp_path / "nowhere")],
+    ):
+        with pytest.raises(SystemExit):
+            parse_args(wrong)
+
+
 @pytest.mark.parametrize("one_at_a_time", [False, True])
 def test_one_at_a_time_sends_a_bursts_requests_one_after_another(one_at_a_time: bool) -> None:
     """The same trace either way; only the overlap of a burst's requests differs."""

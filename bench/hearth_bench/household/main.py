@@ -31,6 +31,9 @@ The same trace runs against a fresh engine process per configuration:
 * ``hearth_dense_prefill`` (only with ``--configs``): as ``hearth``, with a packed
   model's prefill rows dequantized into one GEMM (``HEARTH_QUANT_PREFILL=dense``), as
   before the integer prefill: ``--configs hearth hearth_dense_prefill`` shows its gain.
+* ``hearth_baseline`` (only with ``--configs``, and ``--baseline DIR``): as ``hearth``,
+  with the engine of another checkout (``git worktree add /tmp/base HEAD~1``, then
+  ``--baseline /tmp/base/engine``): a change against the code before it, in one run.
 * ``hearth_fresh_prefix`` (only with ``--configs``): as ``hearth``, but requests switch to
   the renamed prefix at once (the plugin before it kept the pinned prefix during re-pins:
   every request then cold-prefilled most of the house).
@@ -80,6 +83,7 @@ from ..harness.fixture import FIXTURE, Fixture, FixtureMissingError, house_of, l
 from ..house_scale import add_argument as add_house_scale
 from ..scaled_fixture import fixture_path
 from .replay import (
+    BASELINE,
     CONFIGS,
     DEFAULT_CONFIGS,
     EXTERNAL,
@@ -201,6 +205,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help=f"an OpenAI-compatible server already running (e.g. http://127.0.0.1:8080):"
         f" the {EXTERNAL} row; alone, the only one",
     )
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="the engine folder of another checkout, for the hearth_baseline config",
+    )
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--plot", type=Path, default=None)
     parser.add_argument("--records", type=Path, default=None, help="every request, as JSON")
@@ -212,6 +223,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         parser.error("--rounds must be 1 or more")
     if set(EXTERNALS) & set(args.configs) and args.engine_url is None:
         parser.error(f"--configs {' / '.join(EXTERNALS)} needs --engine-url URL")
+    if (BASELINE in args.configs) != (args.baseline is not None):
+        parser.error(f"--configs {BASELINE} and --baseline DIR go together")
+    if args.baseline is not None and not (args.baseline / "hearth_engine").is_dir():
+        parser.error(f"--baseline {args.baseline}: no hearth_engine package there")
     if args.fixture is None:
         args.fixture = FIXTURE
         if args.house_scale:
@@ -279,7 +294,7 @@ def main(argv: list[str]) -> int:
         workdir.mkdir(parents=True, exist_ok=True)
         settings = Settings(
             args.model, args.max_tokens, args.repin_delay, args.kv_cache_mb, workdir,
-            args.engine_url, args.one_at_a_time,
+            args.engine_url, args.one_at_a_time, args.baseline,
         )  # fmt: skip
         started = time.monotonic()
         try:

@@ -47,6 +47,9 @@ CONFIGS = {
     # Hearth with a packed model's prefill rows dequantized into one GEMM, as before the
     # integer prefill (``HEARTH_QUANT_PREFILL=dense``): what the integer path gains.
     "hearth_dense_prefill": ("radix", True, True),
+    # Hearth as ``hearth``, its engine from another checkout (``--baseline``): a change
+    # against the commit before it, side by side in one run.
+    "hearth_baseline": ("radix", True, True),
     # --engine-url: the server as the plugin drives it: each agent's prefix primed at start
     # and after each rename (max_tokens 1), requests on the primed prefix until then; on
     # llama.cpp cache_prompt.
@@ -58,6 +61,7 @@ CONFIGS = {
 CONFIG_ARGS = {"hearth_no_jump_forward": ("--no-jump-forward",)}  # engine flags of a config
 CONFIG_ENV = {"hearth_dense_prefill": {"HEARTH_QUANT_PREFILL": "dense"}}  # and its environment
 EXTERNAL = "external"
+BASELINE = "hearth_baseline"
 CONTAINER = "hearth_container"
 STORE = "hearth_store"
 CONTAINER_KERNELS = (
@@ -112,6 +116,7 @@ class Settings:
     workdir: Path
     engine_url: str | None = None  # the ``external`` configuration's server
     one_at_a_time: bool = False  # a burst's requests go out one after another
+    baseline: Path | None = None  # the ``hearth_baseline`` configuration's engine package
 
 
 class Household:
@@ -210,6 +215,15 @@ class Replay:
             args += ["--prefix-store", str(store)]
         return args
 
+    def engine_env(self) -> dict[str, str]:
+        """The engine's environment on top of this process's: the configuration's own, and
+        for ``hearth_baseline`` the other checkout's engine package first on the path (its
+        native kernels build into the cache under their own key on first use)."""
+        env = dict(CONFIG_ENV.get(self.name, {}))
+        if self.name == BASELINE and self.settings.baseline is not None:
+            env["PYTHONPATH"] = str(self.settings.baseline)
+        return env
+
     async def run(self, trace: Sequence[Step]) -> dict[str, Any]:
         if self.name in EXTERNALS:
             return await self.run_external(trace)
@@ -218,7 +232,7 @@ class Replay:
         if self.name == CONTAINER:
             engine = await asyncio.to_thread(self._start_container)
         else:
-            engine = EngineProcess(self.engine_args(), log, env=CONFIG_ENV.get(self.name))
+            engine = EngineProcess(self.engine_args(), log, env=self.engine_env())
             await asyncio.to_thread(engine.start)
         headers = engine.headers if isinstance(engine, ContainerEngine) else None
         started = time.monotonic()
