@@ -330,7 +330,11 @@ void part_tiles(const PlanPart& part, const Activations& a, bool integer, int64_
 #endif
   // Rows in slices whose int8 inputs stay in L1 across the task's tiles (each tile's
   // weights are read once a slice, from L2): rows [r0, r1) against every tile, then the next.
+#if defined(HEARTH_QAVX2)
+  const int64_t slice = rows;  // AVX2 multiplies slower than L2 serves it: no gain measured
+#else
   const int64_t slice = integer ? row_slice(sh.k_pad) : rows;
+#endif
   for (int64_t r0 = 0; r0 < rows; r0 += slice) {
     const int64_t r1 = std::min(rows, r0 + slice);
     for (int64_t t = t0; t < t1; ++t) {
