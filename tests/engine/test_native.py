@@ -286,6 +286,78 @@ def test_the_causal_kernel_equals_float64_attention_under_the_chunks_mask(
     torch.testing.assert_close(lse.double(), want_lse, atol=1e-4, rtol=1e-5)
 
 
+@pytest.fixture(scope="module")
+def f32_prefix_kernel(kernels: object) -> object:
+    if not kernels.prefix_attention_f32_ready():  # type: ignore[attr-defined]
+        pytest.skip("this CPU has no AVX2 and FMA: torch's flash kernel reads float32 parts")
+    return kernels
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    seed=st.integers(0, 2**31),
+    heads=st.integers(1, 3),
+    groups=st.integers(1, 3),
+    tokens=st.integers(1, 40),
+    past=st.integers(0, 1300),
+    head=st.sampled_from([32, 64, 128, 256]),
+    causal=st.booleans(),
+)
+def test_the_float32_kernel_equals_float64_attention(
+    f32_prefix_kernel: object,
+    seed: int,
+    heads: int,
+    groups: int,
+    tokens: int,
+    past: int,
+    head: int,
+    causal: bool,
+) -> None:
+    """The float32 kernel (AVX2 and FMA), over a part or causal over a chunk's own keys:
+    float32 attention, to float32's rounding, for any shape and split into items."""
+    query, k, v = (
+        x.float() for x in prefix_case(seed, heads, groups * tokens, past + tokens, head)
+    )
+    scale = head**-0.5
+    out, lse = f32_prefix_kernel.prefix_attention(  # type: ignore[attr-defined]
+        query, k, v, scale, causal_tokens=tokens if causal else 0
+    )
+    assert out.dtype == lse.dtype == torch.float32
+    token = torch.arange(groups * tokens) % tokens
+    visible = torch.arange(past + tokens)[None, :] <= token[:, None] + past
+    want, want_lse = float64_attention(query, k, v, scale, visible if causal else None)
+    torch.testing.assert_close(out.double(), want, atol=2e-5, rtol=2e-5)
+    torch.testing.assert_close(lse.double(), want_lse, atol=2e-5, rtol=1e-6)
+
+
+def test_a_float32_warm_prefill_takes_the_kernel_where_it_comes_first(
+    f32_prefix_kernel: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In a build without AVX-512 (``prefix_attention_f32_first``) a float32 warm prefill's
+    own keys and part go to the float32 kernel; elsewhere to torch's flash kernel. Either
+    way the attention is the same up to float32 rounding."""
+    served = []
+    real = attention.native_prefix
+
+    def spy(*args: object) -> object:
+        got = real(*args)  # type: ignore[arg-type]
+        served.append(got is not None)
+        return got
+
+    monkeypatch.setattr(attention, "native_prefix", spy)
+    gen = torch.Generator().manual_seed(6)
+    hq, hkv, q_len, d, prefix = 6, 2, 24, 64, 700
+    query = torch.randn(1, hq, q_len, d, generator=gen)
+    own_k, own_v = (torch.randn(1, hkv, q_len, d, generator=gen) for _ in "kv")
+    parts = [PrefixPart(torch.randn(2, 2, hkv, prefix, d, generator=gen))]
+    fast = attention.merged_attention(query, own_k, own_v, None, None, parts, 1)
+    first = bool(f32_prefix_kernel.prefix_attention_f32_first())  # type: ignore[attr-defined]
+    assert served == [first, first]
+    with native.paused():
+        slow = attention.merged_attention(query, own_k, own_v, None, None, parts, 1)
+    torch.testing.assert_close(fast, slow, atol=1e-5, rtol=1e-5)
+
+
 def test_the_causal_kernel_refuses_rows_that_are_not_whole_tokens(prefix_kernel: object) -> None:
     query, k, v = prefix_case(1, 2, 10, 12, 64)
     for tokens in (3, 13):  # 10 rows are not groups of 3 tokens; 12 keys hold no 13 tokens
@@ -360,7 +432,8 @@ def test_the_prefix_kernel_refuses_what_it_cannot_take(prefix_kernel: object) ->
     dtypes and layouts a model can have before the call (torch serves them)."""
     query, k, v = prefix_case(0, 2, 4, 40, 64)
     calls = {
-        "float32": lambda: (query.float(), k.float(), v.float()),
+        "float16": lambda: (query.half(), k.half(), v.half()),
+        "mixed dtypes": lambda: (query.float(), k, v),
         "head size 48": lambda: (query[..., :48], k[..., :48], v[..., :48]),
         "other heads": lambda: (query[:1], k, v),
         "values shorter": lambda: (query, k, v[:, :30]),
@@ -371,7 +444,7 @@ def test_the_prefix_kernel_refuses_what_it_cannot_take(prefix_kernel: object) ->
         with pytest.raises(RuntimeError):
             prefix_kernel.prefix_attention(*args(), 0.125)  # type: ignore[attr-defined]
         q, kk, vv = args()
-        if name in {"float32", "head size 48", "strided head dimension"}:
+        if name in {"float16", "mixed dtypes", "head size 48", "strided head dimension"}:
             assert attention.native_prefix(q[None], kk[None], vv[None], 0.125) is None, name
     assert native.module() is not None  # declined, not refused: the kernels stay on
 

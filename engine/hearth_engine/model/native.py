@@ -7,7 +7,8 @@ One extension module, ``hearth_native`` (``kernels/``):
   row, split over threads, in float32 (bfloat16 KV by AVX512-BF16: ``attention_bf16.h``,
   or on AMX tiles: ``attention_amx.h``);
 * ``prefix_attention.cpp``: the warm prefill's attention over a cached prefix part (many
-  queries, no mask) in bfloat16 dot products, on CPUs with AVX512-BF16;
+  queries, no mask) and over its own keys (causal), in bfloat16 dot products on CPUs
+  with AVX512-BF16, or in float32 with AVX2 and FMA (``prefix_f32.h``);
 * ``decode_linear.cpp``: the linears of a decode step, from weights re-laid out once
   as tiles of 16 output features (``linear.py``): a call costs 1-2 us, where oneDNN's
   costs ~17 us, and the weights stream faster;
@@ -98,6 +99,8 @@ HEADERS = tuple(
         "attention_amx.h",
         "attention_bf16.h",
         "prefix_amx.h",
+        "prefix_common.h",
+        "prefix_f32.h",
     )
 )
 ENV_SWITCH = "HEARTH_NATIVE"

@@ -29,11 +29,16 @@ bool attention_amx();
 
 // prefix_attention.cpp: attention of many queries over one cached prefix part, no mask
 // (or, with causal_tokens Q, a chunk's own Q tokens over their own keys, causal), in
-// bfloat16 dot products. query [H, N, D], keys/values [H, T, D], all bfloat16 with the
-// last dimension contiguous. Returns the output [H, N, D] and log-sum-exp [H, N] in
-// float32 (a partial for attention.py's merge). prefix_attention_ready: whether this
-// build has the kernel (AVX512-BF16); without it, prefix_attention refuses every call.
+// bfloat16 dot products, or in float32 (prefix_f32.h). query [H, N, D], keys/values
+// [H, T, D], all bfloat16 or all float32, with the last dimension contiguous. Returns the
+// output [H, N, D] and log-sum-exp [H, N] in float32 (a partial for attention.py's
+// merge). prefix_attention_ready: whether this build has the bfloat16 kernel
+// (AVX512-BF16); a dtype whose kernel is not built is refused.
 bool prefix_attention_ready();
+// The float32 kernel (prefix_f32.h, AVX2 and FMA): built; and first, ahead of torch's
+// flash kernel (a build without AVX-512, where torch's kernel would be no wider).
+bool prefix_attention_f32_ready();
+bool prefix_attention_f32_first();
 std::tuple<at::Tensor, at::Tensor> prefix_attention(const at::Tensor& query,
                                                     const at::Tensor& keys,
                                                     const at::Tensor& values, double scale,

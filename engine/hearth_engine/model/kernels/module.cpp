@@ -14,6 +14,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "whether decode and prefix attention's bf16 products run on AMX tiles now");
   m.def("prefix_attention_ready", &hearth::prefix_attention_ready,
         "whether prefix_attention is built (AVX512-BF16)");
+  m.def("prefix_attention_f32_ready", &hearth::prefix_attention_f32_ready,
+        "whether prefix_attention takes float32 (AVX2 and FMA)");
+  m.def("prefix_attention_f32_first", &hearth::prefix_attention_f32_first,
+        "whether float32 prefills go to it before torch's flash kernel (no AVX-512)");
   m.def("prefix_attention", &hearth::prefix_attention,
         "many queries over one prefix part (or a chunk's own keys, causal_tokens > 0), bf16 "
         "dot products; (out, lse) in float32",

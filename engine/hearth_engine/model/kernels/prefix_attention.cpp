@@ -40,7 +40,9 @@
 // Rounding: the scores and sums are float32 with exact bf16 products; the weights are
 // rounded to bfloat16 before the value sum, as torch's flash kernel does for bf16 inputs.
 // Without AVX512-BF16 (the build's -march=native decides), ``prefix_attention_ready``
-// is false and attention.py keeps torch's kernel.
+// is false and attention.py keeps torch's kernel for bfloat16. Float32 queries go to
+// prefix_f32.h's kernel (AVX2 and FMA), with the same items, visibility and merge
+// (prefix_common.h).
 
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
@@ -58,6 +60,8 @@
 
 #include "hearth_native.h"
 #include "prefix_amx.h"
+#include "prefix_common.h"
+#include "prefix_f32.h"
 #include "vec.h"
 
 #if defined(__AVX512BF16__)
@@ -69,11 +73,13 @@ namespace {
 #if defined(__AVX512BF16__)
 
 using namespace hearth::vec;  // NOLINT(build/namespaces): the kernels' vocabulary
+using hearth::prefix::kNoScore;
+using hearth::prefix::Partials;
+using hearth::prefix::Visible;
 
 constexpr int64_t kChunk = 512;  // keys per work item, at most (its K and V: 2 x 64 KiB at D 64)
 constexpr int64_t kKeyTile = 32;  // keys scored together: two vectors of 16 lanes
 constexpr int kQueries = 8;       // queries scored together: 8 x 2 float32 accumulators
-constexpr float kNoScore = -1e30f;
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
@@ -228,25 +234,6 @@ inline void value_pass(const uint32_t* pw, int64_t pw_stride, const uint32_t* vp
     for (int c = 0; c < C; ++c) _mm512_storeu_ps(out + i * D + c * kLanes, acc[i][c]);
 }
 
-struct Partials {  // per (chunk, head, query): max, sum of weights, unnormalised output
-  float* max;
-  float* sum;
-  float* out;
-};
-
-// Which of an item's keys each query sees (see Causal above): all n, or under the mask.
-struct Visible {
-  int64_t tokens = 0;  // Q: 0 for no mask
-  int64_t offset = 0;  // T - Q: the keys before the chunk's own
-  int64_t t0 = 0;      // the item's first key
-  // How many of the item's first n keys query row r (of its head) sees.
-  int64_t of(int64_t r, int64_t n) const {
-    if (tokens == 0) return n;
-    return std::clamp<int64_t>(r % tokens + offset + 1 - t0, 0, n);
-  }
-};
-
-// One item: KV head h's keys [t0, t0 + n) against all of that head's queries.
 template <int C>
 void run_chunk(const uint32_t* qw, int64_t queries, int64_t padded_queries, const uint16_t* k,
                const uint16_t* v, int64_t k_step, int64_t v_step, int64_t n, float scale,
@@ -355,14 +342,6 @@ ChunkFn chunk_fn(int64_t d) {
   }
 }
 
-// Keys per item: enough items for every thread (about four each), at most kChunk, whole tiles.
-int64_t chunk_keys(int64_t heads, int64_t keys) {
-  const int64_t threads = std::max<int64_t>(1, at::get_num_threads());
-  const int64_t share = (heads * keys + 4 * threads - 1) / (4 * threads);
-  const int64_t tiles = std::max<int64_t>(1, (share + kKeyTile - 1) / kKeyTile);
-  return std::min(kChunk, tiles * kKeyTile);
-}
-
 std::tuple<at::Tensor, at::Tensor> prefix_attention_bf16(const at::Tensor& query,
                                                          const at::Tensor& keys,
                                                          const at::Tensor& values, double scale,
@@ -396,7 +375,7 @@ std::tuple<at::Tensor, at::Tensor> prefix_attention_bf16(const at::Tensor& query
     lse.fill_(-std::numeric_limits<float>::infinity());
     return {out, lse};
   }
-  const int64_t size = chunk_keys(heads, t);
+  const int64_t size = hearth::prefix::chunk_keys(heads, t, kChunk, kKeyTile);
   const int64_t chunks = (t + size - 1) / size;
   // Every slot is written by its item (no zeroing: it cost 2 % of a call).
   const std::unique_ptr<float[]> part_max(new float[chunks * heads * n]);
@@ -430,29 +409,8 @@ std::tuple<at::Tensor, at::Tensor> prefix_attention_bf16(const at::Tensor& query
     if (use_tiles) hearth::amx::release();  // this thread's tiles: nothing left to save
 #endif
   });
-  // Merge each query's chunks: out = sum_c e^(m_c - M) o_c / L, L = sum_c e^(m_c - M) l_c.
-  float* dst = out.data_ptr<float>();
-  float* lse_dst = lse.data_ptr<float>();
-  at::parallel_for(0, heads * n, 64, [&](int64_t begin, int64_t end) {
-    for (int64_t hq = begin; hq < end; ++hq) {
-      float best = kNoScore;
-      for (int64_t c = 0; c < chunks; ++c) best = std::max(best, part_max[c * heads * n + hq]);
-      float total = 0.0f;
-      float* o = dst + hq * d;
-      std::fill(o, o + d, 0.0f);
-      for (int64_t c = 0; c < chunks; ++c) {
-        const int64_t slot = c * heads * n + hq;
-        const float w = std::exp(part_max[slot] - best);
-        total += w * part_sum[slot];
-        const float* src = part_out.get() + slot * d;
-        for (int64_t x = 0; x < d; ++x) o[x] += w * src[x];
-      }
-      // total >= 1: the best chunk's own max weighs 1 (every row sees key 0, in chunk 0).
-      const float inv = 1.0f / total;
-      for (int64_t x = 0; x < d; ++x) o[x] *= inv;
-      lse_dst[hq] = best + std::log(total);
-    }
-  });
+  hearth::prefix::merge_items(parts, chunks, heads * n, d, out.data_ptr<float>(),
+                              lse.data_ptr<float>());
   return {out, lse};
 }
 
@@ -470,16 +428,35 @@ bool prefix_attention_ready() {
 #endif
 }
 
+bool prefix_attention_f32_ready() {
+#if defined(HEARTH_PREFIX_F32)
+  return true;
+#else
+  return false;
+#endif
+}
+
+bool prefix_attention_f32_first() {
+#if defined(HEARTH_PREFIX_F32) && !defined(__AVX512F__)
+  return true;
+#else
+  return false;
+#endif
+}
+
 std::tuple<at::Tensor, at::Tensor> prefix_attention(const at::Tensor& query,
                                                     const at::Tensor& keys,
                                                     const at::Tensor& values, double scale,
                                                     int64_t causal_tokens) {
-  TORCH_CHECK(prefix_attention_ready(), "prefix attention needs a CPU with AVX512-BF16");
   TORCH_CHECK(query.device().is_cpu() && keys.device().is_cpu() && values.device().is_cpu(),
               "prefix attention runs on the CPU");
-  TORCH_CHECK(query.scalar_type() == at::kBFloat16 && keys.scalar_type() == at::kBFloat16 &&
-                  values.scalar_type() == at::kBFloat16,
-              "prefix attention takes bfloat16");
+  const auto kind = query.scalar_type();
+  TORCH_CHECK((kind == at::kBFloat16 || kind == at::kFloat) && keys.scalar_type() == kind &&
+                  values.scalar_type() == kind,
+              "prefix attention takes bfloat16 or float32, all alike");
+  TORCH_CHECK(kind == at::kFloat ? prefix_attention_f32_ready() : prefix_attention_ready(),
+              kind == at::kFloat ? "float32 prefix attention needs a CPU with AVX2 and FMA"
+                                 : "prefix attention needs a CPU with AVX512-BF16");
   TORCH_CHECK(query.dim() == 3 && keys.dim() == 3 && values.dim() == 3,
               "prefix attention takes query [H, N, D] and keys, values [H, T, D]");
   TORCH_CHECK(keys.sizes() == values.sizes(), "keys and values must have one shape");
@@ -490,6 +467,11 @@ std::tuple<at::Tensor, at::Tensor> prefix_attention(const at::Tensor& query,
   TORCH_CHECK(causal_tokens >= 0 && (causal_tokens == 0 || (query.size(1) % causal_tokens == 0 &&
                                                             keys.size(1) >= causal_tokens)),
               "causal prefix attention needs whole groups of the chunk's tokens and its keys");
+#if defined(HEARTH_PREFIX_F32)
+  if (kind == at::kFloat) {
+    return hearth::prefix_f32::attention(query, keys, values, scale, causal_tokens);
+  }
+#endif
 #if defined(__AVX512BF16__)
   return prefix_attention_bf16(query, keys, values, scale, causal_tokens);
 #else
