@@ -272,15 +272,17 @@ def _partials(  # noqa: PLR0917
 def native_prefix(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float, causal_tokens: int = 0
 ) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """``_partials`` of one unmasked part through the native bf16 kernel
-    (``kernels/prefix_attention.cpp``): ``q`` ``[1, H, N, D]``, ``k``/``v`` ``[1, H, T, D]``.
+    """``_partials`` of one unmasked part through the native kernel
+    (``kernels/prefix_attention.cpp``, bf16 or float32): ``q`` ``[1, H, N, D]``,
+    ``k``/``v`` ``[1, H, T, D]``.
     With ``causal_tokens`` Q: ``q`` is a chunk's own Q tokens (``N = g * Q``, grouped heads
     folded in) over their own keys ``k``/``v``, the last Q of them theirs, under the causal
     mask ``_own_mask`` builds (a warm 85-token suffix of the default model: 124 us a layer
     against 274 us through torch's flash kernel and that mask, on a 2-vCPU EPYC).
-    ``None`` where it cannot serve: no kernel, no AVX512-BF16, another dtype or head size,
-    and on a CPU with AMX whose tiles are switched off, where torch's flash kernel (which
-    multiplies on them) is faster than the vector path.
+    ``None`` where it cannot serve: no kernel, a dtype it does not take first
+    (``_prefix_kernel_serves``), another head size or layout; on a CPU with AMX whose tiles
+    are switched off, torch's flash kernel (which multiplies on them) is faster than the
+    vector path.
     On a 2-core EPYC (AVX512-BF16, no AMX), 288 queries (96 tokens, 3 grouped heads) over
     a 6,300-token part of 3 KV heads: 4.9 ms against 11.1 ms through torch's flash
     kernel; the result is float32, not rounded to bf16 as the flash kernel's is. On a
@@ -432,7 +434,8 @@ def merged_attention(  # noqa: PLR0917 - the attention call's own arguments
     scale = scaling if scaling is not None else d**-0.5
     q = query.reshape(b, hkv, n_q, d)
     # A warm chunk's own keys, causal, through the native kernel where it serves.
-    own = native_prefix(q, key, value, scale, q_len) if _plain_causal(attention_mask, q) else None
+    causal = attention_mask is None and b == 1 and q_len > 1  # the plain causal mask
+    own = native_prefix(q, key, value, scale, q_len) if causal else None
     if own is None:
         mask = _own_mask(attention_mask, q_len, key.shape[2], groups, query.dtype)
         if mask is not None:
@@ -475,12 +478,6 @@ def merged_attention(  # noqa: PLR0917 - the attention call's own arguments
     acc = merge(torch.cat(outs), torch.cat(lses))
     out = acc.to(query.dtype).view(b, hq, q_len, d)
     return out.transpose(1, 2).contiguous()
-
-
-def _plain_causal(attention_mask: torch.Tensor | None, q: torch.Tensor) -> bool:
-    """Whether the own keys' mask is the plain causal one of a one-row chunk: no padding
-    mask, several queries (``q`` folded ``[1, Hkv, g*Q, D]``)."""
-    return attention_mask is None and q.shape[0] == 1 and q.shape[2] > 1
 
 
 def own_keep(mask: torch.Tensor, rows: int, keys: int) -> torch.Tensor:

@@ -234,6 +234,7 @@ inline void value_pass(const uint32_t* pw, int64_t pw_stride, const uint32_t* vp
     for (int c = 0; c < C; ++c) _mm512_storeu_ps(out + i * D + c * kLanes, acc[i][c]);
 }
 
+// One item: KV head h's keys [t0, t0 + n) against all of that head's queries.
 template <int C>
 void run_chunk(const uint32_t* qw, int64_t queries, int64_t padded_queries, const uint16_t* k,
                const uint16_t* v, int64_t k_step, int64_t v_step, int64_t n, float scale,
