@@ -261,15 +261,20 @@ def test_the_prefix_kernel_equals_float64_attention(
     torch.testing.assert_close(lse.double(), want_lse, atol=1e-4, rtol=1e-5)
 
 
+# A chunk's own keys: heads of groups of queries, its tokens after `past` earlier keys
+# (past 512, the keys fall into several of the kernels' items).
+CHUNKS = {
+    "seed": st.integers(0, 2**31),
+    "heads": st.integers(1, 3),
+    "groups": st.integers(1, 3),
+    "tokens": st.integers(1, 40),
+    "past": st.integers(0, 1300),
+    "head": st.sampled_from([32, 64, 128, 256]),
+}
+
+
 @settings(max_examples=30, deadline=None)
-@given(
-    seed=st.integers(0, 2**31),
-    heads=st.integers(1, 3),
-    groups=st.integers(1, 3),
-    tokens=st.integers(1, 40),
-    past=st.integers(0, 1300),
-    head=st.sampled_from([32, 64, 128, 256]),
-)
+@given(**CHUNKS)
 def test_the_causal_kernel_equals_float64_attention_under_the_chunks_mask(
     prefix_kernel: object, seed: int, heads: int, groups: int, tokens: int, past: int, head: int
 ) -> None:
@@ -286,6 +291,20 @@ def test_the_causal_kernel_equals_float64_attention_under_the_chunks_mask(
     torch.testing.assert_close(lse.double(), want_lse, atol=1e-4, rtol=1e-5)
 
 
+def spy_on_native_prefix(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Whether each later ``native_prefix`` call was served by the kernel, in order."""
+    served: list[bool] = []
+    real = attention.native_prefix
+
+    def spy(*args: object) -> object:
+        got = real(*args)  # type: ignore[arg-type]
+        served.append(got is not None)
+        return got
+
+    monkeypatch.setattr(attention, "native_prefix", spy)
+    return served
+
+
 @pytest.fixture(scope="module")
 def f32_prefix_kernel(kernels: object) -> object:
     if not kernels.prefix_attention_f32_ready():  # type: ignore[attr-defined]
@@ -294,15 +313,7 @@ def f32_prefix_kernel(kernels: object) -> object:
 
 
 @settings(max_examples=30, deadline=None)
-@given(
-    seed=st.integers(0, 2**31),
-    heads=st.integers(1, 3),
-    groups=st.integers(1, 3),
-    tokens=st.integers(1, 40),
-    past=st.integers(0, 1300),
-    head=st.sampled_from([32, 64, 128, 256]),
-    causal=st.booleans(),
-)
+@given(**CHUNKS, causal=st.booleans())
 def test_the_float32_kernel_equals_float64_attention(
     f32_prefix_kernel: object,
     seed: int,
@@ -336,15 +347,7 @@ def test_a_float32_warm_prefill_takes_the_kernel_where_it_comes_first(
     """In a build without AVX-512 (``prefix_attention_f32_first``) a float32 warm prefill's
     own keys and part go to the float32 kernel; elsewhere to torch's flash kernel. Either
     way the attention is the same up to float32 rounding."""
-    served = []
-    real = attention.native_prefix
-
-    def spy(*args: object) -> object:
-        got = real(*args)  # type: ignore[arg-type]
-        served.append(got is not None)
-        return got
-
-    monkeypatch.setattr(attention, "native_prefix", spy)
+    served = spy_on_native_prefix(monkeypatch)
     gen = torch.Generator().manual_seed(6)
     hq, hkv, q_len, d, prefix = 6, 2, 24, 64, 700
     query = torch.randn(1, hq, q_len, d, generator=gen)
@@ -372,15 +375,7 @@ def test_a_warm_prefill_reads_its_prefix_through_the_kernel_closer_than_torch(
     for its own keys (causal) and for the part; paused, torch's flash kernel gives the
     same up to bf16 rounding, and the kernel's float32 partials are at least as close to
     float64 attention."""
-    served = []
-    real = attention.native_prefix
-
-    def spy(*args: object) -> object:
-        got = real(*args)  # type: ignore[arg-type]
-        served.append(got is not None)
-        return got
-
-    monkeypatch.setattr(attention, "native_prefix", spy)
+    served = spy_on_native_prefix(monkeypatch)
     monkeypatch.setattr(attention, "cpu_has_amx_bf16", lambda: False)  # a CPU without AMX
     gen = torch.Generator().manual_seed(5)
     hq, hkv, q_len, d, prefix = 6, 2, 24, 64, 1500

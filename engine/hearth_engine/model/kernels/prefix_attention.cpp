@@ -369,20 +369,13 @@ std::tuple<at::Tensor, at::Tensor> prefix_attention_bf16(const at::Tensor& query
 #endif
     pack_queries(src, query.stride(1), n, padded_queries, half, dst);
   }
+  if (t == 0) return hearth::prefix::no_keys(heads, n, d, query.options());
   at::Tensor out = at::empty({heads, n, d}, query.options().dtype(at::kFloat));
   at::Tensor lse = at::empty({heads, n}, query.options().dtype(at::kFloat));
-  if (t == 0) {
-    out.zero_();
-    lse.fill_(-std::numeric_limits<float>::infinity());
-    return {out, lse};
-  }
   const int64_t size = hearth::prefix::chunk_keys(heads, t, kChunk, kKeyTile);
   const int64_t chunks = (t + size - 1) / size;
-  // Every slot is written by its item (no zeroing: it cost 2 % of a call).
-  const std::unique_ptr<float[]> part_max(new float[chunks * heads * n]);
-  const std::unique_ptr<float[]> part_sum(new float[chunks * heads * n]);
-  const std::unique_ptr<float[]> part_out(new float[chunks * heads * n * d]);
-  const Partials parts{part_max.get(), part_sum.get(), part_out.get()};
+  const hearth::prefix::Items items(chunks, heads * n, d);
+  const Partials parts = items.partials();
   const auto* ks = reinterpret_cast<const uint16_t*>(keys.data_ptr<c10::BFloat16>());
   const auto* vs = reinterpret_cast<const uint16_t*>(values.data_ptr<c10::BFloat16>());
   at::parallel_for(0, heads * chunks, 1, [&](int64_t begin, int64_t end) {

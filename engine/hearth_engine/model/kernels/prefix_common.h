@@ -5,10 +5,15 @@
 #pragma once
 
 #include <ATen/Parallel.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
+#include <memory>
+#include <tuple>
 
 namespace hearth::prefix {
 
@@ -19,6 +24,25 @@ struct Partials {  // per (chunk, head, query): max, sum of weights, unnormalise
   float* sum;
   float* out;
 };
+
+// The partials of `chunks` items for each of `rows` (head, query) rows, [chunk][row]. Every
+// slot is written by its item (no zeroing: it cost 2 % of a call).
+struct Items {
+  std::unique_ptr<float[]> max, sum, out;
+  Items(int64_t chunks, int64_t rows, int64_t d)
+      : max(new float[chunks * rows]), sum(new float[chunks * rows]),
+        out(new float[chunks * rows * d]) {}
+  Partials partials() const { return {max.get(), sum.get(), out.get()}; }
+};
+
+// The result over no keys at all: outputs 0, log-sum-exps -inf (nothing to merge).
+inline std::tuple<at::Tensor, at::Tensor> no_keys(int64_t heads, int64_t n, int64_t d,
+                                                  const at::TensorOptions& options) {
+  at::Tensor out = at::empty({heads, n, d}, options.dtype(at::kFloat)).zero_();
+  at::Tensor lse = at::empty({heads, n}, options.dtype(at::kFloat));
+  lse.fill_(-std::numeric_limits<float>::infinity());
+  return {out, lse};
+}
 
 // Which of an item's keys each query sees: all n, or under a chunk's causal mask
 // (``causal_tokens`` Q: row r of a head is token r % Q, and sees the keys before

@@ -238,19 +238,13 @@ inline std::tuple<at::Tensor, at::Tensor> attention(const at::Tensor& query,
     for (int64_t i = 0; i < n; ++i)
       std::memcpy(qbuf.data() + (h * padded_queries + i) * d,
                   qsrc + h * query.stride(0) + i * query.stride(1), d * sizeof(float));
+  if (t == 0) return hearth::prefix::no_keys(heads, n, d, query.options());
   at::Tensor out = at::empty({heads, n, d}, query.options());
   at::Tensor lse = at::empty({heads, n}, query.options());
-  if (t == 0) {
-    out.zero_();
-    lse.fill_(-std::numeric_limits<float>::infinity());
-    return {out, lse};
-  }
   const int64_t size = hearth::prefix::chunk_keys(heads, t, kChunk, kTile);
   const int64_t chunks = (t + size - 1) / size;
-  const std::unique_ptr<float[]> part_max(new float[chunks * heads * n]);
-  const std::unique_ptr<float[]> part_sum(new float[chunks * heads * n]);
-  const std::unique_ptr<float[]> part_out(new float[chunks * heads * n * d]);
-  const Partials parts{part_max.get(), part_sum.get(), part_out.get()};
+  const hearth::prefix::Items items(chunks, heads * n, d);
+  const Partials parts = items.partials();
   const float* ks = keys.data_ptr<float>();
   const float* vs = values.data_ptr<float>();
   at::parallel_for(0, heads * chunks, 1, [&](int64_t begin, int64_t end) {
