@@ -109,6 +109,13 @@ def refused(language: str, text: str, tool: str, arguments: Mapping[str, Any]) -
         ("en", "unlock the front door", "HassTurnOn", {"name": "Front Door"}),
         ("en", "open the garage door", "HassTurnOff", {"name": "Garage Door"}),
         ("en", "close the water valve", "HassTurnOn", {"name": "Water Valve"}),
+        # ... also on a thing of another kind whose templates say no direction here:
+        # "close" is said by the off intent only (for covers), never for lights.
+        ("en", "close the kitchen", "HassTurnOn", {"name": "Desk Lamp"}),
+        ("de", "schließe die Küche", "HassTurnOn", {"name": "Schreibtischlampe"}),
+        # ... and by an area alone, on whatever is there.
+        ("en", "close the kitchen", "HassTurnOn", {"area": "Kitchen"}),
+        ("de", "schließe die Küche", "HassTurnOn", {"area": "Küche"}),
         ("en", "start the robot", "HassVacuumReturnToBase", {"name": "Robot"}),
         ("en", "send the robot back to its base", "HassVacuumStart", {"name": "Robot"}),
         ("de", "verriegle die Haustür", "HassTurnOff", {"name": "Haustür"}),
@@ -172,6 +179,8 @@ def test_a_call_that_cannot_act_on_the_request_is_refused(
         # (the speaking device's area; HA decides).
         ("en", "set the position to 50", "HassSetPosition", {"position": 50}),
         ("en", "close the kitchen", "HassSetPosition", {"area": "Kitchen", "position": 0}),
+        ("en", "close the kitchen", "HassTurnOff", {"area": "Kitchen"}),
+        ("en", "turn on the kitchen", "HassTurnOn", {"area": "Kitchen"}),
         # An area the request says, inflected or not; a request naming nothing of the
         # house leaves the area to the model (the speaking device's, HA's "here").
         ("en", "turn on the lights in the kitchens", "HassTurnOn",

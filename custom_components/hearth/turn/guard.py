@@ -232,9 +232,11 @@ class Guard:
             if switched != wanted:  # the other of the pair is what it asks for
                 return f"{NOT_FOR_REQUEST}: the request asks for {other}, not {intent}."
             return None
-        domains = targets or self.about or frozenset()
+        domains: frozenset[str | None] = frozenset(targets or self.about or ())
         if not domains:
-            domains = self._platforms(intent) or frozenset()
+            domains = frozenset(self._platforms(intent))
+        if not domains and intent in ON_OFF:
+            domains = frozenset({None})  # by area or floor alone: on whatever is there
         asked = self.asked
         read = {direction(self.data, self.text, intent, d, self.names, said=asked) for d in domains}
         if other in read and intent not in read:
@@ -342,15 +344,19 @@ def direction(
     data: LanguageData,
     text: str,
     intent: str,
-    domain: str,
+    domain: str | None,
     names: HouseNames,
     *,
     said: frozenset[str] | None = None,
 ) -> str | None:
-    """Which of ``intent`` and its opposite ``text`` reads as on ``domain`` (None:
-    neither, or both): a template of one for that domain that matches it whole, else a
-    word only one's templates for that domain say (said by few of the language's
-    intents), and none of the other's. ``said``: ``text``'s words, where split."""
+    """Which of ``intent`` and its opposite ``text`` reads as on ``domain`` (a domain of
+    None: on anything; the result None: neither, or both): a template of one for that
+    domain that matches it whole, else a word only one's templates for that domain say
+    (said by few of the language's intents), and none of the other's; for on / off, else
+    the same of their templates for any domain. That reads "close the garage" as off for
+    a light named Garage Door: no light template says "close", and only the off intent's
+    cover templates do (the small model switched the light on, by the area). ``said``:
+    ``text``'s words, where split."""
     pair = (intent, OPPOSITE[intent])
     if not all(i in data.intents.intents for i in pair):
         return None
@@ -361,20 +367,23 @@ def direction(
     for name in names.said_things(text) | (names.mentioned(text) - set(names.things)):
         asked -= words(name)
     counts = said_by(data)
-    own = [_domain_words(data, i, domain) for i in pair]
-    says = [
-        any(counts.get(w, FEW_INTENTS + 1) <= FEW_INTENTS for w in (mine - theirs) & asked)
-        for mine, theirs in (own, own[::-1])
-    ]
-    if says[0] != says[1]:
-        return pair[0] if says[0] else pair[1]
+    scopes = (domain, None) if intent in ON_OFF and domain is not None else (domain,)
+    for own in ([_domain_words(data, i, scope) for i in pair] for scope in scopes):
+        says = [
+            any(counts.get(w, FEW_INTENTS + 1) <= FEW_INTENTS for w in (mine - theirs) & asked)
+            for mine, theirs in (own, own[::-1])
+        ]
+        if says[0] != says[1]:
+            return pair[0] if says[0] else pair[1]
+        if any(says):  # both directions said: neither is read
+            return None
     return None
 
 
-def _domain_words(data: LanguageData, intent: str, domain: str) -> frozenset[str]:
-    """The words of ``intent``'s templates for ``domain`` (those made for it)."""
+def _domain_words(data: LanguageData, intent: str, domain: str | None) -> frozenset[str]:
+    """The words of ``intent``'s templates for ``domain`` (those made for it; None: all)."""
     return frozenset().union(
-        *(w for b, w in block_words(data, intent) if domain in block_domains(b))
+        *(w for b, w in block_words(data, intent) if domain is None or domain in block_domains(b))
     )
 
 
