@@ -34,9 +34,10 @@ in the request's language, never from word lists of ours:
   resume), the call is not run. The request reads as an intent where one of its
   templates for that domain matches it whole with the house's names; failing that,
   where it says a word that only that intent's templates for that domain say (and few
-  intents of the language say at all), and none of the other's. Nor does a call of a
-  pair run against the on / off the request reads as, its things named as switches are
-  ("turn on the vacuum": not back to its base).
+  intents of the language say at all), and none of the other's; for on / off, failing
+  that, the same of their templates for any domain (also for a call by an area alone).
+  Nor does a call of a pair run against the on / off the request reads as, its things
+  named as switches are ("turn on the vacuum": not back to its base).
 
 Pure: ``Guard`` holds what the turn read of the request and the house.
 """
@@ -353,10 +354,9 @@ def direction(
     None: on anything; the result None: neither, or both): a template of one for that
     domain that matches it whole, else a word only one's templates for that domain say
     (said by few of the language's intents), and none of the other's; for on / off, else
-    the same of their templates for any domain. That reads "close the garage" as off for
-    a light named Garage Door: no light template says "close", and only the off intent's
-    cover templates do (the small model switched the light on, by the area). ``said``:
-    ``text``'s words, where split."""
+    the same of their templates for any domain. That reads "close the kitchen" as off for
+    the kitchen's lamp: no light template says "close", and only the off intent's cover
+    templates do. ``said``: ``text``'s words, where split."""
     pair = (intent, OPPOSITE[intent])
     if not all(i in data.intents.intents for i in pair):
         return None
