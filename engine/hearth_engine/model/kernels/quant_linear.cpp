@@ -20,15 +20,13 @@
 // Decode and prefill rows (QuantPlan):
 // * the integer path (bfloat16 and float32 inputs): each row is quantized per group to
 //   int8 (scale = max|x| / 127, round half to even), the group's dot products are exact
-//   int32 sums (vpdpbusd with AVX-512 VNNI, vpmaddubsw + vpmaddwd with AVX2, SDOT on Arm
-//   CPUs with the dot-product extension, or the same integers from generic vector code; 6-bit: of the stored codes, less 32 x the group's
-//   input sum), then y += s * (x_scale * dot) + z * sum(x) in
-//   float32. That is what llama.cpp does with its q8 activations; the error it adds is
-//   measured in the tests (``emulate``). On a 2-core AVX2 EPYC it read a 1536 x 8960
-//   int4 matrix at 17 GB/s for one row, against 3 GB/s for the float path. A prefill
-//   chunk's rows take the same path (each tile is read once a slice of rows whose inputs
-//   fit L1, kBlockRows at a time): on a 2-vCPU AVX-512 VNNI Xeon about 200 GMAC/s against 100-130 for
-//   dequantizing into a float32 GEMM (quant/linear.py says when each is chosen).
+//   int32 sums (vpdpbusd with AVX-512 VNNI, vpmaddubsw + vpmaddwd with AVX2, Arm's SDOT,
+//   or generic vector code; 6-bit: of the stored codes, less 32 x the group's input sum),
+//   then y += s * (x_scale * dot) + z * sum(x) in float32, as llama.cpp does with its q8
+//   activations (the tests measure the error: ``emulate``). One row of a 1536 x 8960 int4
+//   matrix read at 17 GB/s on a 2-core AVX2 EPYC, against 3 for the float path. A prefill
+//   chunk's rows take it too, each tile read once a slice of rows whose inputs fit L1: on
+//   a 2-vCPU VNNI Xeon about 200 GMAC/s against 100-130 for a dequantized float32 GEMM.
 // * the exact path (float32 inputs, ``exact``): the weights are widened to float and the
 //   sums are float32 (no activation rounding), for tests.
 // The dense prefill (quant_dequant_tiles) dequantizes whole tiles into a scratch matrix
@@ -80,14 +78,19 @@ constexpr int kRegisterRows = 8;
 constexpr int64_t kSerialBytes = 96 * 1024;    // smaller matrices: the calling thread only
 constexpr int64_t kTaskBytes = 48 * 1024;      // weight bytes per parallel task, at least
 constexpr int64_t kParallelInputs = 64 * 1024;  // rows x inputs quantized on one thread, at most
-// The integer path's int8 inputs that one slice of rows keeps in L1 (of 32-48 KiB) beside
-// a tile's weights: a 1,536-input linear takes 16 rows a slice, a 576-input one 40. At 85
-// rows the whole input (130 KB for 1,536) went through L2 once per tile instead.
+// The int8 inputs a slice of rows keeps in L1 across a task's tiles (16 rows of 1,536
+// inputs, 40 of 576): at 85 rows, 130 KB of inputs went through L2 once per tile before.
 constexpr int64_t kSliceInputs = 24 * 1024;
 
-// Rows a slice: kSliceInputs of int8 inputs, in whole register blocks, at least one.
-inline int64_t row_slice(int64_t k_pad) {
-  return std::max<int64_t>(kBlockRows, kSliceInputs / k_pad / kBlockRows * kBlockRows);
+// Rows a slice, in whole register blocks. AVX2 takes all in one pass (no gain measured:
+// its products are slower than L2), as does the exact float path.
+inline int64_t row_slice(int64_t rows, int64_t k_pad, bool integer) {
+#if defined(HEARTH_QAVX2)
+  return rows;
+#else
+  return integer ? std::max<int64_t>(kBlockRows, kSliceInputs / k_pad / kBlockRows * kBlockRows)
+                 : rows;
+#endif
 }
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__)
@@ -328,13 +331,7 @@ void part_tiles(const PlanPart& part, const Activations& a, bool integer, int64_
   const bool widen = integer && rows > 2;
   if (widen) wide.resize(sh.groups * 2 * kLanes);
 #endif
-  // Rows in slices whose int8 inputs stay in L1 across the task's tiles (each tile's
-  // weights are read once a slice, from L2): rows [r0, r1) against every tile, then the next.
-#if defined(HEARTH_QAVX2)
-  const int64_t slice = rows;  // AVX2 multiplies slower than L2 serves it: no gain measured
-#else
-  const int64_t slice = integer ? row_slice(sh.k_pad) : rows;
-#endif
+  const int64_t slice = row_slice(rows, sh.k_pad, integer);  // rows [r0, r1) a pass over tiles
   for (int64_t r0 = 0; r0 < rows; r0 += slice) {
     const int64_t r1 = std::min(rows, r0 + slice);
     for (int64_t t = t0; t < t1; ++t) {
@@ -345,15 +342,10 @@ void part_tiles(const PlanPart& part, const Activations& a, bool integer, int64_
 #endif
       for (int64_t m0 = r0; m0 < r1;) {
         const int64_t left = r1 - m0;
-        const int mb =
-            std::min<int>(kRegisterRows, left >= 8 ? 8 : left >= 4 ? 4 : left >= 2 ? 2 : 1);
-        if (sh.bits == 4) {
-          dispatch_block<4>(mb, integer, w, p, a.xr, a.xf, a.xsum, m0, sh, sums);
-        } else if (sh.bits == 6) {
-          dispatch_block<6>(mb, integer, w, p, a.xr, a.xf, a.xsum, m0, sh, sums);
-        } else {
-          dispatch_block<8>(mb, integer, w, p, a.xr, a.xf, a.xsum, m0, sh, sums);
-        }
+        const int mb = std::min<int>(kRegisterRows, left >= 8 ? 8 : left >= 4 ? 4 : left >= 2 ? 2 : 1);
+        if (sh.bits == 4) dispatch_block<4>(mb, integer, w, p, a.xr, a.xf, a.xsum, m0, sh, sums);
+        else if (sh.bits == 6) dispatch_block<6>(mb, integer, w, p, a.xr, a.xf, a.xsum, m0, sh, sums);
+        else dispatch_block<8>(mb, integer, w, p, a.xr, a.xf, a.xsum, m0, sh, sums);
         const int64_t f1 = std::min(sh.n, (t + 1) * kLanes);
         for (int m = 0; m < mb; ++m) {
           T* row = dst + (m0 + m) * ld + part.col0;
