@@ -53,8 +53,6 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <limits>
-#include <memory>
 #include <tuple>
 #include <vector>
 

@@ -21,8 +21,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
-#include <limits>
-#include <memory>
 #include <tuple>
 #include <vector>
 
