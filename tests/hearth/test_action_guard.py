@@ -52,6 +52,9 @@ PLATFORMS = {
     "HassMediaPause": frozenset({"media_player"}),
     "HassMediaUnpause": frozenset({"media_player"}),
     "HassSetPosition": frozenset({"cover", "valve"}),
+    "HassLightSet": frozenset({"light"}),
+    "HassSetVolume": frozenset({"media_player"}),
+    "HassMediaNext": frozenset({"media_player"}),
 }
 # A house whose domains have HA's services: a vacuum has no turn_on / turn_off.
 SWITCHABLE = {
@@ -288,6 +291,73 @@ def test_a_template_of_one_direction_never_reads_as_the_other(
     text = data.draw(st.sampled_from(sentences))
     read = direction(DATA[language], text, intent, domain, names(language))
     assert read != OPPOSITE[intent], text
+
+
+# Intents that act on a thing by its name, and a domain of this house each acts on.
+NAMED_CALLS = [
+    *DIRECTED,
+    ("HassLightSet", "light"),
+    ("HassSetPosition", "cover"),
+    ("HassSetPosition", "valve"),
+    ("HassSetVolume", "media_player"),
+    ("HassMediaNext", "media_player"),
+]
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    language=st.sampled_from(["en", "de"]),
+    call=st.sampled_from(NAMED_CALLS),
+    data=st.data(),
+)
+def test_the_guard_runs_what_has_own_templates_say(
+    language: str, call: tuple[str, str], data: st.DataObject
+) -> None:
+    """A sentence HA's own templates of an intent say of a thing is never refused for
+    that intent on that thing: the guard refuses no call HA's matcher would run."""
+    intent, domain = call
+    sentences = template_sentences(language, intent, domain)
+    assert sentences, f"HA's {language} data has no {intent} template for {domain}"
+    text = data.draw(st.sampled_from(sentences))
+    name = next(n for e, n in THINGS[language].items() if e.startswith(f"{domain}."))
+    assert guard(language, text).refusal(intent, {"name": name}) is None, text
+
+
+# Each house names a cover and a light alike, as a garage door opener's two entities.
+SHARED = {
+    "en": ("Garage Door", "Garage", "close the garage", "open the garage"),
+    "de": ("Garagentor", "Garage", "schließe die Garage", "öffne die Garage"),
+}
+
+
+@pytest.mark.parametrize("language", sorted(SHARED))
+@pytest.mark.parametrize("about", [None, frozenset({"cover", "light"})])
+def test_an_intent_that_says_none_of_the_commands_words_is_refused(
+    language: str, about: frozenset[str] | None
+) -> None:
+    """Asked to close the garage, the small model set the light that shares the garage
+    door's name: ``HassLightSet``'s templates say no "close", the off intent's cover
+    templates do. The off call runs, on or off names the pair's intent, and a request
+    whose words no intent made for these things says ("put ... halfway") leaves the
+    model free."""
+    name, area, close, open_ = SHARED[language]
+    house = HouseNames.of(
+        [([name], Named("cover.garage_door")), ([name], Named("light.garage_door"))], [area]
+    )
+
+    def why(text: str, tool: str, arguments: dict[str, Any]) -> str | None:
+        return Guard(text, DATA[language], house, about, PLATFORMS, SWITCHABLE).refusal(
+            tool, arguments
+        )
+
+    light = {"name": name, "brightness": 100}
+    refused = why(close, "HassLightSet", light)
+    assert refused is not None and "HassTurnOff" in refused, refused
+    assert why(close, "HassTurnOff", {"name": name}) is None
+    assert why(open_, "HassLightSet", light) is not None
+    assert why(open_, "HassTurnOn", {"name": name}) is None
+    blinds = Guard("put the garage door halfway", EN, names("en"), None, PLATFORMS, SWITCHABLE)
+    assert blinds.refusal("HassSetPosition", {"name": "Garage Door", "position": 50}) is None
 
 
 def _one(value: str) -> TextSlotList:

@@ -38,6 +38,11 @@ in the request's language, never from word lists of ours:
   that, the same of their templates for any domain (also for a call by an area alone).
   Nor does a call of a pair run against the on / off the request reads as, its things
   named as switches are ("turn on the vacuum": not back to its base).
+- **An intent that says none of the request's command words**: where the request says
+  words few intents say ("close", "pause"; its names aside), and a template of some
+  intent made for a kind of thing the call or the request is about says one, a call of
+  an intent (not of a pair above) none of whose templates for those kinds says one is
+  not run: "close the garage" is not ``HassLightSet`` on the light of that name.
 
 Pure: ``Guard`` holds what the turn read of the request and the house.
 """
@@ -123,6 +128,7 @@ class Guard:
             or self._unsaid_place(intent, arguments)
             or self._other_domain(tool, intent, targets)
             or self._cannot_switch(intent, targets)
+            or self._unsaid_command(intent, targets)
             or self._opposite(intent, targets)
             or self._contrary(intent, arguments)
         )
@@ -221,6 +227,36 @@ class Guard:
         )
         better = f"; call {' or '.join(instead)}" if instead else ""
         return f"{NOT_FOR_REQUEST}: {intent} cannot act on {', '.join(stuck)}{better}."
+
+    def _unsaid_command(self, intent: str, targets: frozenset[str]) -> str | None:
+        """A call of an intent whose templates for what it acts on say none of the
+        request's command words, where another intent's templates made for a kind of
+        thing the call or the request is about say one: "close the garage" is said by
+        the off intent's cover templates, and by no template of ``HassLightSet``, so
+        the light that shares the garage door's name is not switched on."""
+        if self.data is None or self.follow_up or intent not in self.data.intents.intents:
+            return None
+        if intent in OPPOSITE:  # a pair's direction is read below, its switches' too
+            return None
+        scope = targets | self._platforms(intent) | (self.about or frozenset())
+        command = command_words(self.data, self.text, self.names, said=self.asked)
+        if not scope or not command:
+            return None
+        if _says(self.data, intent, command, scope, own=False):
+            return None
+        others = sorted(
+            other
+            for other in self.data.intents.intents
+            if other != intent
+            and other not in QUESTION_INTENTS
+            and _says(self.data, other, command, scope, own=True)
+        )
+        if not others:
+            return None
+        return (
+            f"{NOT_FOR_REQUEST}: {intent} does not do what the request says "
+            f"({', '.join(sorted(command))}); {' or '.join(others)} does."
+        )
 
     def _opposite(self, intent: str, targets: frozenset[str]) -> str | None:
         """A call whose opposite intent is what the request reads as, on that kind."""
@@ -378,6 +414,34 @@ def direction(
         if any(says):  # both directions said: neither is read
             return None
     return None
+
+
+def command_words(
+    data: LanguageData, text: str, names: HouseNames, *, said: frozenset[str] | None = None
+) -> frozenset[str]:
+    """The words of ``text`` (``said``, where split), less the names of the house it
+    says, that few of the language's intents say: "close", "lock", "pause"; not "the",
+    "turn" or a name."""
+    asked = frozenset(words(text)) if said is None else said
+    for name in names.mentioned(text):
+        asked -= words(name)
+    counts = said_by(data)
+    return frozenset(w for w in asked if 0 < counts.get(w, 0) <= FEW_INTENTS)
+
+
+def _says(
+    data: LanguageData, intent: str, command: frozenset[str], scope: frozenset[str], *, own: bool
+) -> bool:
+    """Whether a template of ``intent`` for a domain of ``scope`` says a word of
+    ``command``: as written, of one made for that domain (``own``); else inflected too
+    ("schließ" for "schließe"), of one for that domain or for any thing."""
+    for block, said in block_words(data, intent):
+        domains = block_domains(block)
+        if (domains and not set(domains) & scope) or (own and not domains):
+            continue  # made for other kinds (``own``: or not for a kind at all)
+        if said & command or (not own and any(said_in(word, said) for word in command)):
+            return True
+    return False
 
 
 def _domain_words(data: LanguageData, intent: str, domain: str | None) -> frozenset[str]:
