@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 from custom_components.hearth.house.names import HouseNames, Named
 from custom_components.hearth.language.intents_data import load_language_data
 from custom_components.hearth.language.words import block_domains
-from custom_components.hearth.turn.guard import NOT_FOR_REQUEST, OPPOSITE, Guard, direction
+from custom_components.hearth.turn.guard import NOT_FOR_REQUEST, Guard
+from custom_components.hearth.turn.reading import OPPOSITE, direction
 
 EN = load_language_data("en")
 DE = load_language_data("de")

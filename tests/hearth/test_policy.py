@@ -281,3 +281,19 @@ def test_turns_are_bounded_and_the_last_request_speaks() -> None:
     assert said.tool_choice(1, True) is None  # a retry after an error may call again
     assert said.tool_choice(2, True) == "none"
     assert said.tool_choice(0, False) is None  # no tools: no tool_choice
+
+
+def test_a_refused_calls_retry_may_call_only_what_the_request_reads_as() -> None:
+    """The guard refused the call for doing another thing than the request reads as
+    (guard.Refusal.instead): the next request must call one of those intents' tools;
+    never as the last request (it speaks), nor on a server that cannot narrow tools."""
+    request = Request("close the garage", question=False, named=frozenset({"garage"}))
+    said = policy(request)
+    retry = said.retry_choice(TOOLS, ("HassTurnOff", "HassSetPosition"), 0)
+    assert retry is not None and retry["allowed_tools"]["mode"] == "required"
+    chosen = [t["function"]["name"] for t in retry["allowed_tools"]["tools"]]
+    assert chosen == ["HassTurnOff", "HassSetPosition"]  # in the offered tools' order
+    assert said.retry_choice(TOOLS, ("HassTurnOff",), 1) is None  # the next one speaks
+    assert said.retry_choice(TOOLS, (), 0) is None
+    assert said.retry_choice(TOOLS, ("HassVacuumStart",), 0) is None  # not offered
+    assert policy(request, OTHER).retry_choice(TOOLS, ("HassTurnOff",), 0) is None

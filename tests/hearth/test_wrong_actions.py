@@ -28,6 +28,7 @@ from homeassistant.components.conversation import trace as conversation_trace
 from homeassistant.core import Context, HomeAssistant
 from homeassistant.setup import async_setup_component
 
+from custom_components.hearth.backend.openai_compat import OpenAIBackend
 from custom_components.hearth.tool_names import bare_name
 from custom_components.hearth.turn.guard import NOT_FOR_REQUEST
 
@@ -223,6 +224,28 @@ async def test_on_off_on_a_vacuum_is_refused_and_the_retry_with_its_intent_runs(
     assert NOT_FOR_REQUEST in refusal and "HassVacuumStart" in refusal
     assert run_calls() == ["HassVacuumStart"]
     assert state(hass, "vacuum.robot") == "cleaning"
+    assert speech(result) not in {"Done.", NOT_RUN["en"]}
+
+
+async def test_a_refused_direction_is_retried_with_only_the_intent_the_request_reads_as(
+    hass: HomeAssistant, tmp_path: Path, model: ScriptedModel
+) -> None:
+    """Asked to unlock, the model locked: refused; on a server that narrows tools (as
+    Hearth's engine does; the scripted model stands in for a model that makes this
+    mistake, and says it narrows), the next request may call only the unlock intent,
+    whose call runs and is said as HA reports it."""
+    await home(hass, tmp_path, "en", model)
+    model.script = [("HassTurnOn", {"name": "Back Door"}), ("HassTurnOff", {"name": "Back Door"})]
+    with patch.object(OpenAIBackend, "narrows_tools", True):
+        result = await ask(hass, "unlock the back door", "en")
+    await hass.async_block_till_done()
+    retry = model.bodies[-1]["tool_choice"]  # the last request: the retry
+    assert retry["allowed_tools"]["mode"] == "required"
+    assert [bare_name(t["function"]["name"]) for t in retry["allowed_tools"]["tools"]] == [
+        "HassTurnOff"
+    ]
+    assert run_calls() == ["HassTurnOff"]
+    assert state(hass, "lock.back_door") == "unlocked"
     assert speech(result) not in {"Done.", NOT_RUN["en"]}
 
 

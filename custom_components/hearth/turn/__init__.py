@@ -11,7 +11,8 @@
   context is sent again with less); ``stream.py``: each streamed reply as chat-log deltas
   (``speech.py``, ``speech_stream.py``: what may be spoken, and when);
 - ``call.py``: whether each call runs, and with what arguments (``guard.py``: never an
-  action the request did not ask for);
+  action the request did not ask for; ``reading.py``: what the request reads as in Home
+  Assistant's intents data);
 - ``speak.py``: what the turn says of its calls (``result_speech.py``: what Home Assistant
   reported done).
 """

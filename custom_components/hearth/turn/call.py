@@ -19,7 +19,7 @@ from ..house.names import names_entity, normalize, resolve_call, unasked
 from ..house.values import scoped_arguments
 from ..language.intents_data import cached_language_data
 from ..tool_names import bare_name
-from .guard import Guard
+from .guard import Guard, Refusal
 from .result_speech import NOT_ASKED
 from .understand import House, Request
 
@@ -81,14 +81,16 @@ class Calls:
             request=self.request.text,
         )
 
-    def refusal(self, tool: str, arguments: Mapping[str, Any]) -> str | None:
+    def refusal(self, tool: str, arguments: Mapping[str, Any]) -> Refusal | None:
         """Why a call is not run (None: it is). A call that cannot act on what the
         request asks is never run (turn/guard.py: a timer for "skip this track", the
         unlock for "lock the door", any action on a question). In the first turn of a
         conversation a call may name by ``name`` only a thing that shares a word with the
         request ("turn off the heating" turned off a bathroom light, and said so). The
-        model reads why and may call again; else Assist asks the user to say it another way."""
-        if self.guard is not None and (why := self.guard.refusal(tool, arguments)):
+        model reads why; where the guard read what the request asks for instead
+        (``Refusal.instead``), the turn's next request may call only that (turn/run.py);
+        else Assist asks the user to say it another way."""
+        if self.guard is not None and (why := self.guard.refused(tool, arguments)):
             return why
         name = arguments.get("name")
         if (
@@ -100,7 +102,7 @@ class Calls:
             or self._named_by_kind(name)
         ):
             return None
-        return f"{NOT_ASKED} {name}: call a tool only on what the request names."
+        return Refusal(f"{NOT_ASKED} {name}: call a tool only on what the request names.")
 
     def _named_by_kind(self, name: str) -> bool:
         """Whether the request names the thing ``name`` names by its kind ("the vacuum"

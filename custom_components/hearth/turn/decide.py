@@ -92,6 +92,7 @@ class TurnPolicy:
     command: bool = False
     max_requests: int = MAX_REQUESTS
     request: dict[str, Any] = field(default_factory=dict)  # what it read: named, question
+    retries: bool = False  # a refused call's retry may be narrowed (``retry_choice``)
 
     def as_trace(self) -> dict[str, Any]:
         """What the conversation trace shows of the policy."""
@@ -112,6 +113,19 @@ class TurnPolicy:
         if iteration >= self.max_requests - 1:
             return "none"  # the last request speaks
         return self.later_choice
+
+    def retry_choice(
+        self, tools: Sequence[Mapping[str, Any]], instead: Sequence[str], iteration: int
+    ) -> dict[str, Any] | None:
+        """The ``tool_choice`` of the request after ``iteration``, where the turn
+        refused each call of it for doing another thing than the request reads as
+        (``instead``: those intents, guard.Refusal): it must call one of their tools.
+        None: no retry (the server cannot narrow the tools, none of them is offered, or
+        the next request is the last, which speaks)."""
+        if not self.retries or not instead or iteration + 1 >= self.max_requests - 1:
+            return None
+        names = [str((t.get("function") or {}).get("name", "")) for t in tools]
+        return required([n for n in names if bare_name(n) in instead]) or None
 
 
 def decide(
@@ -150,8 +164,7 @@ def decide(
     if read_first:
         first = {"type": "function", "function": {"name": live_tool}}
     elif command and caps.forced_calls and allowed:
-        chosen = [{"type": "function", "function": {"name": name}} for name in allowed]
-        first = {"type": "allowed_tools", "allowed_tools": {"mode": "required", "tools": chosen}}
+        first = required(allowed)
     elif tools and ((command and caps.forced_calls) or options.tool_first):
         first = "required"
     # A question never acts: after its first request (the read), and where it reads
@@ -178,12 +191,22 @@ def decide(
         read_first=read_first,
         command=command,
         max_requests=max_requests or MAX_REQUESTS,
+        retries=caps.allowed_tools and caps.forced_calls,
         request={
             "named": sorted(request.named),
             "question": request.question,
             **({"parts": list(request.parts)} if request.parts else {}),
         },
     )
+
+
+def required(names: Sequence[str]) -> dict[str, Any]:
+    """A ``tool_choice`` by which a request must call one of the tools ``names``
+    (empty: none)."""
+    if not names:
+        return {}
+    chosen = [{"type": "function", "function": {"name": name}} for name in names]
+    return {"type": "allowed_tools", "allowed_tools": {"mode": "required", "tools": chosen}}
 
 
 def reading_choice(tools: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:

@@ -44,51 +44,53 @@ in the request's language, never from word lists of ours:
   an intent (not of a pair above) none of whose templates for those kinds says one is
   not run: "close the garage" is not ``HassLightSet`` on the light of that name.
 
-Pure: ``Guard`` holds what the turn read of the request and the house.
+Pure: ``Guard`` holds what the turn read of the request and the house; what the request
+reads as in HA's data (a direction, its command words) is turn/reading.py's.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..house.names import HouseNames, normalize
 from ..language.questions import QUESTION_INTENTS
-from ..language.sentences import recognize, slot_lists
-from ..language.words import (
-    LanguageData,
-    block_domains,
-    block_words,
-    said_by,
-    said_in,
-    says_command,
-    words,
-)
+from ..language.sentences import recognize
+from ..language.words import LanguageData, said_in, words
 from ..tool_names import bare_name
+from .reading import (
+    ON_OFF,
+    OPPOSITE,
+    STARTS,
+    command_words,
+    direction,
+    house_lists,
+    intent_says,
+    kind_of,
+    reads_as,
+    says_kind,
+    switched_as,
+)
 
 # Where a tool error starts when the guard refuses a call (result_speech reads it).
 NOT_FOR_REQUEST = "The call does not fit the request"
-# HA intents and the intent that does the opposite on the same thing (its identifiers).
-OPPOSITE: dict[str, str] = {
-    "HassTurnOn": "HassTurnOff",
-    "HassVacuumStart": "HassVacuumReturnToBase",
-    "HassMediaUnpause": "HassMediaPause",
-    "HassLawnMowerStartMowing": "HassLawnMowerDock",
-}
-STARTS = frozenset(OPPOSITE)  # of each pair, the intent that turns its thing on or starts it
-OPPOSITE |= {off: on for on, off in OPPOSITE.items()}
 # Domains HA's on/off handler switches by their own services (intent/__init__.py).
 OWN_ON_OFF = frozenset({"cover", "lock", "valve", "button", "input_button"})
-ON_OFF = {"HassTurnOn": "turn_on", "HassTurnOff": "turn_off"}
 # The arguments by which a call of HA's intents says what it acts on.
 TARGETS = ("name", "area", "floor", "domain", "device_class")
-# A word says a direction where at most this many of the language's intents say it
-# ("unlock": 1, "ferme": 8); "is", "the", German "auf" are said by many more.
-FEW_INTENTS = 8
-# Intents of one kind (HA's identifiers): a call of one may run where the request reads
-# as any of them ("how long is left" before "cancel the timer").
-KINDS = ("Timer",)
+
+
+class Refusal(NamedTuple):
+    """Why a call is not run, and the intents (HA's identifiers) the request reads as
+    instead, where the guard read them (empty: it did not)."""
+
+    why: str
+    instead: tuple[str, ...] = ()
+
+
+def _asks_for(other: str, intent: str) -> Refusal:
+    return Refusal(f"{NOT_FOR_REQUEST}: the request asks for {other}, not {intent}.", (other,))
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,13 +118,22 @@ class Guard:
     def refusal(self, tool: str, arguments: Mapping[str, Any]) -> str | None:
         """Why a call of ``tool`` with ``arguments`` cannot act on what the request
         asks (None: it may run)."""
+        found = self.refused(tool, arguments)
+        return found.why if found is not None else None
+
+    def refused(self, tool: str, arguments: Mapping[str, Any]) -> Refusal | None:
+        """``refusal``, with the intents the request reads as instead, where the call
+        does another thing than they (its direction's opposite, or an intent that says
+        none of the request's command words): a retry may call one of them."""
         intent = bare_name(tool)
         if not intent.startswith("Hass") or intent in QUESTION_INTENTS:
             return None  # reading never acts; a script's tool is its author's
         if self.question:
-            return f"{NOT_FOR_REQUEST}: the request asks a question; read the house, do not act."
+            return Refusal(
+                f"{NOT_FOR_REQUEST}: the request asks a question; read the house, do not act."
+            )
         targets = self.target_domains(arguments)
-        return (
+        found = (
             self._unnamed(intent, targets)
             or self._untargeted(intent, arguments)
             or self._unsaid_place(intent, arguments)
@@ -132,6 +143,7 @@ class Guard:
             or self._opposite(intent, targets)
             or self._contrary(intent, arguments)
         )
+        return Refusal(found) if isinstance(found, str) else found
 
     def target_domains(self, arguments: Mapping[str, Any]) -> frozenset[str]:
         """The domains a call acts on: those of the things its ``name`` names, else its
@@ -228,7 +240,7 @@ class Guard:
         better = f"; call {' or '.join(instead)}" if instead else ""
         return f"{NOT_FOR_REQUEST}: {intent} cannot act on {', '.join(stuck)}{better}."
 
-    def _unsaid_command(self, intent: str, targets: frozenset[str]) -> str | None:
+    def _unsaid_command(self, intent: str, targets: frozenset[str]) -> Refusal | None:
         """A call of an intent whose templates for what it acts on say none of the
         request's command words, where another intent's templates made for a kind of
         thing the call or the request is about say one: "close the garage" is said by
@@ -236,29 +248,30 @@ class Guard:
         the light that shares the garage door's name is not switched on."""
         if self.data is None or self.follow_up or intent not in self.data.intents.intents:
             return None
-        if intent in OPPOSITE:  # a pair's direction is read below, its switches' too
-            return None
+        if intent in OPPOSITE and intent not in ON_OFF:
+            return None  # a pair's own direction is read below, as on / off too
         scope = targets | self._platforms(intent) | (self.about or frozenset())
         command = command_words(self.data, self.text, self.names, said=self.asked)
         if not scope or not command:
             return None
-        if _says(self.data, intent, command, scope, own=False):
+        if intent_says(self.data, intent, command, scope, own=False):
             return None
         others = sorted(
             other
             for other in self.data.intents.intents
             if other != intent
             and other not in QUESTION_INTENTS
-            and _says(self.data, other, command, scope, own=True)
+            and intent_says(self.data, other, command, scope, own=True)
         )
         if not others:
             return None
-        return (
+        why = (
             f"{NOT_FOR_REQUEST}: {intent} does not do what the request says "
             f"({', '.join(sorted(command))}); {' or '.join(others)} does."
         )
+        return Refusal(why, tuple(others))
 
-    def _opposite(self, intent: str, targets: frozenset[str]) -> str | None:
+    def _opposite(self, intent: str, targets: frozenset[str]) -> Refusal | None:
         """A call whose opposite intent is what the request reads as, on that kind."""
         other = OPPOSITE.get(intent)
         if other is None or self.data is None:
@@ -267,7 +280,7 @@ class Guard:
         if switched is not None:  # the words of switching say more than a word of a pair
             wanted = "HassTurnOn" if intent in STARTS else "HassTurnOff"
             if switched != wanted:  # the other of the pair is what it asks for
-                return f"{NOT_FOR_REQUEST}: the request asks for {other}, not {intent}."
+                return _asks_for(other, intent)
             return None
         domains: frozenset[str | None] = frozenset(targets or self.about or ())
         if not domains:
@@ -277,7 +290,7 @@ class Guard:
         asked = self.asked
         read = {direction(self.data, self.text, intent, d, self.names, said=asked) for d in domains}
         if other in read and intent not in read:
-            return f"{NOT_FOR_REQUEST}: the request asks for {other}, not {intent}."
+            return _asks_for(other, intent)
         return None
 
     def _contrary(self, intent: str, arguments: Mapping[str, Any]) -> str | None:
@@ -286,7 +299,7 @@ class Guard:
         turned it up)."""
         if self.data is None or intent not in self.data.intents.intents:
             return None
-        result = recognize(self.data, self.text, _lists(self.names), {intent})
+        result = recognize(self.data, self.text, house_lists(self.names), {intent})
         for slot, entity in (result.entities if result is not None else {}).items():
             said, called = entity.value, arguments.get(slot)
             if slot in TARGETS or entity.is_wildcard or not isinstance(said, str):
@@ -303,160 +316,3 @@ class Guard:
 
 # Intents that act on no thing and need no words of their own (they do nothing).
 _DOMAIN_FREE_EXEMPT = frozenset({"HassNevermind", "HassRespond"})
-
-
-def kind_of(data: LanguageData, intent: str) -> frozenset[str]:
-    """``intent`` and the intents of its kind in ``data`` (all the timer intents)."""
-    kind = next((k for k in KINDS if k in intent), None)
-    if kind is None:
-        return frozenset({intent})
-    return frozenset(i for i in data.intents.intents if kind in i)
-
-
-def kind_words(data: LanguageData, kin: frozenset[str]) -> frozenset[str]:
-    """The words that at least half the intents ``kin`` say and no other intent says
-    ("timer", "minutes"; not "a", which three timer intents say)."""
-    key = ("kind_words", kin)
-    if key not in data.said:
-        counts: dict[str, int] = {}
-        others: set[str] = set()
-        for intent in data.intents.intents:
-            said = set().union(*(w for _, w in block_words(data, intent)))
-            if intent in kin:
-                for word in said:
-                    counts[word] = counts.get(word, 0) + 1
-            else:
-                others |= said
-        half = (len(kin) + 1) // 2
-        data.said[key] = frozenset(w for w, n in counts.items() if n >= half and w not in others)
-    return data.said[key]
-
-
-def says_kind(
-    data: LanguageData, text: str, kin: frozenset[str], *, said: frozenset[str] | None = None
-) -> bool:
-    """Whether ``text`` (its words ``said``, where split) says a word of the intents
-    ``kin`` (inflected or not)."""
-    own = kind_words(data, kin)
-    return any(said_in(word, own) for word in (words(text) if said is None else said))
-
-
-def reads_as(data: LanguageData, text: str, intents: Iterable[str], names: HouseNames) -> bool:
-    """Whether a template of one of ``intents`` matches ``text`` whole, with the
-    house's names, areas and floors as HA's matcher reads them."""
-    wanted = {i for i in intents if i in data.intents.intents}
-    if not wanted:
-        return False
-    result = recognize(data, text, _lists(names), wanted, whole=True)
-    return result is not None and not result.unmatched_entities
-
-
-def switched_as(data: LanguageData, text: str, names: HouseNames) -> str | None:
-    """``HassTurnOn`` or ``HassTurnOff`` where a template of one matches ``text`` with
-    the house's things named as switches are: the words of switching a thing on or off,
-    whatever the thing. HA reads "turn on the vacuum" as no intent (a vacuum has no
-    ``turn_on``), and Polish has no vacuum template for "włącz odkurzacz", yet either
-    asks to start it, never to send it back to its base (as the small model did). The
-    thing may be said by its kind ("odkurzacz" for the one vacuum, Roborock), a name the
-    templates do not know, where the words around it say a command (words.says_command):
-    "send the vacuum home" matches HA's bare ``{name}`` template whole, and reads as
-    nothing here."""
-    switches = [(name, "switch") for name in names.things]
-    lists = slot_lists(switches, names.areas, names.floors)
-    result = recognize(data, text, lists, set(ON_OFF))
-    if result is None:
-        return None
-    unmatched = result.unmatched_entities
-    if unmatched:
-        thing = unmatched.get("name")
-        if thing is None or set(unmatched) - {"name", "domain"}:
-            return None
-        around = normalize(text).replace(normalize(thing.text).strip(), " ")
-        if not says_command(data, words(around)):
-            return None
-    return result.intent.name
-
-
-def direction(
-    data: LanguageData,
-    text: str,
-    intent: str,
-    domain: str | None,
-    names: HouseNames,
-    *,
-    said: frozenset[str] | None = None,
-) -> str | None:
-    """Which of ``intent`` and its opposite ``text`` reads as on ``domain`` (a domain of
-    None: on anything; the result None: neither, or both): a template of one for that
-    domain that matches it whole, else a word only one's templates for that domain say
-    (said by few of the language's intents), and none of the other's; for on / off, else
-    the same of their templates for any domain. That reads "close the kitchen" as off for
-    the kitchen's lamp: no light template says "close", and only the off intent's cover
-    templates do. ``said``: ``text``'s words, where split."""
-    pair = (intent, OPPOSITE[intent])
-    if not all(i in data.intents.intents for i in pair):
-        return None
-    result = recognize(data, text, _lists(names, domain), set(pair))
-    if result is not None and not result.unmatched_entities:
-        return result.intent.name  # the names it read are of ``domain`` only
-    asked = frozenset(words(text)) if said is None else said
-    for name in names.said_things(text) | (names.mentioned(text) - set(names.things)):
-        asked -= words(name)
-    counts = said_by(data)
-    scopes = (domain, None) if intent in ON_OFF and domain is not None else (domain,)
-    for own in ([_domain_words(data, i, scope) for i in pair] for scope in scopes):
-        says = [
-            any(counts.get(w, FEW_INTENTS + 1) <= FEW_INTENTS for w in (mine - theirs) & asked)
-            for mine, theirs in (own, own[::-1])
-        ]
-        if says[0] != says[1]:
-            return pair[0] if says[0] else pair[1]
-        if any(says):  # both directions said: neither is read
-            return None
-    return None
-
-
-def command_words(
-    data: LanguageData, text: str, names: HouseNames, *, said: frozenset[str] | None = None
-) -> frozenset[str]:
-    """The words of ``text`` (``said``, where split), less the names of the house it
-    says, that few of the language's intents say: "close", "lock", "pause"; not "the",
-    "turn" or a name."""
-    asked = frozenset(words(text)) if said is None else said
-    for name in names.mentioned(text):
-        asked -= words(name)
-    counts = said_by(data)
-    return frozenset(w for w in asked if 0 < counts.get(w, 0) <= FEW_INTENTS)
-
-
-def _says(
-    data: LanguageData, intent: str, command: frozenset[str], scope: frozenset[str], *, own: bool
-) -> bool:
-    """Whether a template of ``intent`` for a domain of ``scope`` says a word of
-    ``command``: as written, of one made for that domain (``own``); else inflected too
-    ("schließ" for "schließe"), of one for that domain or for any thing."""
-    for block, said in block_words(data, intent):
-        domains = block_domains(block)
-        if (domains and not set(domains) & scope) or (own and not domains):
-            continue  # made for other kinds (``own``: or not for a kind at all)
-        if said & command or (not own and any(said_in(word, said) for word in command)):
-            return True
-    return False
-
-
-def _domain_words(data: LanguageData, intent: str, domain: str | None) -> frozenset[str]:
-    """The words of ``intent``'s templates for ``domain`` (those made for it; None: all)."""
-    return frozenset().union(
-        *(w for b, w in block_words(data, intent) if domain is None or domain in block_domains(b))
-    )
-
-
-def _lists(names: HouseNames, domain: str | None = None) -> dict[str, Any]:
-    """hassil lists of the house's names (of ``domain`` where given), areas, floors."""
-    pairs = [
-        (name, named.domain)
-        for name, found in names.things.items()
-        for named in found
-        if domain is None or named.domain == domain
-    ]
-    return slot_lists(pairs, names.areas, names.floors)

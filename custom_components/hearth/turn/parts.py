@@ -19,7 +19,7 @@ from ..house.names import HouseNames
 from ..language.intents_data import LanguageData
 from ..language.questions import QUESTION_INTENTS
 from ..language.words import says_command, words
-from .guard import reads_as
+from .reading import reads_as
 
 MAX_JOIN = 2  # words between two commands
 MAX_WORDS = 24  # a longer request is not split (each split point is a template match)

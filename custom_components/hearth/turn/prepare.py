@@ -20,6 +20,7 @@ from ..const import CONF_READ_FIRST, CONF_TOOL_FIRST, DEFAULT_TOOL_FIRST, MAX_TO
 from ..language.questions import live_context_tool
 from .call import Calls
 from .decide import Capabilities, Options, TurnPolicy, decide
+from .guard import Refusal
 from .plan import RequestPlan
 from .speak import Speech
 from .understand import Request, async_understand
@@ -58,7 +59,7 @@ class Turn:
         """A call's arguments as Home Assistant should run them (call.Calls.resolve)."""
         return self.calls.resolve(tool, arguments)
 
-    def refusal(self, tool: str, arguments: Mapping[str, Any]) -> str | None:
+    def refusal(self, tool: str, arguments: Mapping[str, Any]) -> Refusal | None:
         """Why a call is not run (None: it is; call.Calls.refusal)."""
         return self.calls.refusal(tool, arguments)
 

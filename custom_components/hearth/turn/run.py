@@ -137,12 +137,14 @@ async def async_run_turn(
     def content() -> Sequence[conversation.Content]:
         return chat_log.content if part is None else part.content(chat_log.content)
 
+    retry: dict[str, Any] | None = None  # the tool_choice of a refused call's retry
     for iteration in range(policy.max_requests):
         failure = turn.speech.error_speech(hass, content())
         reply = Reply()  # its time to the first token counts the requests sent again
         chunks = await _async_start(
-            agent, turn, run, content, iteration=iteration, response_format=response_format
-        )
+            agent, turn, run, content, iteration=iteration, response_format=response_format,
+            choice=retry,
+        )  # fmt: skip
         # ``chunks`` is closed even where the chat log stops before reading it.
         async with aclosing(chunks):
             stream = transform_stream(
@@ -161,7 +163,11 @@ async def async_run_turn(
             run.requests.append(reply.usage)
         if not chat_log.unresponded_tool_results:
             break
-        if (said := turn.speech.speech(hass, content())) is not None:
+        # Each call refused for doing another thing than the request reads as: the
+        # next request may call only what it reads as ("close the garage": not the
+        # light's brightness, the off intent), else the turn says it did not do it.
+        retry = policy.retry_choice(run.plan.tools, reply.instead, iteration)
+        if retry is None and (said := turn.speech.speech(hass, content())) is not None:
             say(chat_log, agent.agent_id, said)  # what HA reports was done
             break
 
@@ -174,8 +180,10 @@ def request_body(
     *,
     iteration: int,
     response_format: Mapping[str, Any] | None = None,
+    choice: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """Request ``iteration`` of ``turn`` (its policy: turn/decide.py)."""
+    """Request ``iteration`` of ``turn`` (its policy: turn/decide.py); ``choice``: its
+    ``tool_choice`` where not the policy's (a refused call's retry)."""
     options, policy = agent.options(), turn.policy
     body: dict[str, Any] = {
         "messages": messages,
@@ -186,8 +194,8 @@ def request_body(
     }
     if plan.tools:
         body["tools"] = list(plan.tools)
-        if (choice := policy.tool_choice(iteration, True)) is not None:
-            body["tool_choice"] = choice
+        if (chosen := choice or policy.tool_choice(iteration, True)) is not None:
+            body["tool_choice"] = chosen
     body.update(agent.coordinator.backend.request_extensions(policy.values))
     if response_format is not None:
         body["response_format"] = dict(response_format)
@@ -202,6 +210,7 @@ async def _async_start(
     *,
     iteration: int,
     response_format: Mapping[str, Any] | None,
+    choice: Mapping[str, Any] | None = None,
 ) -> AsyncGenerator[dict[str, Any]]:
     """Send request ``iteration`` and wait for its first chunk; returns the reply's
     chunks (``run.plan`` is then the plan it was sent with). ``content``: the chat log as
@@ -216,8 +225,9 @@ async def _async_start(
     while True:
         messages = build_messages(plan.prefix, content(), plan.context, fit.max_history, hint)
         body = request_body(
-            agent, plan, messages, turn, iteration=iteration, response_format=response_format
-        )
+            agent, plan, messages, turn, iteration=iteration, response_format=response_format,
+            choice=choice,
+        )  # fmt: skip
         try:
             chunks = await async_started(agent.coordinator.backend.chat.async_chat_stream(body))
         except BACKEND_ERRORS as err:

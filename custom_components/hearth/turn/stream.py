@@ -64,6 +64,9 @@ class Reply:
     client_ttft_ms: float | None = None
     first_speech_ms: float | None = None  # when its first word reached the chat log
     repeated: bool = False  # it only repeated calls the turn had made
+    # Where the turn refused every call it made, for doing another thing than the
+    # request reads as: those intents (guard.Refusal.instead); a retry may call them.
+    instead: tuple[str, ...] = ()
 
     def first_output(self) -> None:
         if self.client_ttft_ms is None:
@@ -237,6 +240,7 @@ async def transform_stream(
     refused: list[conversation.ToolResultContentDeltaDict] = []
     if raw_calls:
         tool_inputs = []
+        wanted: list[tuple[str, ...]] = []  # of each refused call: what to call instead
         for call in raw_calls:
             name = call["function"]["name"]
             arguments = parse_tool_args(call["function"]["arguments"])
@@ -244,9 +248,10 @@ async def transform_stream(
             if arguments is None or why is not None:
                 refused.append(
                     invalid_args_result(call)
-                    if arguments is None
-                    else refused_result(call, "NotRequested", str(why))
+                    if why is None
+                    else refused_result(call, "NotRequested", why.why)
                 )
+                wanted.append(why.instead if why is not None else ())
                 # Not run by the chat log (external): its result is the error below.
                 tool_inputs.append(
                     llm.ToolInput(tool_name=name, tool_args={}, id=call["id"], external=True)
@@ -259,6 +264,8 @@ async def transform_stream(
                     id=call["id"],
                 )
             )
+        if len(wanted) == len(raw_calls) and all(wanted):
+            reply.instead = tuple(dict.fromkeys(i for found in wanted for i in found))
         yield {"tool_calls": tool_inputs}
     message: dict[str, Any] = {"role": "assistant", "content": reply.content}
     if raw_calls:

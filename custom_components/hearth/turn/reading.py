@@ -1,0 +1,199 @@
+"""What a request reads as in Home Assistant's intents data, with the house's names:
+which of a pair of opposite intents (``direction``), whether it switches a thing on or
+off (``switched_as``), whether a template of some intents matches it whole
+(``reads_as``), the words of a kind of intent it says (``says_kind``), and its command
+words (``command_words``). The action guard (turn/guard.py) judges calls by them.
+
+Pure; what is counted of a language's data is kept with it (language/words.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from ..house.names import HouseNames, normalize
+from ..language.sentences import recognize, slot_lists
+from ..language.words import (
+    LanguageData,
+    block_domains,
+    block_words,
+    said_by,
+    said_in,
+    says_command,
+    words,
+)
+
+# HA intents and the intent that does the opposite on the same thing (its identifiers).
+OPPOSITE: dict[str, str] = {
+    "HassTurnOn": "HassTurnOff",
+    "HassVacuumStart": "HassVacuumReturnToBase",
+    "HassMediaUnpause": "HassMediaPause",
+    "HassLawnMowerStartMowing": "HassLawnMowerDock",
+}
+STARTS = frozenset(OPPOSITE)  # of each pair, the intent that turns its thing on or starts it
+OPPOSITE |= {off: on for on, off in OPPOSITE.items()}
+ON_OFF = {"HassTurnOn": "turn_on", "HassTurnOff": "turn_off"}
+# A word says a direction where at most this many of the language's intents say it
+# ("unlock": 1, "ferme": 8); "is", "the", German "auf" are said by many more.
+FEW_INTENTS = 8
+# Intents of one kind (HA's identifiers): a call of one may run where the request reads
+# as any of them ("how long is left" before "cancel the timer").
+KINDS = ("Timer",)
+
+
+def kind_of(data: LanguageData, intent: str) -> frozenset[str]:
+    """``intent`` and the intents of its kind in ``data`` (all the timer intents)."""
+    kind = next((k for k in KINDS if k in intent), None)
+    if kind is None:
+        return frozenset({intent})
+    return frozenset(i for i in data.intents.intents if kind in i)
+
+
+def kind_words(data: LanguageData, kin: frozenset[str]) -> frozenset[str]:
+    """The words that at least half the intents ``kin`` say and no other intent says
+    ("timer", "minutes"; not "a", which three timer intents say)."""
+    key = ("kind_words", kin)
+    if key not in data.said:
+        counts: dict[str, int] = {}
+        others: set[str] = set()
+        for intent in data.intents.intents:
+            said = set().union(*(w for _, w in block_words(data, intent)))
+            if intent in kin:
+                for word in said:
+                    counts[word] = counts.get(word, 0) + 1
+            else:
+                others |= said
+        half = (len(kin) + 1) // 2
+        data.said[key] = frozenset(w for w, n in counts.items() if n >= half and w not in others)
+    return data.said[key]
+
+
+def says_kind(
+    data: LanguageData, text: str, kin: frozenset[str], *, said: frozenset[str] | None = None
+) -> bool:
+    """Whether ``text`` (its words ``said``, where split) says a word of the intents
+    ``kin`` (inflected or not)."""
+    own = kind_words(data, kin)
+    return any(said_in(word, own) for word in (words(text) if said is None else said))
+
+
+def reads_as(data: LanguageData, text: str, intents: Iterable[str], names: HouseNames) -> bool:
+    """Whether a template of one of ``intents`` matches ``text`` whole, with the
+    house's names, areas and floors as HA's matcher reads them."""
+    wanted = {i for i in intents if i in data.intents.intents}
+    if not wanted:
+        return False
+    result = recognize(data, text, house_lists(names), wanted, whole=True)
+    return result is not None and not result.unmatched_entities
+
+
+def switched_as(data: LanguageData, text: str, names: HouseNames) -> str | None:
+    """``HassTurnOn`` or ``HassTurnOff`` where a template of one matches ``text`` with
+    the house's things named as switches are: the words of switching a thing on or off,
+    whatever the thing. HA reads "turn on the vacuum" as no intent (a vacuum has no
+    ``turn_on``), and Polish has no vacuum template for "włącz odkurzacz", yet either
+    asks to start it, never to send it back to its base (as the small model did). The
+    thing may be said by its kind ("odkurzacz" for the one vacuum, Roborock), a name the
+    templates do not know, where the words around it say a command (words.says_command):
+    "send the vacuum home" matches HA's bare ``{name}`` template whole, and reads as
+    nothing here."""
+    switches = [(name, "switch") for name in names.things]
+    lists = slot_lists(switches, names.areas, names.floors)
+    result = recognize(data, text, lists, set(ON_OFF))
+    if result is None:
+        return None
+    unmatched = result.unmatched_entities
+    if unmatched:
+        thing = unmatched.get("name")
+        if thing is None or set(unmatched) - {"name", "domain"}:
+            return None
+        around = normalize(text).replace(normalize(thing.text).strip(), " ")
+        if not says_command(data, words(around)):
+            return None
+    return result.intent.name
+
+
+def direction(
+    data: LanguageData,
+    text: str,
+    intent: str,
+    domain: str | None,
+    names: HouseNames,
+    *,
+    said: frozenset[str] | None = None,
+) -> str | None:
+    """Which of ``intent`` and its opposite ``text`` reads as on ``domain`` (a domain of
+    None: on anything; the result None: neither, or both): a template of one for that
+    domain that matches it whole, else a word only one's templates for that domain say
+    (said by few of the language's intents), and none of the other's; for on / off, else
+    the same of their templates for any domain. That reads "close the kitchen" as off for
+    the kitchen's lamp: no light template says "close", and only the off intent's cover
+    templates do. ``said``: ``text``'s words, where split."""
+    pair = (intent, OPPOSITE[intent])
+    if not all(i in data.intents.intents for i in pair):
+        return None
+    result = recognize(data, text, house_lists(names, domain), set(pair))
+    if result is not None and not result.unmatched_entities:
+        return result.intent.name  # the names it read are of ``domain`` only
+    asked = frozenset(words(text)) if said is None else said
+    for name in names.said_things(text) | (names.mentioned(text) - set(names.things)):
+        asked -= words(name)
+    counts = said_by(data)
+    scopes = (domain, None) if intent in ON_OFF and domain is not None else (domain,)
+    for own in ([_domain_words(data, i, scope) for i in pair] for scope in scopes):
+        says = [
+            any(counts.get(w, FEW_INTENTS + 1) <= FEW_INTENTS for w in (mine - theirs) & asked)
+            for mine, theirs in (own, own[::-1])
+        ]
+        if says[0] != says[1]:
+            return pair[0] if says[0] else pair[1]
+        if any(says):  # both directions said: neither is read
+            return None
+    return None
+
+
+def command_words(
+    data: LanguageData, text: str, names: HouseNames, *, said: frozenset[str] | None = None
+) -> frozenset[str]:
+    """The words of ``text`` (``said``, where split), less the names of the house it
+    says, that few of the language's intents say: "close", "lock", "pause"; not "the",
+    "turn" or a name."""
+    asked = frozenset(words(text)) if said is None else said
+    for name in names.mentioned(text):
+        asked -= words(name)
+    counts = said_by(data)
+    return frozenset(w for w in asked if 0 < counts.get(w, 0) <= FEW_INTENTS)
+
+
+def intent_says(
+    data: LanguageData, intent: str, command: frozenset[str], scope: frozenset[str], *, own: bool
+) -> bool:
+    """Whether a template of ``intent`` for a domain of ``scope`` says a word of
+    ``command``: as written, of one made for that domain (``own``); else inflected too
+    ("schließ" for "schließe"), of one for that domain or for any thing."""
+    for block, said in block_words(data, intent):
+        domains = block_domains(block)
+        if (domains and not set(domains) & scope) or (own and not domains):
+            continue  # made for other kinds (``own``: or not for a kind at all)
+        if said & command or (not own and any(said_in(word, said) for word in command)):
+            return True
+    return False
+
+
+def _domain_words(data: LanguageData, intent: str, domain: str | None) -> frozenset[str]:
+    """The words of ``intent``'s templates for ``domain`` (those made for it; None: all)."""
+    return frozenset().union(
+        *(w for b, w in block_words(data, intent) if domain is None or domain in block_domains(b))
+    )
+
+
+def house_lists(names: HouseNames, domain: str | None = None) -> dict[str, Any]:
+    """hassil lists of the house's names (of ``domain`` where given), areas, floors."""
+    pairs = [
+        (name, named.domain)
+        for name, found in names.things.items()
+        for named in found
+        if domain is None or named.domain == domain
+    ]
+    return slot_lists(pairs, names.areas, names.floors)
