@@ -249,6 +249,22 @@ async def test_a_refused_direction_is_retried_with_only_the_intent_the_request_r
     assert speech(result) not in {"Done.", NOT_RUN["en"]}
 
 
+async def test_an_action_ha_reports_only_by_its_matched_states_is_not_said_undone(
+    hass: HomeAssistant, tmp_path: Path, model: ScriptedModel
+) -> None:
+    """HA's relative-volume handler reports the players it turned down only as its
+    response's matched states, not as success targets: the reply is never "Nothing
+    was changed" while the volume moved."""
+    await home(hass, tmp_path, "en", model)
+    model.script = [("HassSetVolumeRelative", {"name": "Speaker", "volume_step": "down"})]
+    before = hass.states.get("media_player.speaker").attributes["volume_level"]
+    result = await ask(hass, "turn the speaker down", "en")
+    await hass.async_block_till_done()
+    assert run_calls() == ["HassSetVolumeRelative"]
+    assert hass.states.get("media_player.speaker").attributes["volume_level"] < before
+    assert speech(result) not in {"Nothing was changed.", "Done.", NOT_RUN["en"]}
+
+
 async def test_a_call_that_fits_runs(
     hass: HomeAssistant, tmp_path: Path, model: ScriptedModel
 ) -> None:

@@ -73,10 +73,15 @@ class Outcome:
     def reached(self) -> bool:
         """Whether HA reports a target acted on, where the call named one (a call by
         name, area or floor that changed nothing is no success; a timer's name and
-        area are not things of the house)."""
+        area are not things of the house). Some of HA's handlers report their targets
+        only as the response's matched states (the relative volume's: the TV was
+        turned up, and "nothing was changed" would be false)."""
         if not TARGETING & set(self.arguments) or not names_entity(self.tool):
             return True
-        return any(self.targets(kind) for kind in ("entity", *PLACES))
+        if any(self.targets(kind) for kind in ("entity", *PLACES)):
+            return True
+        response = getattr(self.result, "original", None)  # llm.IntentResponseDict's
+        return bool(getattr(response, "matched_states", None))
 
     def own_speech(self) -> str | None:
         """The intent response's own speech (localized by HA), if it has one."""
