@@ -1,6 +1,7 @@
 """A failed turn is spoken in the user's language, through real Home Assistant and a
-real engine that was stopped after set-up: our own strings for English and German, and
-Home Assistant's own Assist sentence for Russian and Greek (home-assistant-intents)."""
+real engine that was stopped after set-up: our own strings for English, German, French
+and Polish, and Home Assistant's own Assist sentence for Russian and Greek
+(home-assistant-intents)."""
 
 from __future__ import annotations
 
@@ -17,10 +18,11 @@ OURS = {
     "en": "Sorry, I cannot reach the Hearth engine. Check that it is running.",
     "de": "Entschuldigung, ich erreiche die Hearth-Engine nicht. Prüfe, ob sie läuft.",
     "fr": "Désolé, je n’arrive pas à joindre le moteur Hearth. Vérifiez qu’il fonctionne.",
+    "pl": "Przepraszam, nie mogę połączyć się z silnikiem Hearth. Sprawdź, czy działa.",
 }
 
 
-@pytest.mark.parametrize("language", ["en", "de", "fr", "ru", "el"])
+@pytest.mark.parametrize("language", ["en", "de", "fr", "pl", "ru", "el"])
 async def test_an_unreachable_engine_is_spoken_in_the_users_language(
     hass: HomeAssistant,
     house: None,
