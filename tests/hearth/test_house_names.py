@@ -54,6 +54,13 @@ def test_shared_names_are_found() -> None:
         ({"name": "Garage Door Opener"}, {"about": frozenset({"light"})}, ["light"]),
         # Nothing says: the thing the device is (its own entity), not its light.
         ({"name": "garage door opener"}, {}, ["cover"]),
+        # The request's command words are a cover's ("close the garage": the off
+        # intent's cover templates say "close"), though it is about the light too.
+        (
+            {"name": "Garage Door Opener"},
+            {"commanded": frozenset({"cover", "valve"}), "about": frozenset({"light"})},
+            ["cover"],
+        ),
         # The tool acts only on covers and valves.
         ({"name": "Garage Door Opener"}, {"platforms": frozenset({"cover", "valve"})}, ["cover"]),
         # The call's own domain is kept where it tells them apart.

@@ -103,11 +103,25 @@ async def model(socket_enabled: None) -> AsyncIterator[ScriptedModel]:
     await server.stop()
 
 
-async def home(hass: HomeAssistant, tmp_path: Path, language: str, model: ScriptedModel) -> None:
-    """The demo house in ``language`` and a Hearth agent on the scripted model."""
+async def home(
+    hass: HomeAssistant,
+    tmp_path: Path,
+    language: str,
+    model: ScriptedModel,
+    extra: list[dict[str, Any]] | None = None,
+    *,
+    garage: bool = False,
+) -> None:
+    """The demo house in ``language`` (with ``extra`` entities; ``garage``: its garage
+    door in an area Garage) and a Hearth agent on the scripted model."""
     hass.config.language = language
+    house = fixture(language)
+    house["entities"] += extra or []
+    if garage:
+        house["areas"].append({"name": "Garage", "id": "garage"})
+        house["entities"][1]["area"] = "garage"
     path = tmp_path / "_fixtures.yaml"
-    path.write_text(yaml.safe_dump(fixture(language), allow_unicode=True))
+    path.write_text(yaml.safe_dump(house, allow_unicode=True))
     config = {"hearth": {"enabled": False}, "fixtures": str(path)}
     assert await async_setup_component(hass, "homeassistant", {})
     with (
@@ -117,7 +131,7 @@ async def home(hass: HomeAssistant, tmp_path: Path, language: str, model: Script
         assert await async_setup_component(hass, "hearth_demo", {"hearth_demo": config})
         await hass.async_block_till_done()
     for component in ("intent", "conversation", "cover", "valve", "lock", "vacuum",
-                      "media_player"):  # fmt: skip
+                      "media_player", "light"):  # fmt: skip
         assert await async_setup_component(hass, component, {})
     await async_setup_entry(hass, make_entry(model.url))
 
@@ -263,6 +277,22 @@ async def test_an_action_ha_reports_only_by_its_matched_states_is_not_said_undon
     assert run_calls() == ["HassSetVolumeRelative"]
     assert hass.states.get("media_player.speaker").attributes["volume_level"] < before
     assert speech(result) not in {"Nothing was changed.", "Done.", NOT_RUN["en"]}
+
+
+async def test_a_shared_name_means_the_kind_the_requests_command_words_say(
+    hass: HomeAssistant, tmp_path: Path, model: ScriptedModel
+) -> None:
+    """A garage door opener's cover and light share a name. "Close the garage" by that
+    name closes the cover: the off intent's cover templates say "close", its light
+    templates do not; the light is left on."""
+    light = {"name": "Garage Door", "id": "light.garage_door", "area": "garage", "state": "on"}
+    await home(hass, tmp_path, "en", model, extra=[light], garage=True)
+    model.script = [("HassTurnOff", {"name": "Garage Door"})]
+    await ask(hass, "close the garage", "en")
+    await hass.async_block_till_done()
+    assert run_calls() == ["HassTurnOff"]
+    assert state(hass, "cover.garage_door") == "closed"
+    assert state(hass, "light.garage_door") == "on"
 
 
 async def test_a_call_that_fits_runs(

@@ -289,17 +289,19 @@ def resolve_call(
     *,
     accepts: Iterable[str],
     platforms: frozenset[str] | None = None,
+    commanded: frozenset[str] | None = None,
     about: frozenset[str] | None = None,
     request: str = "",
 ) -> dict[str, Any]:
     """``arguments`` of a call of ``tool`` (which takes the arguments ``accepts``) with
     what makes them name one thing: a shared ``name`` gets the ``domain`` (or
     ``device_class``) of the thing meant, judged by the call's own ``domain`` and
-    ``device_class``, the tool's ``platforms`` (the domains it acts on), the domains
-    the request is ``about``, a domain the ``request`` says by its id ("the garage door
-    opener light"), then the device's own entity and ``DOMAIN_ORDER``. A
-    ``name`` that is only an area or floor becomes that; an ``area`` or ``floor`` alone
-    that is only, or also, a thing's name becomes that ``name``."""
+    ``device_class``, the tool's ``platforms`` (the domains it acts on), the domains its
+    intent acts on as the request's command words say (``commanded``: "close" is a
+    cover's), the domains the request is ``about``, a domain the ``request`` says by its
+    id ("the garage door opener light"), then the device's own entity and
+    ``DOMAIN_ORDER``. A ``name`` that is only an area or floor becomes that; an ``area``
+    or ``floor`` alone that is only, or also, a thing's name becomes that ``name``."""
     accepts = frozenset(accepts)
     if not names_entity(tool):
         return arguments
@@ -310,10 +312,8 @@ def resolve_call(
     found = names.things.get(normalize(name), ())
     if len(found) < 2:
         return arguments
-    told = _telling_apart(
-        found, arguments, accepts, platforms=platforms, about=about, request=normalize(request)
-    )
-    return {**arguments, **told}
+    kinds = (platforms, commanded, about)
+    return {**arguments, **_telling_apart(found, arguments, accepts, kinds, normalize(request))}
 
 
 def _moved(arguments: dict[str, Any], names: HouseNames, accepts: frozenset[str]) -> dict[str, Any]:
@@ -353,19 +353,17 @@ def _telling_apart(
     found: tuple[Named, ...],
     arguments: Mapping[str, Any],
     accepts: frozenset[str],
-    *,
-    platforms: frozenset[str] | None,
-    about: frozenset[str] | None,
+    kinds: tuple[frozenset[str] | None, ...],
     request: str,
 ) -> dict[str, Any]:
     """The ``domain`` or ``device_class`` that leaves one of ``found`` (or those of one
-    kind), or nothing where nothing tells them apart."""
+    kind), or nothing where nothing tells them apart; ``kinds``: sets of domains that
+    narrow them in turn, where they keep some."""
     left = list(found)
     for wanted, of in (
         (_as_set(arguments.get("domain")), lambda n: n.domain),
         (_as_set(arguments.get("device_class")), lambda n: n.device_class),
-        (platforms, lambda n: n.domain),
-        (about, lambda n: n.domain),
+        *((kind, lambda n: n.domain) for kind in kinds),
     ):
         if wanted and (kept := [n for n in left if of(n) in wanted]):
             left = kept

@@ -64,6 +64,7 @@ from .reading import (
     OPPOSITE,
     STARTS,
     command_words,
+    commanded_domains,
     direction,
     house_lists,
     intent_says,
@@ -144,6 +145,16 @@ class Guard:
             or self._contrary(intent, arguments)
         )
         return Refusal(found) if isinstance(found, str) else found
+
+    def commanded(self, tool: str) -> frozenset[str]:
+        """The kinds of thing (domains) a call of ``tool`` acts on as the request's
+        command words say: those for which a template of its intent made for them says
+        one ("close the garage": the cover of the name the garage door's light shares)."""
+        intent = bare_name(tool)
+        if self.data is None or intent not in self.data.intents.intents:
+            return frozenset()
+        command = command_words(self.data, self.text, self.names, said=self.asked)
+        return commanded_domains(self.data, intent, command) if command else frozenset()
 
     def target_domains(self, arguments: Mapping[str, Any]) -> frozenset[str]:
         """The domains a call acts on: those of the things its ``name`` names, else its

@@ -181,6 +181,18 @@ def intent_says(
     return False
 
 
+def commanded_domains(data: LanguageData, intent: str, command: frozenset[str]) -> frozenset[str]:
+    """The domains for which a template of ``intent`` made for that domain says a word
+    of ``command`` (the off intent's cover templates say "close", its light ones do
+    not)."""
+    return frozenset(
+        domain
+        for block, said in block_words(data, intent)
+        if said & command
+        for domain in block_domains(block)
+    )
+
+
 def _domain_words(data: LanguageData, intent: str, domain: str | None) -> frozenset[str]:
     """The words of ``intent``'s templates for ``domain`` (those made for it; None: all)."""
     return frozenset().union(
