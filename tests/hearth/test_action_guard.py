@@ -355,6 +355,9 @@ def test_an_intent_that_says_none_of_the_commands_words_is_refused(
     refused = why(close, "HassLightSet", light)
     assert refused is not None and "HassTurnOff" in refused, refused
     assert why(close, "HassTurnOff", {"name": name}) is None
+    # ... but not on the light alone (HA narrows a shared name by the call's domain).
+    on_light = why(close, "HassTurnOff", {"name": name, "domain": ["light"]})
+    assert on_light is not None and "on cover" in on_light, on_light
     assert why(open_, "HassLightSet", light) is not None
     assert why(open_, "HassTurnOn", {"name": name}) is None
     blinds = Guard("put the garage door halfway", EN, names("en"), None, PLATFORMS, SWITCHABLE)

@@ -140,7 +140,7 @@ class Guard:
             or self._unsaid_place(intent, arguments)
             or self._other_domain(tool, intent, targets)
             or self._cannot_switch(intent, targets)
-            or self._unsaid_command(intent, targets)
+            or self._unsaid_command(intent, targets, arguments)
             or self._opposite(intent, targets)
             or self._contrary(intent, arguments)
         )
@@ -157,15 +157,17 @@ class Guard:
         return commanded_domains(self.data, intent, command) if command else frozenset()
 
     def target_domains(self, arguments: Mapping[str, Any]) -> frozenset[str]:
-        """The domains a call acts on: those of the things its ``name`` names, else its
+        """The domains a call acts on: those of the things its ``name`` names (of its
+        ``domain``, where that keeps some: HA narrows a shared name so), else its
         ``domain``; empty where it names neither (an area's things, a timer)."""
         name = arguments.get("name")
         found = self.names.things.get(normalize(name)) if isinstance(name, str) else None
-        if found:
-            return frozenset(named.domain for named in found)
         domain = arguments.get("domain")
-        listed = [domain] if isinstance(domain, str) else domain
-        return frozenset(str(d) for d in listed or () if d)
+        listed = frozenset(str(d) for d in ([domain] if isinstance(domain, str) else domain or ()))
+        if found:
+            named = frozenset(thing.domain for thing in found)
+            return named & listed or named
+        return listed - {""}
 
     def _unnamed(self, intent: str, targets: frozenset[str]) -> str | None:
         """A call of an intent that names no thing of the house (a timer, a broadcast),
@@ -251,7 +253,9 @@ class Guard:
         better = f"; call {' or '.join(instead)}" if instead else ""
         return f"{NOT_FOR_REQUEST}: {intent} cannot act on {', '.join(stuck)}{better}."
 
-    def _unsaid_command(self, intent: str, targets: frozenset[str]) -> Refusal | None:
+    def _unsaid_command(
+        self, intent: str, targets: frozenset[str], arguments: Mapping[str, Any]
+    ) -> Refusal | None:
         """A call of an intent whose templates for what it acts on say none of the
         request's command words, where another intent's templates made for a kind of
         thing the call or the request is about say one: "close the garage" is said by
@@ -261,24 +265,28 @@ class Guard:
             return None
         if intent in OPPOSITE and intent not in ON_OFF:
             return None  # a pair's own direction is read below, as on / off too
-        scope = targets | self._platforms(intent) | (self.about or frozenset())
+        named = self.target_domains({"name": arguments.get("name")})  # all its name names
+        scope = targets | named | self._platforms(intent) | (self.about or frozenset())
         command = command_words(self.data, self.text, self.names, said=self.asked)
         if not scope or not command:
             return None
-        if intent_says(self.data, intent, command, scope, own=False):
+        # What the call acts on: the things it names, where it names some.
+        if intent_says(self.data, intent, command, targets or scope, own=False):
             return None
         others = sorted(
             other
             for other in self.data.intents.intents
-            if other != intent
-            and other not in QUESTION_INTENTS
+            if other not in QUESTION_INTENTS
             and intent_says(self.data, other, command, scope, own=True)
         )
         if not others:
             return None
+        on = f" on {', '.join(sorted(targets))}" if targets else ""
+        kinds = set().union(*(commanded_domains(self.data, o, command) for o in others)) & scope
         why = (
-            f"{NOT_FOR_REQUEST}: {intent} does not do what the request says "
-            f"({', '.join(sorted(command))}); {' or '.join(others)} does."
+            f"{NOT_FOR_REQUEST}: {intent}{on} does not do what the request says "
+            f"({', '.join(sorted(command))}); {' or '.join(others)} on "
+            f"{', '.join(sorted(kinds))} does."
         )
         return Refusal(why, tuple(others))
 
