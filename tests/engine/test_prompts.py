@@ -19,6 +19,7 @@ from transformers import AutoTokenizer
 
 from hearth_engine.chat.formatter import ChatFormatter
 from hearth_engine.model.prepare.default import default_model_dir
+from hearth_engine.model.prepare.templates import HERMES_CHATML_TEMPLATE
 from hearth_engine.model.prepare.tiny import prepare_tiny_model
 from hearth_engine.server.prompts import PromptEncoder
 
@@ -117,10 +118,14 @@ def default_tokenizer() -> Any:
     return AutoTokenizer.from_pretrained(folder)
 
 
-@pytest.fixture(scope="module", params=["hermes-tiny", "hermes-default", "llama3", "mistral"])
+@pytest.fixture(
+    scope="module", params=["hermes-tiny", "hermes-now", "hermes-default", "llama3", "mistral"]
+)
 def formatter(request: pytest.FixtureRequest, tiny_tokenizer: Any) -> ChatFormatter:
     if request.param == "hermes-tiny":
         return ChatFormatter(tiny_tokenizer)
+    if request.param == "hermes-now":  # this checkout's template, whatever a folder holds
+        return ChatFormatter(_with_template(tiny_tokenizer, HERMES_CHATML_TEMPLATE, []))
     if request.param == "hermes-default":
         return ChatFormatter(request.getfixturevalue("default_tokenizer"))
     if request.param == "llama3":
@@ -252,6 +257,31 @@ def test_warm_requests_reuse_the_house_tokens(formatter: ChatFormatter) -> None:
         assert encoder.reused_tokens == 1
     else:
         assert encoder.reused_tokens > len(formatter.encode(HOUSE[0]["content"]))
+
+
+def test_a_known_house_is_not_rendered_again_where_the_template_takes_it(
+    formatter: ChatFormatter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Hearth's template writes the house part's text it rendered before in place of
+    the first message and the tools (``hearth_house``): a warm request renders neither
+    again, and its tokens are the whole prompt's. Other templates render them."""
+    encoder = PromptEncoder(formatter)
+    encoder.encode(_request("turn on the light"), TOOLS, add_generation_prompt=True)
+    houses: list[str | None] = []
+    render = formatter.render
+
+    def spy(*args: Any, **kwargs: Any) -> str:
+        houses.append(kwargs.get("house"))
+        return render(*args, **kwargs)
+
+    monkeypatch.setattr(formatter, "render", spy)
+    got = encoder.encode(_request("and the hall"), TOOLS, add_generation_prompt=True)
+    monkeypatch.undo()
+    assert got == _whole(formatter, _request("and the hall"), TOOLS, True)
+    takes = formatter.template == HERMES_CHATML_TEMPLATE
+    assert houses == [
+        formatter.render(HOUSE, TOOLS, add_generation_prompt=False) if takes else None
+    ]
 
 
 def test_a_pin_warms_the_cache_for_requests(tiny_tokenizer: Any) -> None:

