@@ -40,9 +40,10 @@ in the request's language, never from word lists of ours:
   named as switches are ("turn on the vacuum": not back to its base).
 - **An intent that says none of the request's command words**: where the request says
   words few intents say ("close", "pause"; its names aside), and a template of some
-  intent made for a kind of thing the call or the request is about says one, a call of
-  an intent (not of a pair above) none of whose templates for those kinds says one is
-  not run: "close the garage" is not ``HassLightSet`` on the light of that name.
+  intent made for a kind of thing the call or the request is about says one, a call
+  none of whose intent's templates for the things it acts on says one is not run (of
+  the pairs above, on / off only): "close the garage" is not ``HassLightSet`` on the
+  light of that name, nor ``HassTurnOff`` on that light alone.
 
 Pure: ``Guard`` holds what the turn read of the request and the house; what the request
 reads as in HA's data (a direction, its command words) is turn/reading.py's.
@@ -257,10 +258,11 @@ class Guard:
         self, intent: str, targets: frozenset[str], arguments: Mapping[str, Any]
     ) -> Refusal | None:
         """A call of an intent whose templates for what it acts on say none of the
-        request's command words, where another intent's templates made for a kind of
-        thing the call or the request is about say one: "close the garage" is said by
-        the off intent's cover templates, and by no template of ``HassLightSet``, so
-        the light that shares the garage door's name is not switched on."""
+        request's command words, where a template made for a kind of thing the call or
+        the request is about says one (of another intent, or of this one for another
+        kind): "close the garage" is said by the off intent's cover templates, and by no
+        template of ``HassLightSet``, so the light that shares the garage door's name is
+        not switched on."""
         if self.data is None or self.follow_up or intent not in self.data.intents.intents:
             return None
         if intent in OPPOSITE and intent not in ON_OFF:
