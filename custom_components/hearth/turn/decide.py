@@ -30,6 +30,10 @@ acts on) and what the server can do (``Capabilities``), ``decide`` returns a
   whole reads the house through the live-context tool's filters, set to what the
   template read ("which lights are on in the living room": that area's lights, not the
   whole house nor one light).
+- **A narrowed retry.** Where the turn refused every call of a request for doing another
+  thing than the request reads as (turn/guard.py's ``Refusal.instead``), the next request
+  may call only those intents (``retry_choice``): asked to unlock, the model locked; it
+  may then only unlock.
 - **Bounded.** At most ``MAX_REQUESTS`` requests; the last may not call a tool. After
   an action, the turn ends with what Home Assistant reports was done (turn/result_speech.py),
   not with the model's words; a repeated call ends it the same way.
