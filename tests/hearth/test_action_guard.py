@@ -379,6 +379,11 @@ def test_a_word_valued_argument_is_what_the_template_reads() -> None:
     up = said.refusal(volume, {"name": "Telewizor", "volume_step": "up"})
     assert up is not None and up.startswith(NOT_FOR_REQUEST)
     assert said.refusal(volume, {"name": "Telewizor", "volume_step": "down"}) is None
+    # "do 20 procent": no relative-volume template reads it whole; "ścisz" is said by
+    # the list of its ``down`` words alone.
+    to_20 = Guard("Ścisz telewizor do 20 procent", pl, tv)
+    assert to_20.refusal(volume, {"name": "Telewizor", "volume_step": "up"}) is not None
+    assert to_20.refusal(volume, {"name": "Telewizor", "volume_step": "down"}) is None
     louder = Guard("Lautsprecher lauter", DE, names("de"))
     assert louder.refusal(volume, {"name": "Lautsprecher", "volume_step": "down"})
     assert not louder.refusal(volume, {"name": "Lautsprecher", "volume_step": "up"})

@@ -163,6 +163,43 @@ def _chunks(expression: Expression, rules: Mapping[str, Sentence], depth: int = 
     return set()
 
 
+def list_slots(
+    expression: Expression, rules: Mapping[str, Sentence], depth: int = 0
+) -> set[tuple[str, str]]:
+    """The (list, slot) pairs ``expression`` reads, rules expanded
+    (``{volume_step_down_words:volume_step}``)."""
+    if isinstance(expression, ListReference):
+        return {(expression.list_name, expression.slot_name)}
+    if isinstance(expression, RuleReference):
+        rule = rules.get(expression.rule_name)
+        return (
+            list_slots(rule.expression, rules, depth + 1) if rule and depth < _MAX_DEPTH else set()
+        )
+    if isinstance(expression, Group):
+        return set().union(*(list_slots(item, rules, depth) for item in expression.items))
+    return set()
+
+
+def value_words(data: LanguageData, intent: str, slot: str) -> dict[str, frozenset[str]]:
+    """Each word value of ``slot`` that ``intent``'s templates read from a list, with the
+    words that say it there (Polish "ścisz", "ciszej": ``volume_step`` down; kept per
+    language data)."""
+    key = ("value_words", intent, slot)
+    if key not in data.said:
+        found: dict[str, set[str]] = {}
+        intents = data.intents
+        for block in found_intent.data if (found_intent := intents.intents.get(intent)) else ():
+            rules = {**intents.expansion_rules, **block.expansion_rules}
+            read = set().union(*(list_slots(s.expression, rules) for s in block.sentences))
+            for name, _ in {pair for pair in read if pair[1] == slot}:
+                for value in getattr(intents.slot_lists.get(name), "values", ()):
+                    if isinstance(value.value_out, str):
+                        said = _chunks(value.text_in, rules)
+                        found.setdefault(value.value_out, set()).update(said)
+        data.said[key] = {value: frozenset(said) for value, said in found.items()}
+    return data.said[key]
+
+
 def template_words(sentence: Sentence, rules: Mapping[str, Sentence]) -> set[str]:
     """Every word that the template ``sentence`` can say, less its lists' values: the
     words of each of its text chunks, and those that chunks say together ("degree[s]")

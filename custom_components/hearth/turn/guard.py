@@ -28,7 +28,10 @@ in the request's language, never from word lists of ours:
   ``turn_on``/``turn_off`` service; where the house has none (a vacuum), the call
   cannot act, and the tools made for that domain are named instead.
 - **A word-valued argument** that is not what a template of the call's intent reads in
-  the request ("ścisz telewizor": ``volume_step`` down, not up) does not run.
+  the request ("ścisz telewizor": ``volume_step`` down, not up) does not run; where no
+  template reads the request whole, nor one that is not what the words of the lists the
+  intent's templates read that argument from say ("ścisz ... do 20 procent": only the
+  list of ``down`` words says "ścisz").
 - **Direction**: where the request reads as the opposite intent of the call on that
   kind of thing (lock / unlock, open / close, on / off, start / return to base, pause /
   resume), the call is not run. The request reads as an intent where one of its
@@ -58,7 +61,7 @@ from typing import Any, NamedTuple
 from ..house.names import HouseNames, normalize
 from ..language.questions import QUESTION_INTENTS
 from ..language.sentences import recognize
-from ..language.words import LanguageData, said_in, words
+from ..language.words import LanguageData, inflected, said_in, value_words, words
 from ..tool_names import bare_name
 from .reading import (
     ON_OFF,
@@ -314,20 +317,39 @@ class Guard:
             return _asks_for(other, intent)
         return None
 
-    def _contrary(self, intent: str, arguments: Mapping[str, Any]) -> str | None:
+    def _contrary(self, intent: str, arguments: Mapping[str, Any]) -> Refusal | None:
         """A call whose word-valued argument is not what a template of its intent reads
         in the request ("ścisz telewizor" reads ``volume_step: down``; the small model
         turned it up)."""
         if self.data is None or intent not in self.data.intents.intents:
             return None
         result = recognize(self.data, self.text, house_lists(self.names), {intent})
-        for slot, entity in (result.entities if result is not None else {}).items():
-            said, called = entity.value, arguments.get(slot)
-            if slot in TARGETS or entity.is_wildcard or not isinstance(said, str):
-                continue
+        read = {
+            slot: entity.value
+            for slot, entity in (result.entities if result is not None else {}).items()
+            if slot not in TARGETS and not entity.is_wildcard and isinstance(entity.value, str)
+        }
+        for slot, called in arguments.items():
+            said = read.get(slot) or self._said_value(intent, slot)
             if isinstance(called, str) and said and called.casefold() != said.casefold():
-                return f"{NOT_FOR_REQUEST}: the request asks for {slot} {said}, not {called}."
+                why = f"{NOT_FOR_REQUEST}: the request asks for {slot} {said}, not {called}."
+                return Refusal(why, (intent,))  # the same intent, with what it asks for
         return None
+
+    def _said_value(self, intent: str, slot: str) -> str | None:
+        """The one value of ``slot`` whose words (in the lists ``intent``'s templates
+        read it from) the request says, inflected or not, where it says no other's:
+        "ścisz telewizor do 20 procent" says ``volume_step`` down, though no template of
+        the relative volume reads it whole."""
+        if slot in TARGETS or self.data is None:
+            return None
+        asked = self.asked.difference(*(words(n) for n in self.names.mentioned(self.text)))
+        said = {
+            value
+            for value, worded in value_words(self.data, intent, slot).items()
+            if any(inflected(word, own) for word in worded for own in asked)
+        }
+        return next(iter(said)) if len(said) == 1 else None
 
     def _platforms(self, intent: str) -> frozenset[str]:
         """The domains ``intent``'s tool acts on (empty: any, or none)."""
