@@ -387,3 +387,17 @@ def test_a_word_valued_argument_is_what_the_template_reads() -> None:
     louder = Guard("Lautsprecher lauter", DE, names("de"))
     assert louder.refusal(volume, {"name": "Lautsprecher", "volume_step": "down"})
     assert not louder.refusal(volume, {"name": "Lautsprecher", "volume_step": "up"})
+
+
+def test_a_timer_for_a_request_about_a_thing_is_retried_as_what_its_words_say() -> None:
+    """Asked to skip a track, the small model cancelled every timer: refused, and the
+    request reads as the media intents whose templates say "skip" (the retry may call
+    only those); a request about nothing known gets no narrowed retry."""
+    about = frozenset({"media_player"})
+    skip = Guard("skip this track", EN, names("en"), about, PLATFORMS, SWITCHABLE)
+    found = skip.refused("HassCancelAllTimers", {})
+    assert found is not None and "HassMediaNext" in found.instead
+    assert not set(found.instead) & {"HassCancelAllTimers", "HassStartTimer"}
+    unknown = Guard("skip this track", EN, names("en"), None, PLATFORMS, SWITCHABLE)
+    found = unknown.refused("HassCancelAllTimers", {})
+    assert found is not None and found.instead == ()

@@ -173,9 +173,11 @@ class Guard:
             return named & listed or named
         return listed - {""}
 
-    def _unnamed(self, intent: str, targets: frozenset[str]) -> str | None:
+    def _unnamed(self, intent: str, targets: frozenset[str]) -> Refusal | None:
         """A call of an intent that names no thing of the house (a timer, a broadcast),
-        where the request does not read as one of that kind."""
+        where the request does not read as one of that kind. The intents whose templates
+        made for what the request is about say its command words are what it reads as
+        instead ("zakręć wodę": the off intent's valve templates, not a timer's)."""
         if (
             targets
             or self.follow_up
@@ -190,7 +192,8 @@ class Guard:
             self.data, self.text, kin, said=self.asked
         ):
             return None
-        return f"{NOT_FOR_REQUEST}: the request asks nothing {intent} does."
+        why = f"{NOT_FOR_REQUEST}: the request asks nothing {intent} does."
+        return Refusal(why, self._saying(self.about or frozenset()))
 
     def _untargeted(self, intent: str, arguments: Mapping[str, Any]) -> str | None:
         """A call of an intent that acts on things of the house, naming no thing, area,
@@ -278,12 +281,7 @@ class Guard:
         # What the call acts on: the things it names, where it names some.
         if intent_says(self.data, intent, command, targets or scope, own=False):
             return None
-        others = sorted(
-            other
-            for other in self.data.intents.intents
-            if other not in QUESTION_INTENTS
-            and intent_says(self.data, other, command, scope, own=True)
-        )
+        others = self._saying(scope, command)
         if not others:
             return None
         on = f" on {', '.join(sorted(targets))}" if targets else ""
@@ -294,6 +292,24 @@ class Guard:
             f"{', '.join(sorted(kinds))} does."
         )
         return Refusal(why, tuple(others))
+
+    def _saying(
+        self, scope: frozenset[str], command: frozenset[str] | None = None
+    ) -> tuple[str, ...]:
+        """The intents that act (not read) a template of which made for a domain of
+        ``scope`` says one of the request's ``command`` words (its own, where None)."""
+        if self.data is None or not scope:
+            return ()
+        if command is None:
+            command = command_words(self.data, self.text, self.names, said=self.asked)
+        return tuple(
+            sorted(
+                other
+                for other in self.data.intents.intents
+                if other not in QUESTION_INTENTS
+                and intent_says(self.data, other, command, scope, own=True)
+            )
+        )
 
     def _opposite(self, intent: str, targets: frozenset[str]) -> Refusal | None:
         """A call whose opposite intent is what the request reads as, on that kind."""
