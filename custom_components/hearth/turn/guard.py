@@ -157,7 +157,7 @@ class Guard:
         intent = bare_name(tool)
         if self.data is None or intent not in self.data.intents.intents:
             return frozenset()
-        command = command_words(self.data, self.text, self.names, said=self.asked)
+        command = self._command_words()
         return commanded_domains(self.data, intent, command) if command else frozenset()
 
     def target_domains(self, arguments: Mapping[str, Any]) -> frozenset[str]:
@@ -275,7 +275,7 @@ class Guard:
             return None  # a pair's own direction is read below, as on / off too
         named = self.target_domains({"name": arguments.get("name")})  # all its name names
         scope = targets | named | self._platforms(intent) | (self.about or frozenset())
-        command = command_words(self.data, self.text, self.names, said=self.asked)
+        command = self._command_words()
         if not scope or not command:
             return None
         # What the call acts on: the things it names, where it names some.
@@ -293,6 +293,12 @@ class Guard:
         )
         return Refusal(why, tuple(others))
 
+    def _command_words(self) -> frozenset[str]:
+        """The request's command words (reading.command_words; none without data)."""
+        if self.data is None:
+            return frozenset()
+        return command_words(self.data, self.text, self.names, said=self.asked)
+
     def _saying(
         self, scope: frozenset[str], command: frozenset[str] | None = None
     ) -> tuple[str, ...]:
@@ -301,7 +307,7 @@ class Guard:
         if self.data is None or not scope:
             return ()
         if command is None:
-            command = command_words(self.data, self.text, self.names, said=self.asked)
+            command = self._command_words()
         return tuple(
             sorted(
                 other
