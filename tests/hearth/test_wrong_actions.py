@@ -28,6 +28,7 @@ from homeassistant.components.conversation import trace as conversation_trace
 from homeassistant.core import Context, HomeAssistant
 from homeassistant.setup import async_setup_component
 
+from custom_components.hearth.backend.hearth import HearthBackend
 from custom_components.hearth.backend.openai_compat import OpenAIBackend
 from custom_components.hearth.tool_names import bare_name
 from custom_components.hearth.turn.guard import NOT_FOR_REQUEST
@@ -260,6 +261,34 @@ async def test_a_refused_direction_is_retried_with_only_the_intent_the_request_r
     ]
     assert run_calls() == ["HassTurnOff"]
     assert state(hass, "lock.back_door") == "unlocked"
+    assert speech(result) not in {"Done.", NOT_RUN["en"]}
+
+
+async def test_a_refused_value_is_retried_with_only_the_value_the_request_reads(
+    hass: HomeAssistant, tmp_path: Path, model: ScriptedModel
+) -> None:
+    """Asked to turn the speaker down, the model turned it up: refused; the retry may
+    call only the relative volume, and its grammar (the ``hearth`` field Hearth's
+    engine reads; the scripted server stands in and records it) takes only ``down``
+    for ``volume_step``. HA runs the retry and the speaker is quieter."""
+    await home(hass, tmp_path, "en", model)
+    volume = "HassSetVolumeRelative"
+    model.script = [
+        (volume, {"name": "Speaker", "volume_step": "up"}),
+        (volume, {"name": "Speaker", "volume_step": "down"}),
+    ]
+    before = hass.states.get("media_player.speaker").attributes["volume_level"]
+    with (
+        patch.object(OpenAIBackend, "narrows_tools", True),
+        patch.object(OpenAIBackend, "request_extensions", HearthBackend.request_extensions),
+    ):
+        result = await ask(hass, "turn the speaker down", "en")
+    await hass.async_block_till_done()
+    retry = model.bodies[-1]
+    assert retry["hearth"]["argument_values"][f"{volume}.volume_step"] == ["down"]
+    assert "up" in tool_results(model)[0] and NOT_FOR_REQUEST in tool_results(model)[0]
+    assert run_calls() == [volume]
+    assert hass.states.get("media_player.speaker").attributes["volume_level"] < before
     assert speech(result) not in {"Done.", NOT_RUN["en"]}
 
 

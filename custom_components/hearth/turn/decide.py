@@ -32,8 +32,9 @@ acts on) and what the server can do (``Capabilities``), ``decide`` returns a
   whole house nor one light).
 - **A narrowed retry.** Where the turn refused every call of a request for doing another
   thing than the request reads as (turn/guard.py's ``Refusal.instead``), the next request
-  may call only those intents (``retry_choice``): asked to unlock, the model locked; it
-  may then only unlock.
+  may call only those intents (``retry``): asked to unlock, the model locked; it
+  may then only unlock. A word-valued argument the request reads takes only that value
+  ("ścisz": ``volume_step`` down).
 - **Bounded.** At most ``MAX_REQUESTS`` requests; the last may not call a tool. After
   an action, the turn ends with what Home Assistant reports was done (turn/result_speech.py),
   not with the model's words; a repeated call ends it the same way.
@@ -45,7 +46,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..house.names import names_entity, normalize
 from ..house.values import AREA_WIDE, allowed_for
@@ -96,7 +97,7 @@ class TurnPolicy:
     command: bool = False
     max_requests: int = MAX_REQUESTS
     request: dict[str, Any] = field(default_factory=dict)  # what it read: named, question
-    retries: bool = False  # a refused call's retry may be narrowed (``retry_choice``)
+    retries: bool = False  # a refused call's retry may be narrowed (``retry``)
 
     def as_trace(self) -> dict[str, Any]:
         """What the conversation trace shows of the policy."""
@@ -118,18 +119,38 @@ class TurnPolicy:
             return "none"  # the last request speaks
         return self.later_choice
 
-    def retry_choice(
-        self, tools: Sequence[Mapping[str, Any]], instead: Sequence[str], iteration: int
-    ) -> dict[str, Any] | None:
-        """The ``tool_choice`` of the request after ``iteration``, where the turn
-        refused each call of it for doing another thing than the request reads as
-        (``instead``: those intents, guard.Refusal): it must call one of their tools.
+    def retry(
+        self,
+        tools: Sequence[Mapping[str, Any]],
+        instead: Sequence[str],
+        iteration: int,
+        narrowed: Mapping[str, list[str]] | None = None,
+    ) -> Retry | None:
+        """The request after ``iteration``, where the turn refused each call of it for
+        doing another thing than the request reads as (``instead``: those intents,
+        guard.Refusal): it must call one of their tools, and a word-valued argument the
+        request reads (``narrowed``: "Intent.slot" -> values) may take only those values
+        ("ścisz": the model turned the volume up again when only its intent was narrowed).
         None: no retry (the server cannot narrow the tools, none of them is offered, or
         the next request is the last, which speaks)."""
         if not self.retries or not instead or iteration + 1 >= self.max_requests - 1:
             return None
         names = [str((t.get("function") or {}).get("name", "")) for t in tools]
-        return required([n for n in names if bare_name(n) in instead]) or None
+        choice = required([n for n in names if bare_name(n) in instead])
+        if not choice:
+            return None
+        values = self.values
+        if narrowed:
+            listed = {**(values or {}).get("argument_values", {}), **narrowed}
+            values = {**(values or {}), "argument_values": listed}
+        return Retry(choice, values)
+
+
+class Retry(NamedTuple):
+    """A refused call's retry: its ``tool_choice``, and the argument values it sends."""
+
+    choice: dict[str, Any]
+    values: dict[str, Any] | None
 
 
 def decide(

@@ -88,10 +88,12 @@ TARGETS = ("name", "area", "floor", "domain", "device_class")
 
 class Refusal(NamedTuple):
     """Why a call is not run, and the intents (HA's identifiers) the request reads as
-    instead, where the guard read them (empty: it did not)."""
+    instead, where the guard read them (empty: it did not), with the word-valued
+    arguments it reads for them (``("Intent.slot", value)``: "ścisz" is ``down``)."""
 
     why: str
     instead: tuple[str, ...] = ()
+    values: tuple[tuple[str, str], ...] = ()
 
 
 def _asks_for(other: str, intent: str) -> Refusal:
@@ -355,7 +357,8 @@ class Guard:
             said = read.get(slot) or self._said_value(intent, slot)
             if isinstance(called, str) and said and called.casefold() != said.casefold():
                 why = f"{NOT_FOR_REQUEST}: the request asks for {slot} {said}, not {called}."
-                return Refusal(why, (intent,))  # the same intent, with what it asks for
+                # The same intent, with the value the request asks for.
+                return Refusal(why, (intent,), ((f"{intent}.{slot}", said),))
         return None
 
     def _said_value(self, intent: str, slot: str) -> str | None:

@@ -29,6 +29,7 @@ from ..backend.coordinator import HearthCoordinator
 from ..const import CONF_MAX_TOKENS, CONF_TEMPERATURE, DEFAULT_MAX_TOKENS, DEFAULT_TEMPERATURE
 from ..errors import BACKEND_ERRORS, is_context_exceeded
 from .context_fit import ContextFit, LeftOut, async_started
+from .decide import Retry
 from .plan import RequestPlan
 from .prepare import Turn
 from .prompt import build_messages
@@ -137,13 +138,13 @@ async def async_run_turn(
     def content() -> Sequence[conversation.Content]:
         return chat_log.content if part is None else part.content(chat_log.content)
 
-    retry: dict[str, Any] | None = None  # the tool_choice of a refused call's retry
+    retry: Retry | None = None  # a refused call's retry: its tool_choice and values
     for iteration in range(policy.max_requests):
         failure = turn.speech.error_speech(hass, content())
         reply = Reply()  # its time to the first token counts the requests sent again
         chunks = await _async_start(
             agent, turn, run, content, iteration=iteration, response_format=response_format,
-            choice=retry,
+            retry=retry,
         )  # fmt: skip
         # ``chunks`` is closed even where the chat log stops before reading it.
         async with aclosing(chunks):
@@ -166,7 +167,7 @@ async def async_run_turn(
         # Each call refused for doing another thing than the request reads as: the
         # next request may call only what it reads as ("close the garage": not the
         # light's brightness, the off intent), else the turn says it did not do it.
-        retry = policy.retry_choice(run.plan.tools, reply.instead, iteration)
+        retry = policy.retry(run.plan.tools, reply.instead, iteration, reply.narrowed)
         if retry is None and (said := turn.speech.speech(hass, content())) is not None:
             say(chat_log, agent.agent_id, said)  # what HA reports was done
             break
@@ -180,10 +181,10 @@ def request_body(
     *,
     iteration: int,
     response_format: Mapping[str, Any] | None = None,
-    choice: Mapping[str, Any] | None = None,
+    retry: Retry | None = None,
 ) -> dict[str, Any]:
-    """Request ``iteration`` of ``turn`` (its policy: turn/decide.py); ``choice``: its
-    ``tool_choice`` where not the policy's (a refused call's retry)."""
+    """Request ``iteration`` of ``turn`` (its policy: turn/decide.py), or a refused
+    call's ``retry`` (its own ``tool_choice`` and argument values)."""
     options, policy = agent.options(), turn.policy
     body: dict[str, Any] = {
         "messages": messages,
@@ -194,9 +195,11 @@ def request_body(
     }
     if plan.tools:
         body["tools"] = list(plan.tools)
-        if (chosen := choice or policy.tool_choice(iteration, True)) is not None:
+        chosen = retry.choice if retry else policy.tool_choice(iteration, True)
+        if chosen is not None:
             body["tool_choice"] = chosen
-    body.update(agent.coordinator.backend.request_extensions(policy.values))
+    values = retry.values if retry else policy.values
+    body.update(agent.coordinator.backend.request_extensions(values))
     if response_format is not None:
         body["response_format"] = dict(response_format)
     return body
@@ -210,7 +213,7 @@ async def _async_start(
     *,
     iteration: int,
     response_format: Mapping[str, Any] | None,
-    choice: Mapping[str, Any] | None = None,
+    retry: Retry | None = None,
 ) -> AsyncGenerator[dict[str, Any]]:
     """Send request ``iteration`` and wait for its first chunk; returns the reply's
     chunks (``run.plan`` is then the plan it was sent with). ``content``: the chat log as
@@ -226,7 +229,7 @@ async def _async_start(
         messages = build_messages(plan.prefix, content(), plan.context, fit.max_history, hint)
         body = request_body(
             agent, plan, messages, turn, iteration=iteration, response_format=response_format,
-            choice=choice,
+            retry=retry,
         )  # fmt: skip
         try:
             chunks = await async_started(agent.coordinator.backend.chat.async_chat_stream(body))

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -38,6 +38,7 @@ from .speech import MarkupFilter, plain, speakable
 from .speech_stream import SpeechStream
 
 if TYPE_CHECKING:
+    from .guard import Refusal
     from .prepare import Turn
 
 
@@ -65,8 +66,10 @@ class Reply:
     first_speech_ms: float | None = None  # when its first word reached the chat log
     repeated: bool = False  # it only repeated calls the turn had made
     # Where the turn refused every call it made, for doing another thing than the
-    # request reads as: those intents (guard.Refusal.instead); a retry may call them.
+    # request reads as: those intents (guard.Refusal.instead); a retry may call them,
+    # with the word-valued arguments the request reads ("Intent.slot" -> its values).
     instead: tuple[str, ...] = ()
+    narrowed: dict[str, list[str]] = field(default_factory=dict)
 
     def first_output(self) -> None:
         if self.client_ttft_ms is None:
@@ -240,7 +243,7 @@ async def transform_stream(
     refused: list[conversation.ToolResultContentDeltaDict] = []
     if raw_calls:
         tool_inputs = []
-        wanted: list[tuple[str, ...]] = []  # of each refused call: what to call instead
+        wanted: list[Refusal | None] = []  # of each refused call: what to call instead
         for call in raw_calls:
             name = call["function"]["name"]
             arguments = parse_tool_args(call["function"]["arguments"])
@@ -251,7 +254,7 @@ async def transform_stream(
                     if why is None
                     else refused_result(call, "NotRequested", why.why)
                 )
-                wanted.append(why.instead if why is not None else ())
+                wanted.append(why)
                 # Not run by the chat log (external): its result is the error below.
                 tool_inputs.append(
                     llm.ToolInput(tool_name=name, tool_args={}, id=call["id"], external=True)
@@ -264,8 +267,8 @@ async def transform_stream(
                     id=call["id"],
                 )
             )
-        if len(wanted) == len(raw_calls) and all(wanted):
-            reply.instead = tuple(dict.fromkeys(i for found in wanted for i in found))
+        if len(wanted) == len(raw_calls) and all(why and why.instead for why in wanted):
+            reply.instead, reply.narrowed = _instead([why for why in wanted if why])
         yield {"tool_calls": tool_inputs}
     message: dict[str, Any] = {"role": "assistant", "content": reply.content}
     if raw_calls:
@@ -273,3 +276,14 @@ async def transform_stream(
     yield {"native": HearthNative(context=context, message=message)}
     for result in refused:
         yield result
+
+
+def _instead(refused: Sequence[Refusal]) -> tuple[tuple[str, ...], dict[str, list[str]]]:
+    """What a reply whose every call was refused reads as instead: the intents, and
+    the values of their word-valued arguments (each as the refusals read it)."""
+    narrowed: dict[str, list[str]] = {}
+    for key, value in (pair for why in refused for pair in why.values):
+        listed = narrowed.setdefault(key, [])
+        if value not in listed:
+            listed.append(value)
+    return tuple(dict.fromkeys(i for why in refused for i in why.instead)), narrowed
