@@ -45,7 +45,12 @@ THINGS = {
         "light.desk_lamp": "Schreibtischlampe",
     },
     # Polish: the vacuum is said by its kind ("odkurzacz"), a word no name of it has.
-    "pl": {"vacuum.robot": "Roborock", "media_player.speaker": "Głośnik"},
+    # No Polish template is made for locks.
+    "pl": {
+        "vacuum.robot": "Roborock",
+        "media_player.speaker": "Głośnik",
+        "lock.front_door": "Drzwi wejściowe",
+    },
 }
 PLATFORMS = {
     "HassVacuumStart": frozenset({"vacuum"}),
@@ -139,6 +144,11 @@ def refused(language: str, text: str, tool: str, arguments: Mapping[str, Any]) -
         ("pl", "włącz odkurzacz", "HassVacuumReturnToBase", {"name": "Roborock"}),
         ("pl", "wyłącz odkurzacz", "HassVacuumStart", {"name": "Roborock"}),
         ("en", "turn on the vacuum", "HassVacuumReturnToBase", {"name": "Robot"}),
+        # A lock is closed as a cover is: HA's Spanish, German, Portuguese templates.
+        ("en", "close the front door", "HassTurnOff", {"name": "Front Door"}),
+        ("pl", "zamknij drzwi wejściowe na klucz", "HassTurnOff", {"name": "Drzwi wejściowe"}),
+        ("pl", "otwórz zamek w drzwiach wejściowych", "HassTurnOn",
+         {"name": "Drzwi wejściowe"}),
     ],
 )  # fmt: skip
 def test_a_call_that_cannot_act_on_the_request_is_refused(
@@ -177,6 +187,10 @@ def test_a_call_that_cannot_act_on_the_request_is_refused(
         ("pl", "wyłącz odkurzacz", "HassVacuumReturnToBase", {"name": "Roborock"}),
         ("pl", "włącz odkurzacz", "HassVacuumStart", {"name": "Roborock"}),
         ("en", "turn off the vacuum", "HassVacuumReturnToBase", {"name": "Robot"}),
+        ("en", "close the front door", "HassTurnOn", {"name": "Front Door"}),
+        ("pl", "zamknij drzwi wejściowe na klucz", "HassTurnOn", {"name": "Drzwi wejściowe"}),
+        ("pl", "otwórz zamek w drzwiach wejściowych", "HassTurnOff",
+         {"name": "Drzwi wejściowe"}),
         # Words around no command: HA's bare {name} template reads nothing here.
         ("en", "send the vacuum home", "HassVacuumReturnToBase", {"name": "Robot"}),
         # A request that names nothing of the house: a call may name nothing either

@@ -34,6 +34,12 @@ OPPOSITE: dict[str, str] = {
 STARTS = frozenset(OPPOSITE)  # of each pair, the intent that turns its thing on or starts it
 OPPOSITE |= {off: on for on, off in OPPOSITE.items()}
 ON_OFF = {"HassTurnOn": "turn_on", "HassTurnOff": "turn_off"}
+# Where a language's templates of on / off made for a domain do not read a request,
+# those made for this one do, the other way round: HA's Spanish, German and Portuguese
+# templates lock with the words that close a cover ("cierra con llave", "mach die Tür
+# zu", "fecha a fechadura") and unlock with those that open one, so Polish "zamknij
+# drzwi na klucz" (no Polish template is made for locks) locks; it does not unlock.
+CLOSES_LIKE: dict[str, str] = {"lock": "cover"}
 # A word says a direction where at most this many of the language's intents say it
 # ("unlock": 1, "ferme": 8); "is", "the", German "auf" are said by many more.
 FEW_INTENTS = 8
@@ -140,8 +146,12 @@ def direction(
     for name in names.said_things(text) | (names.mentioned(text) - set(names.things)):
         asked -= words(name)
     counts = said_by(data)
-    scopes = (domain, None) if intent in ON_OFF and domain is not None else (domain,)
-    for own in ([_domain_words(data, i, scope) for i in pair] for scope in scopes):
+    scopes: list[tuple[str | None, tuple[str, str]]] = [(domain, pair)]
+    if intent in ON_OFF and domain is not None:  # else on / off for any, or for its like
+        like = CLOSES_LIKE.get(domain)
+        scopes.append((like, pair[::-1]) if like is not None else (None, pair))
+    for scope, read_as in scopes:
+        own = [_domain_words(data, i, scope) for i in read_as]
         says = [
             any(counts.get(w, FEW_INTENTS + 1) <= FEW_INTENTS for w in (mine - theirs) & asked)
             for mine, theirs in (own, own[::-1])
