@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-from hearth_bench.accuracy.calls import invalid_calls, parse_reply, rejected_calls
+from hearth_bench.accuracy.calls import invalid_calls, not_run, parse_reply, rejected_calls
 from hearth_bench.accuracy.data import DatasetError, EntityState, load_dataset
 from hearth_bench.accuracy.home import STALL_TIMEOUT_S, HomeStartError, house_yaml, set_language
 from hearth_bench.accuracy.judge import judge, same
@@ -193,6 +193,31 @@ def test_rejected_calls_come_from_tool_results() -> None:
         "MatchFailedError: no entity named Lamp",
         "failed on ['sensor.t']",
     ]
+
+
+def test_a_call_the_agent_refused_is_not_read_as_run() -> None:
+    """The agent's refusal (its ``NotRequested`` tool result) marks a call as not run,
+    by the id the engine gave it; another error (HA failed it) does not."""
+    first = call_chunk("HassCancelAllTimers", "{}")
+    first["choices"][0]["delta"]["tool_calls"][0]["id"] = "call_1"
+    second = call_chunk("HassTurnOff", '{"name": "Valve"}', index=1)
+    second["choices"][0]["delta"]["tool_calls"][0]["id"] = "call_2"
+    reply = parse_reply(sse(first, second))
+    assert reply.ids == ["call_1", "call_2"]
+    refusal = {"error": "NotRequested", "error_text": "the request names no timer"}
+    failed = {"error": "MatchFailedError", "error_text": "no entity named Valve"}
+    bodies = [
+        {
+            "messages": [
+                {"role": "user", "content": "close the water"},
+                {"role": "tool", "tool_call_id": "call_1", "content": json.dumps(refusal)},
+                {"role": "tool", "tool_call_id": "call_2", "content": json.dumps(failed)},
+            ]
+        }
+    ]
+    assert not_run(bodies) == {"call_1"}
+    whole = {"message": {"tool_calls": [{"id": "c", "function": {"name": "HassTurnOn"}}]}}
+    assert parse_reply(json.dumps({"choices": [whole]}).encode()).ids == ["c"]
 
 
 def test_the_report_has_the_promised_fields() -> None:

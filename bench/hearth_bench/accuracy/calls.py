@@ -15,6 +15,11 @@ What Home Assistant **reported** of a turn's calls (the targets it says it acted
 its speech) is read from the same tool results (harm.py counts a reply that
 claims more).
 
+A call the agent **did not run** (it refused it: its tool result is the agent's
+``NotRequested`` error, turn/stream.py) changed nothing: the judge and the harm counts
+read only the calls that ran. Where a turn ended before that result was sent back, the
+bench cannot tell, and counts the call as run.
+
 Separately, a call is **rejected** when Home Assistant answered it with an error (the
 tool result sent back in the next request has an ``error``, is an intent error, or lists
 ``failed`` targets: no entity matched, a service the entity lacks...). Those calls are
@@ -30,16 +35,20 @@ from dataclasses import dataclass, field
 from typing import Any
 
 MARKUP = ("<tool_call>", "<tool_response>", "[TOOL_CALLS]", "<|python_tag|>", "<function=")
+# The error of the tool result the Hearth agent sends back for a call it did not run.
+NOT_RUN = "NotRequested"
 _JSON_NAME = re.compile(r'"name"\s*:')
 _JSON_ARGS = re.compile(r'"(arguments|parameters)"\s*:')
 
 
 @dataclass
 class EngineReply:
-    """One reply of the engine: its text and its tool calls (name, raw arguments)."""
+    """One reply of the engine: its text and its tool calls (name, raw arguments), with
+    their ids (``ids[i]`` of ``calls[i]``; "" where the reply gave none)."""
 
     content: str = ""
     calls: list[tuple[str, str]] = field(default_factory=list)
+    ids: list[str] = field(default_factory=list)
 
 
 def parse_reply(raw: bytes) -> EngineReply:
@@ -52,8 +61,9 @@ def parse_reply(raw: bytes) -> EngineReply:
         for call in message.get("tool_calls") or ():
             function = call.get("function") or {}
             reply.calls.append((function.get("name") or "", _text(function.get("arguments"))))
+            reply.ids.append(str(call.get("id") or ""))
         return reply
-    calls: dict[int, list[str]] = {}
+    calls: dict[int, list[str]] = {}  # index -> name, arguments, id
     for raw_line in text.splitlines():
         line = raw_line.strip()
         if not line.startswith("data:") or line == "data: [DONE]":
@@ -62,11 +72,13 @@ def parse_reply(raw: bytes) -> EngineReply:
             delta = choice.get("delta") or {}
             reply.content += delta.get("content") or ""
             for call in delta.get("tool_calls") or ():
-                entry = calls.setdefault(int(call.get("index", len(calls))), ["", ""])
+                entry = calls.setdefault(int(call.get("index", len(calls))), ["", "", ""])
                 function = call.get("function") or {}
                 entry[0] += function.get("name") or ""
                 entry[1] += _text(function.get("arguments"))
-    reply.calls = [(name, args) for name, args in (calls[i] for i in sorted(calls))]
+                entry[2] = entry[2] or str(call.get("id") or "")
+    reply.calls = [(calls[i][0], calls[i][1]) for i in sorted(calls)]
+    reply.ids = [calls[i][2] for i in sorted(calls)]
     return reply
 
 
@@ -117,6 +129,15 @@ def _tool_error(result: Any) -> str | None:
     if failed := (result.get("data") or {}).get("failed"):
         return f"failed on {[item.get('id', item) for item in failed]}"
     return None
+
+
+def not_run(bodies: Iterable[Mapping[str, Any]]) -> frozenset[str]:
+    """The ids of the calls the agent did not run (their tool result is its refusal)."""
+    return frozenset(
+        call_id
+        for call_id, result in _results(bodies).items()
+        if isinstance(result, dict) and result.get("error") == NOT_RUN
+    )
 
 
 def rejected_calls(bodies: Iterable[Mapping[str, Any]]) -> list[str]:

@@ -19,8 +19,8 @@ how it went wrong where that matters most to a user (issue 48):
   own matcher speaks only what it did. A refusal in the model's own words counts as a
   claim: the count is an upper bound.
 
-Pure: states as ``{entity_id: {state, attributes}}`` before and after, the tools called,
-and what Home Assistant reported (accuracy_calls.reported_results).
+Pure: states as ``{entity_id: {state, attributes}}`` before and after, the tools that
+ran (a call the agent refused did nothing: calls.not_run), and what Home Assistant reported (accuracy_calls.reported_results).
 """
 
 from __future__ import annotations

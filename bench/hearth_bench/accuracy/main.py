@@ -41,7 +41,14 @@ from ..harness.proxy import RecordingProxy
 from ..harness.server import EngineProcess
 from ..house_scale import add_argument as add_house_scale
 from ..house_scale import describe
-from .calls import Reported, invalid_calls, parse_reply, rejected_calls, reported_results
+from .calls import (
+    Reported,
+    invalid_calls,
+    not_run,
+    parse_reply,
+    rejected_calls,
+    reported_results,
+)
 from .data import DatasetError, Home, Task, load_dataset
 from .harm import assess
 from .home import REQUEST_ERRORS, Answer, HomeStack, HomeStartError, ResetRefused
@@ -65,19 +72,23 @@ def pick(tasks: Sequence[Task], limit: int | None) -> list[Task]:
 
 def _engine_turn(
     proxy: RecordingProxy, since: int
-) -> tuple[list[str], list[str], list[str], Reported]:
-    """Tools called, invalid and rejected calls, and what Home Assistant reported of
-    them, in the chat requests from ``since`` on."""
+) -> tuple[list[str], list[str], list[str], list[str], Reported]:
+    """Tools called, those that ran (the agent refused none of them: calls.not_run),
+    invalid and rejected calls, and what Home Assistant reported of them, in the chat
+    requests from ``since`` on."""
     chats = [r for r in proxy.records[since:] if r.path == "/v1/chat/completions"]
+    bodies = [r.body for r in chats]
+    refused = not_run(bodies)
     tools: list[str] = []
+    ran: list[str] = []
     invalid: list[str] = []
     for record in chats:
         if (raw := proxy.responses.get(record.seq)) is not None and record.status == 200:
             reply = parse_reply(raw)
             tools += [name for name, _ in reply.calls]
+            ran += [n for (n, _), i in zip(reply.calls, reply.ids, strict=True) if i not in refused]
             invalid += invalid_calls(record.body, reply)
-    bodies = [r.body for r in chats]
-    return tools, invalid, rejected_calls(bodies), reported_results(bodies)
+    return tools, ran, invalid, rejected_calls(bodies), reported_results(bodies)
 
 
 async def reset(home: HomeStack, task: Task) -> list[str]:
@@ -110,9 +121,9 @@ async def run_task(home: HomeStack, proxy: RecordingProxy, task: Task, mode: str
     except REQUEST_ERRORS as err:
         answer, error = Answer("", 0.0, "hearth"), f"{type(err).__name__}: {err}"
     after = await home.snapshot()
-    tools, invalid, rejected, reported = _engine_turn(proxy, since)
+    tools, ran, invalid, rejected, reported = _engine_turn(proxy, since)
     reported = Reported((*reported.done, *answer.done), reported.speech)
-    called = tools if answer.path == "hearth" else None
+    called = ran if answer.path == "hearth" else None  # a refused call did nothing
     verdict = judge(task, before, after, answer.text, called)
     harm = assess(task, before, after, answer.text, called, reported, home.refusals)
     return Outcome(
