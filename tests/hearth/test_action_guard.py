@@ -403,6 +403,29 @@ def test_a_word_valued_argument_is_what_the_template_reads() -> None:
     assert not louder.refusal(volume, {"name": "Lautsprecher", "volume_step": "up"})
 
 
+def test_a_request_that_says_a_timer_is_not_another_kind_of_call() -> None:
+    """The timers' own words, the house's names left out, make a call of another intent
+    refused; its retry is narrowed where a timer template reads the request whole
+    (HA reads a delayed command as a timer that runs it), else left to the model."""
+    timer = guard("en", "set a timer for 5 minutes")
+    found = timer.refused("HassLightSet", {"name": "Desk Lamp", "brightness": 5})
+    assert found is not None and found.instead == ("HassStartTimer",)
+    assert timer.refused("HassStartTimer", {"minutes": 5}) is None
+    named = guard("en", "set a pasta timer for 8 minutes")  # no template reads it whole
+    found = named.refused("HassSetPosition", {"name": "Garage Door", "position": 8})
+    assert found is not None and found.instead == () and "HassStartTimer" in found.why
+    later = guard("en", "turn off the desk lamp in 5 minutes")
+    found = later.refused("HassTurnOff", {"name": "Desk Lamp"})
+    assert found is not None and found.instead == ("HassStartTimer",)
+    assert guard("de", "stelle einen Timer auf 5 Minuten").refusal(
+        "HassSetPosition", {"name": "Garagentor", "position": 5}
+    )
+    # A thing named with a timer's word is not a timer.
+    house = HouseNames.of([(["Sprinkler Timer"], Named("switch.sprinkler_timer"))], [])
+    sprinkler = Guard("turn off the sprinkler timer", EN, house, frozenset({"switch"}))
+    assert sprinkler.refusal("HassTurnOff", {"name": "Sprinkler Timer"}) is None
+
+
 def test_a_timer_for_a_request_about_a_thing_is_retried_as_what_its_words_say() -> None:
     """Asked to skip a track, the small model cancelled every timer: refused, and the
     request reads as the media intents whose templates say "skip" (the retry may call

@@ -13,6 +13,8 @@ in the request's language, never from word lists of ours:
   reads as one of its intents: one of those intents' templates matches it whole, or it
   says a word that the intents of that kind say (most of them) and no other intent says
   ("timer", "minutes"; German "Minuten"). "Skip this track" says none.
+- **A call of another kind than a timer** where the request says the timers' own
+  words does not run either ("set a pasta timer for 8 minutes" is no position).
 - **A call that names nothing of what the request names**: an intent that acts on
   things of the house, called with no name, area, floor or kind while the request names
   some, does not run (HA would pick: the house's one thermostat for "close the garage").
@@ -27,18 +29,17 @@ in the request's language, never from word lists of ours:
   locks, valves and buttons by their own services, else by the domain's
   ``turn_on``/``turn_off`` service; where the house has none (a vacuum), the call
   cannot act, and the tools made for that domain are named instead.
-- **A word-valued argument** that is not what a template of the call's intent reads in
-  the request ("ścisz telewizor": ``volume_step`` down, not up) does not run; where no
-  template reads the request whole, nor one that is not what the words of the lists the
-  intent's templates read that argument from say ("ścisz ... do 20 procent": only the
-  list of ``down`` words says "ścisz").
+- **A word-valued argument** other than what a template of the call's intent reads in
+  the request, or else the lists it reads it from ("ścisz": ``volume_step`` down), does
+  not run; the retry may take only that value.
 - **Direction**: where the request reads as the opposite intent of the call on that
   kind of thing (lock / unlock, open / close, on / off, start / return to base, pause /
   resume), the call is not run. The request reads as an intent where one of its
   templates for that domain matches it whole with the house's names; failing that,
   where it says a word that only that intent's templates for that domain say (and few
   intents of the language say at all), and none of the other's; for on / off, failing
-  that, the same of their templates for any domain (also for a call by an area alone).
+  that, the same of their templates for any domain (also for a call by an area alone),
+  or, for a lock, of the cover's the other way round ("close" locks).
   Nor does a call of a pair run against the on / off the request reads as, its things
   named as switches are ("turn on the vacuum": not back to its base).
 - **An intent that says none of the request's command words**: where the request says
@@ -61,7 +62,7 @@ from typing import Any, NamedTuple
 from ..house.names import HouseNames, normalize
 from ..language.questions import QUESTION_INTENTS
 from ..language.sentences import recognize
-from ..language.words import LanguageData, inflected, said_in, value_words, words
+from ..language.words import LanguageData, said_in, words
 from ..tool_names import bare_name
 from .reading import (
     ON_OFF,
@@ -72,8 +73,12 @@ from .reading import (
     direction,
     house_lists,
     intent_says,
+    kind_asked,
     kind_of,
+    most_said,
+    read_whole,
     reads_as,
+    said_value,
     says_kind,
     switched_as,
 )
@@ -142,6 +147,7 @@ class Guard:
         targets = self.target_domains(arguments)
         found = (
             self._unnamed(intent, targets)
+            or self._other_kind(intent)
             or self._untargeted(intent, arguments)
             or self._unsaid_place(intent, arguments)
             or self._other_domain(tool, intent, targets)
@@ -196,6 +202,23 @@ class Guard:
             return None
         why = f"{NOT_FOR_REQUEST}: the request asks nothing {intent} does."
         return Refusal(why, self._saying(self.about or frozenset()))
+
+    def _other_kind(self, intent: str) -> Refusal | None:
+        """A call of another intent than a kind's (the timers) where the request says
+        that kind's own words, its names left out: "set a pasta timer for 8 minutes" is
+        no light's position. A retry is narrowed only to the kind's intent a template of
+        which reads the request whole (HA reads "turn off the light in 5 minutes" as a
+        timer that runs the command when it ends); else the refusal names those that say
+        most of its command words, and the model may call any."""
+        if self.data is None or self.follow_up:
+            return None
+        kin = kind_asked(self.data, self._unnamed_words()) - QUESTION_INTENTS
+        if not kin or intent in kin:
+            return None
+        if read := read_whole(self.data, self.text, kin, self.names):
+            return _asks_for(read, intent)
+        said = " or ".join(most_said(self.data, kin, self._command_words())) or "a timer"
+        return Refusal(f"{NOT_FOR_REQUEST}: the request asks for {said}, not {intent}.")
 
     def _untargeted(self, intent: str, arguments: Mapping[str, Any]) -> str | None:
         """A call of an intent that acts on things of the house, naming no thing, area,
@@ -288,12 +311,9 @@ class Guard:
             return None
         on = f" on {', '.join(sorted(targets))}" if targets else ""
         kinds = set().union(*(commanded_domains(self.data, o, command) for o in others)) & scope
-        why = (
-            f"{NOT_FOR_REQUEST}: {intent}{on} does not do what the request says "
-            f"({', '.join(sorted(command))}); {' or '.join(others)} on "
-            f"{', '.join(sorted(kinds))} does."
-        )
-        return Refusal(why, tuple(others))
+        said, kind = ", ".join(sorted(command)), ", ".join(sorted(kinds))
+        why = f"{intent}{on} does not do what the request says ({said}); {' or '.join(others)}"
+        return Refusal(f"{NOT_FOR_REQUEST}: {why} on {kind} does.", tuple(others))
 
     def _command_words(self) -> frozenset[str]:
         """The request's command words (reading.command_words; none without data)."""
@@ -354,27 +374,20 @@ class Guard:
             if slot not in TARGETS and not entity.is_wildcard and isinstance(entity.value, str)
         }
         for slot, called in arguments.items():
-            said = read.get(slot) or self._said_value(intent, slot)
+            said = read.get(slot) or (
+                None
+                if slot in TARGETS
+                else said_value(self.data, intent, slot, self._unnamed_words())
+            )
             if isinstance(called, str) and said and called.casefold() != said.casefold():
                 why = f"{NOT_FOR_REQUEST}: the request asks for {slot} {said}, not {called}."
                 # The same intent, with the value the request asks for.
                 return Refusal(why, (intent,), ((f"{intent}.{slot}", said),))
         return None
 
-    def _said_value(self, intent: str, slot: str) -> str | None:
-        """The one value of ``slot`` whose words (in the lists ``intent``'s templates
-        read it from) the request says, inflected or not, where it says no other's:
-        "ścisz telewizor do 20 procent" says ``volume_step`` down, though no template of
-        the relative volume reads it whole."""
-        if slot in TARGETS or self.data is None:
-            return None
-        asked = self.asked.difference(*(words(n) for n in self.names.mentioned(self.text)))
-        said = {
-            value
-            for value, worded in value_words(self.data, intent, slot).items()
-            if any(inflected(word, own) for word in worded for own in asked)
-        }
-        return next(iter(said)) if len(said) == 1 else None
+    def _unnamed_words(self) -> frozenset[str]:
+        """The request's words, less those of the names of the house it says."""
+        return self.asked.difference(*(words(n) for n in self.names.mentioned(self.text)))
 
     def _platforms(self, intent: str) -> frozenset[str]:
         """The domains ``intent``'s tool acts on (empty: any, or none)."""

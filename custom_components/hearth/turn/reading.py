@@ -18,9 +18,11 @@ from ..language.words import (
     LanguageData,
     block_domains,
     block_words,
+    inflected,
     said_by,
     said_in,
     says_command,
+    value_words,
     words,
 )
 
@@ -84,14 +86,59 @@ def says_kind(
     return any(said_in(word, own) for word in (words(text) if said is None else said))
 
 
+def kind_asked(data: LanguageData, said: frozenset[str]) -> frozenset[str]:
+    """The intents of a kind (``KINDS``) whose own words the words ``said`` say
+    ("timer", "minutes", inflected or not: all the timer intents); empty: none."""
+    for kind in KINDS:
+        kin = frozenset(i for i in data.intents.intents if kind in i)
+        if kin and says_kind(data, "", kin, said=said):
+            return kin
+    return frozenset()
+
+
+def most_said(
+    data: LanguageData, intents: Iterable[str], command: frozenset[str]
+) -> tuple[str, ...]:
+    """Of ``intents``, those whose templates not made for a domain say the most of the
+    words ``command``, inflected or not ("set a pasta timer for 8 minutes": the start
+    of a timer, not its cancel); none where none says one."""
+    said = {
+        i: sum(intent_says(data, i, frozenset({w}), frozenset(), own=False) for w in command)
+        for i in intents
+    }
+    top = max(said.values(), default=0)
+    return tuple(sorted(i for i, n in said.items() if n and n == top))
+
+
+def said_value(data: LanguageData, intent: str, slot: str, said: frozenset[str]) -> str | None:
+    """The one value of ``slot`` whose words (in the lists ``intent``'s templates read
+    it from) the words ``said`` say, inflected or not, where they say no other's:
+    "ścisz telewizor do 20 procent" says ``volume_step`` down, though no template of
+    the relative volume reads it whole."""
+    found = {
+        value
+        for value, worded in value_words(data, intent, slot).items()
+        if any(inflected(word, own) for word in worded for own in said)
+    }
+    return next(iter(found)) if len(found) == 1 else None
+
+
 def reads_as(data: LanguageData, text: str, intents: Iterable[str], names: HouseNames) -> bool:
     """Whether a template of one of ``intents`` matches ``text`` whole, with the
     house's names, areas and floors as HA's matcher reads them."""
+    return read_whole(data, text, intents, names) is not None
+
+
+def read_whole(
+    data: LanguageData, text: str, intents: Iterable[str], names: HouseNames
+) -> str | None:
+    """The one of ``intents`` a template of which matches ``text`` whole, as in
+    ``reads_as`` (None: none does)."""
     wanted = {i for i in intents if i in data.intents.intents}
     if not wanted:
-        return False
+        return None
     result = recognize(data, text, house_lists(names), wanted, whole=True)
-    return result is not None and not result.unmatched_entities
+    return None if result is None or result.unmatched_entities else result.intent.name
 
 
 def switched_as(data: LanguageData, text: str, names: HouseNames) -> str | None:
