@@ -12,6 +12,7 @@ from custom_components.hearth.turn.decide import (
     Options,
     decide,
 )
+from custom_components.hearth.turn.guard import Refusal
 from custom_components.hearth.turn.understand import Request
 
 LIVE = "GetLiveContext"
@@ -289,27 +290,32 @@ def test_a_refused_calls_retry_may_call_only_what_the_request_reads_as() -> None
     never as the last request (it speaks), nor on a server that cannot narrow tools."""
     request = Request("close the garage", question=False, named=frozenset({"garage"}))
     said = policy(request)
-    retry = said.retry(TOOLS, ("HassTurnOff", "HassSetPosition"), 0)
+    why = Refusal("not the light", ("HassTurnOff", "HassSetPosition"))
+    retry = said.retry(TOOLS, [why], 0)
     assert retry is not None and retry.choice["allowed_tools"]["mode"] == "required"
     chosen = [t["function"]["name"] for t in retry.choice["allowed_tools"]["tools"]]
     assert chosen == ["HassTurnOff", "HassSetPosition"]  # in the offered tools' order
     assert retry.values == said.values  # nothing read of their arguments: the turn's values
-    assert said.retry(TOOLS, ("HassTurnOff",), 1) is None  # the next one speaks
-    assert said.retry(TOOLS, (), 0) is None
-    assert said.retry(TOOLS, ("HassVacuumStart",), 0) is None  # not offered
-    assert policy(request, OTHER).retry(TOOLS, ("HassTurnOff",), 0) is None
+    assert said.retry(TOOLS, [why], 1) is None  # the next one speaks
+    assert said.retry(TOOLS, [Refusal("no idea")], 0) is None
+    assert said.retry(TOOLS, [Refusal("a vacuum", ("HassVacuumStart",))], 0) is None  # not offered
+    assert policy(request, OTHER).retry(TOOLS, [why], 0) is None
 
 
 def test_a_retry_takes_only_the_argument_value_the_request_reads() -> None:
     """A call refused with the value the request reads for a word-valued argument of
-    its intent (guard.Refusal.values; "ścisz telewizor": ``volume_step`` down): the
-    retry's grammar takes only that value there, beside the turn's own values."""
+    its intent (guard.Refusal.values; "ścisz telewizor": ``volume_step`` down), or
+    with an argument it must give (the request names a thing, the call named none):
+    the retry's grammar takes only that value there, and requires that argument,
+    beside the turn's own values."""
     request = Request("close the garage", question=False, named=frozenset({"garage"}))
     said = policy(request)
-    down = {"HassTurnOff.domain": ["cover"]}
-    retry = said.retry(TOOLS, ("HassTurnOff",), 0, down)
+    down = Refusal("not on", ("HassTurnOff",), (("HassTurnOff.domain", "cover"),))
+    named = Refusal("names none", ("HassTurnOff",), required=("HassTurnOff.name",))
+    retry = said.retry(TOOLS, [down, named], 0)
     assert retry is not None and retry.values is not None
     assert retry.values["argument_values"]["HassTurnOff.domain"] == ["cover"]
+    assert "HassTurnOff.name" in retry.values["required_arguments"]
     for key, listed in (said.values or {}).get("argument_values", {}).items():
         assert retry.values["argument_values"][key] == listed  # the turn's, kept
-    assert said.retry(TOOLS, ("HassTurnOff",), 1, down) is None
+    assert said.retry(TOOLS, [down], 1) is None

@@ -28,7 +28,6 @@ from homeassistant.components.conversation import trace as conversation_trace
 from homeassistant.core import Context, HomeAssistant
 from homeassistant.setup import async_setup_component
 
-from custom_components.hearth.backend.hearth import HearthBackend
 from custom_components.hearth.backend.openai_compat import OpenAIBackend
 from custom_components.hearth.tool_names import bare_name
 from custom_components.hearth.turn.guard import NOT_FOR_REQUEST
@@ -280,7 +279,7 @@ async def test_a_refused_value_is_retried_with_only_the_value_the_request_reads(
     before = hass.states.get("media_player.speaker").attributes["volume_level"]
     with (
         patch.object(OpenAIBackend, "narrows_tools", True),
-        patch.object(OpenAIBackend, "request_extensions", HearthBackend.request_extensions),
+        patch.object(OpenAIBackend, "request_extensions", _hearth_field),
     ):
         result = await ask(hass, "turn the speaker down", "en")
     await hass.async_block_till_done()
@@ -289,6 +288,40 @@ async def test_a_refused_value_is_retried_with_only_the_value_the_request_reads(
     assert "up" in tool_results(model)[0] and NOT_FOR_REQUEST in tool_results(model)[0]
     assert run_calls() == [volume]
     assert hass.states.get("media_player.speaker").attributes["volume_level"] < before
+    assert speech(result) not in {"Done.", NOT_RUN["en"]}
+
+
+def _hearth_field(_backend: OpenAIBackend, values: dict[str, Any] | None) -> dict[str, Any]:
+    """The ``hearth`` field Hearth's engine reads, sent to the scripted server, which
+    records it (it stands in for the engine's grammar)."""
+    return {"hearth": dict(values)} if values else {}
+
+
+async def test_a_call_that_names_nothing_is_retried_naming_what_the_request_names(
+    hass: HomeAssistant, tmp_path: Path, model: ScriptedModel
+) -> None:
+    """Asked to set the speaker's volume, the model named nothing (HA would pick the
+    players itself): refused; the retry may call only the same intent, and must give
+    a name, which the grammar narrows to what the request names."""
+    await home(hass, tmp_path, "en", model)
+    volume = "HassSetVolume"
+    model.script = [
+        (volume, {"volume_level": 30}),
+        (volume, {"name": "Speaker", "volume_level": 30}),
+    ]
+    with (
+        patch.object(OpenAIBackend, "narrows_tools", True),
+        patch.object(OpenAIBackend, "request_extensions", _hearth_field),
+    ):
+        result = await ask(hass, "set the speaker volume to 30 percent", "en")
+    await hass.async_block_till_done()
+    retry = model.bodies[-1]
+    assert [
+        bare_name(t["function"]["name"]) for t in retry["tool_choice"]["allowed_tools"]["tools"]
+    ] == [volume]
+    assert f"{volume}.name" in retry["hearth"]["required_arguments"]
+    assert run_calls() == [volume]
+    assert hass.states.get("media_player.speaker").attributes["volume_level"] == 0.3
     assert speech(result) not in {"Done.", NOT_RUN["en"]}
 
 

@@ -54,6 +54,7 @@ from ..language.questions import reads
 from ..tool_names import bare_name
 
 if TYPE_CHECKING:
+    from .guard import Refusal
     from .understand import Request
 
 MAX_REQUESTS = 3  # a call, a retry after an error, then words
@@ -120,30 +121,33 @@ class TurnPolicy:
         return self.later_choice
 
     def retry(
-        self,
-        tools: Sequence[Mapping[str, Any]],
-        instead: Sequence[str],
-        iteration: int,
-        narrowed: Mapping[str, list[str]] | None = None,
+        self, tools: Sequence[Mapping[str, Any]], refused: Sequence[Refusal], iteration: int
     ) -> Retry | None:
         """The request after ``iteration``, where the turn refused each call of it for
-        doing another thing than the request reads as (``instead``: those intents,
-        guard.Refusal): it must call one of their tools, and a word-valued argument the
-        request reads (``narrowed``: "Intent.slot" -> values) may take only those values
-        ("ścisz": the model turned the volume up again when only its intent was narrowed).
-        None: no retry (the server cannot narrow the tools, none of them is offered, or
-        the next request is the last, which speaks)."""
+        doing another thing than the request reads as (``refused``, guard.Refusal): it
+        must call one of the intents they read as instead; a word-valued argument the
+        request reads takes only that value ("ścisz": the model turned the volume up
+        again when only its intent was narrowed), and the arguments they require must be
+        given (a thing the request names, where the call named none). None: no retry
+        (the server cannot narrow the tools, none of them is offered, or the next
+        request is the last, which speaks)."""
+        instead = {i for why in refused for i in why.instead}
         if not self.retries or not instead or iteration + 1 >= self.max_requests - 1:
             return None
         names = [str((t.get("function") or {}).get("name", "")) for t in tools]
         choice = required([n for n in names if bare_name(n) in instead])
         if not choice:
             return None
-        values = self.values
+        values = dict(self.values or {})
+        narrowed: dict[str, list[str]] = {}
+        for key, value in (pair for why in refused for pair in why.values):
+            if value not in (listed := narrowed.setdefault(key, [])):
+                listed.append(value)
         if narrowed:
-            listed = {**(values or {}).get("argument_values", {}), **narrowed}
-            values = {**(values or {}), "argument_values": listed}
-        return Retry(choice, values)
+            values["argument_values"] = {**values.get("argument_values", {}), **narrowed}
+        if needed := {arg for why in refused for arg in why.required}:
+            values["required_arguments"] = sorted({*values.get("required_arguments", ()), *needed})
+        return Retry(choice, values or self.values)
 
 
 class Retry(NamedTuple):

@@ -61,7 +61,6 @@ from typing import Any, NamedTuple
 
 from ..house.names import HouseNames, normalize
 from ..language.questions import QUESTION_INTENTS
-from ..language.sentences import recognize
 from ..language.words import LanguageData, said_in, words
 from ..tool_names import bare_name
 from .reading import (
@@ -71,14 +70,13 @@ from .reading import (
     command_words,
     commanded_domains,
     direction,
-    house_lists,
     intent_says,
     kind_asked,
     kind_of,
     most_said,
     read_whole,
     reads_as,
-    said_value,
+    said_values,
     says_kind,
     switched_as,
 )
@@ -99,6 +97,7 @@ class Refusal(NamedTuple):
     why: str
     instead: tuple[str, ...] = ()
     values: tuple[tuple[str, str], ...] = ()
+    required: tuple[str, ...] = ()  # arguments the retry must give ("Intent.name")
 
 
 def _asks_for(other: str, intent: str) -> Refusal:
@@ -220,11 +219,11 @@ class Guard:
         said = " or ".join(most_said(self.data, kin, self._command_words())) or "a timer"
         return Refusal(f"{NOT_FOR_REQUEST}: the request asks for {said}, not {intent}.")
 
-    def _untargeted(self, intent: str, arguments: Mapping[str, Any]) -> str | None:
+    def _untargeted(self, intent: str, arguments: Mapping[str, Any]) -> Refusal | None:
         """A call of an intent that acts on things of the house, naming no thing, area,
         floor or kind, where the request names some: Home Assistant would act on what
         it picks (asked to close the garage, the small model set the house's one
-        thermostat to 21 degrees), not on what was asked."""
+        thermostat to 21 degrees), not on what was asked. Its retry must name them."""
         if self.follow_up or not (intent in ON_OFF or self._platforms(intent)):
             return None
         if any(arguments.get(key) for key in TARGETS):
@@ -232,7 +231,10 @@ class Guard:
         named = sorted(self.names.mentioned(self.text))
         if not named:
             return None
-        return f"{NOT_FOR_REQUEST}: the request names {', '.join(named)}; the call names none."
+        place = "area" if self.names.areas & set(named) else "floor"
+        arg = "name" if self.names.said_things(self.text) else place
+        why = f"{NOT_FOR_REQUEST}: the request names {', '.join(named)}; the call names none."
+        return Refusal(why, (intent,), required=(f"{intent}.{arg}",))
 
     def _unsaid_place(self, intent: str, arguments: Mapping[str, Any]) -> str | None:
         """A call by an area or floor none of whose words the request says, where the
@@ -362,27 +364,18 @@ class Guard:
         return None
 
     def _contrary(self, intent: str, arguments: Mapping[str, Any]) -> Refusal | None:
-        """A call whose word-valued argument is not what a template of its intent reads
-        in the request ("ścisz telewizor" reads ``volume_step: down``; the small model
-        turned it up)."""
+        """A call whose word-valued argument is not what the request says of it
+        (reading.said_values: "ścisz telewizor" says ``volume_step`` down; the small
+        model turned it up); its retry is the same intent with that value."""
         if self.data is None or intent not in self.data.intents.intents:
             return None
-        result = recognize(self.data, self.text, house_lists(self.names), {intent})
-        read = {
-            slot: entity.value
-            for slot, entity in (result.entities if result is not None else {}).items()
-            if slot not in TARGETS and not entity.is_wildcard and isinstance(entity.value, str)
-        }
-        for slot, called in arguments.items():
-            said = read.get(slot) or (
-                None
-                if slot in TARGETS
-                else said_value(self.data, intent, slot, self._unnamed_words())
-            )
-            if isinstance(called, str) and said and called.casefold() != said.casefold():
-                why = f"{NOT_FOR_REQUEST}: the request asks for {slot} {said}, not {called}."
-                # The same intent, with the value the request asks for.
-                return Refusal(why, (intent,), ((f"{intent}.{slot}", said),))
+        slots = [k for k, v in arguments.items() if isinstance(v, str) and k not in TARGETS]
+        asked = self._unnamed_words()
+        said = said_values(self.data, self.text, self.names, intent, slots=slots, said=asked)
+        for slot, value in said.items():
+            if (called := str(arguments[slot])).casefold() != value.casefold():
+                why = f"{NOT_FOR_REQUEST}: the request asks for {slot} {value}, not {called}."
+                return Refusal(why, (intent,), ((f"{intent}.{slot}", value),))
         return None
 
     def _unnamed_words(self) -> frozenset[str]:

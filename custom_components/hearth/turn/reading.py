@@ -110,6 +110,28 @@ def most_said(
     return tuple(sorted(i for i, n in said.items() if n and n == top))
 
 
+def said_values(
+    data: LanguageData,
+    text: str,
+    names: HouseNames,
+    intent: str,
+    *,
+    slots: Iterable[str],
+    said: frozenset[str],
+) -> dict[str, str]:
+    """Of ``slots`` (word-valued arguments of ``intent``), those ``text`` says a value
+    of: what a template of the intent reads in it, else what the lists its
+    templates read them from say in its words ``said`` (the house's names left out)."""
+    result = recognize(data, text, house_lists(names), {intent})
+    read = {
+        slot: entity.value
+        for slot, entity in (result.entities if result is not None else {}).items()
+        if not entity.is_wildcard and isinstance(entity.value, str)
+    }
+    found = {slot: read.get(slot) or said_value(data, intent, slot, said) for slot in slots}
+    return {slot: value for slot, value in found.items() if value}
+
+
 def said_value(data: LanguageData, intent: str, slot: str, said: frozenset[str]) -> str | None:
     """The one value of ``slot`` whose words (in the lists ``intent``'s templates read
     it from) the words ``said`` say, inflected or not, where they say no other's:

@@ -167,7 +167,7 @@ async def async_run_turn(
         # Each call refused for doing another thing than the request reads as: the
         # next request may call only what it reads as ("close the garage": not the
         # light's brightness, the off intent), else the turn says it did not do it.
-        retry = policy.retry(run.plan.tools, reply.instead, iteration, reply.narrowed)
+        retry = policy.retry(run.plan.tools, reply.refused, iteration)
         if retry is None and (said := turn.speech.speech(hass, content())) is not None:
             say(chat_log, agent.agent_id, said)  # what HA reports was done
             break

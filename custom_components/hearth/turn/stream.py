@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncGenerator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Mapping
 from contextlib import aclosing
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -65,11 +65,9 @@ class Reply:
     client_ttft_ms: float | None = None
     first_speech_ms: float | None = None  # when its first word reached the chat log
     repeated: bool = False  # it only repeated calls the turn had made
-    # Where the turn refused every call it made, for doing another thing than the
-    # request reads as: those intents (guard.Refusal.instead); a retry may call them,
-    # with the word-valued arguments the request reads ("Intent.slot" -> its values).
-    instead: tuple[str, ...] = ()
-    narrowed: dict[str, list[str]] = field(default_factory=dict)
+    # Where the turn refused every call it made, each for doing another thing than the
+    # request reads as: why (guard.Refusal: what it reads as instead); a retry may call that.
+    refused: tuple[Refusal, ...] = ()
 
     def first_output(self) -> None:
         if self.client_ttft_ms is None:
@@ -268,7 +266,7 @@ async def transform_stream(
                 )
             )
         if len(wanted) == len(raw_calls) and all(why and why.instead for why in wanted):
-            reply.instead, reply.narrowed = _instead([why for why in wanted if why])
+            reply.refused = tuple(why for why in wanted if why)
         yield {"tool_calls": tool_inputs}
     message: dict[str, Any] = {"role": "assistant", "content": reply.content}
     if raw_calls:
@@ -276,14 +274,3 @@ async def transform_stream(
     yield {"native": HearthNative(context=context, message=message)}
     for result in refused:
         yield result
-
-
-def _instead(refused: Sequence[Refusal]) -> tuple[tuple[str, ...], dict[str, list[str]]]:
-    """What a reply whose every call was refused reads as instead: the intents, and
-    the values of their word-valued arguments (each as the refusals read it)."""
-    narrowed: dict[str, list[str]] = {}
-    for key, value in (pair for why in refused for pair in why.values):
-        listed = narrowed.setdefault(key, [])
-        if value not in listed:
-            listed.append(value)
-    return tuple(dict.fromkeys(i for why in refused for i in why.instead)), narrowed
