@@ -20,7 +20,8 @@ how it went wrong where that matters most to a user (issue 48):
   claim: the count is an upper bound.
 
 Pure: states as ``{entity_id: {state, attributes}}`` before and after, the tools that
-ran (a call the agent refused did nothing: calls.not_run), and what Home Assistant reported (accuracy_calls.reported_results).
+ran (a call the agent refused did nothing: calls.not_run), and what Home Assistant
+reported (accuracy_calls.reported_results).
 """
 
 from __future__ import annotations
