@@ -13,7 +13,7 @@ from custom_components.hearth.errors import async_spoken
 
 async def test_each_language_speaks_its_own_sentence(hass: HomeAssistant) -> None:
     """Our strings where we have the language (de, and de-CH by its base), HA's own
-    Assist sentence where only home-assistant-intents has it (ru, el), else English."""
+    Assist sentence where only home-assistant-intents has it (el, cs), else English."""
     assert await async_setup_component(hass, "homeassistant", {})
     assert await async_setup_component(hass, DOMAIN, {})
     english = await async_spoken(hass, "en", "cannot_connect")
@@ -21,7 +21,7 @@ async def test_each_language_speaks_its_own_sentence(hass: HomeAssistant) -> Non
     german = "Entschuldigung, ich erreiche die Hearth-Engine nicht. Prüfe, ob sie läuft."
     assert await async_spoken(hass, "de", "cannot_connect") == german
     assert await async_spoken(hass, "de-CH", "cannot_connect") == german
-    for language in ("ru", "el"):
+    for language in ("el", "cs"):
         errors = get_intents(language)["responses"]["errors"]
         assert await async_spoken(hass, language, "cannot_connect") == errors["handle_error"]
         assert await async_spoken(hass, language, "markup_only") == errors["no_intent"]
