@@ -225,6 +225,24 @@ def test_an_intents_words_are_what_its_templates_can_say() -> None:
     assert words("Küche 21 キッチン") == {"küche", "キッ", "ッチ", "チン"}
 
 
+@pytest.mark.parametrize(
+    ("language", "intent", "word"),
+    [
+        # Verb endings in one word: "sub(a|e|ir|í)", "añad(a|e|ir|í)", "reanud(a|e|ar)".
+        ("es", "HassSetVolumeRelative", "sube"),
+        ("es", "HassListAddItem", "añade"),
+        ("es", "HassMediaUnpause", "reanuda"),
+    ],
+)
+def test_a_word_spelled_inside_a_template_is_said_whole(
+    language: str, intent: str, word: str
+) -> None:
+    """HA's Spanish templates spell a verb's forms inside one word; each
+    form is a word of the intent, not only the form that one walk of the template says."""
+    said = set().union(*(w for _, w in block_words(load_language_data(language), intent)))
+    assert word in said
+
+
 def test_a_questions_example_answers_with_what_the_house_shows() -> None:
     """HA answers "X is playing"; the example's reply also says what the live context
     shows of it (a small model copies the reply: without, it never said the title)."""

@@ -51,6 +51,11 @@ _ALIKE_LETTERS = 4  # a word inside another, or an inflection's stem, at least
 _ENDING_LETTERS = 2  # the letters an inflection may change at a word's end
 _MAX_WALKS = 16  # walks of one template: its widest alternative's choices, at most
 _MAX_DEPTH = 12  # expansion rules inside rules
+# The most strings one part of a template is spelled out to: a verb's endings, Spanish
+# "sub(a|e|ir|í)" ("sube", "subir"), which the walks above pair with one another's.
+_MAX_FORMS = 64
+# The slots by which a template names what it acts on; the others read a value.
+_TARGET_SLOTS = frozenset({"name", "area", "floor", "domain", "device_class"})
 
 
 def words(text: str) -> set[str]:
@@ -200,14 +205,63 @@ def value_words(data: LanguageData, intent: str, slot: str) -> dict[str, frozens
     return data.said[key]
 
 
-def template_words(sentence: Sentence, rules: Mapping[str, Sentence]) -> set[str]:
+def template_words(
+    sentence: Sentence, rules: Mapping[str, Sentence], spelled: dict[int, Any] | None = None
+) -> set[str]:
     """Every word that the template ``sentence`` can say, less its lists' values: the
-    words of each of its text chunks, and those that chunks say together ("degree[s]")
-    in one walk per choice of its widest alternative."""
+    words of each of its text chunks, those that chunks say together ("degree[s]") in
+    one walk per choice of its widest alternative, and those of every part small enough
+    to spell out whole ("sub(a|e|ir|í)": "sube" too, not only "suba"). ``spelled``:
+    the rules spelled out so far (kept across one language's templates)."""
     found = _chunks(sentence.expression, rules)
     for choice in range(min(_widest(sentence.expression, rules), _MAX_WALKS)):
         found |= words(_walk(sentence.expression, rules, choice, 0))
+    _forms(sentence.expression, rules, 0, found, {} if spelled is None else spelled)
     return found
+
+
+def _forms(
+    expression: Expression,
+    rules: Mapping[str, Sentence],
+    depth: int,
+    found: set[str],
+    spelled: dict[int, Any],
+) -> frozenset[str] | None:
+    """Every string ``expression`` can say (a list: a gap), where at most
+    ``_MAX_FORMS`` (None: more); the words of each part's forms are added to ``found``.
+    A rule is spelled out once (``spelled``: its expression's id -> it, its forms and
+    their words)."""
+    if isinstance(expression, TextChunk):
+        return frozenset({expression.text})
+    if isinstance(expression, ListReference):
+        return frozenset({" "})
+    if isinstance(expression, RuleReference):
+        rule = rules.get(expression.rule_name)
+        if rule is None or depth >= _MAX_DEPTH:
+            return frozenset({" "})
+        if (known := spelled.get(id(rule.expression))) is None:
+            said: set[str] = set()
+            forms = _forms(rule.expression, rules, depth + 1, said, spelled)
+            known = spelled[id(rule.expression)] = (rule.expression, forms, frozenset(said))
+        found |= known[2]
+        return known[1]
+    if not isinstance(expression, Group):
+        return frozenset({" "})
+    parts = [_forms(item, rules, depth, found, spelled) for item in expression.items]
+    if isinstance(expression, Alternative):
+        union = set().union(*(p for p in parts if p is not None))
+        formed = None if None in parts or len(union) > _MAX_FORMS else union
+    else:
+        formed = {""}
+        for part in parts:
+            if part is None or len(formed) * len(part) > _MAX_FORMS:
+                return None
+            formed = {left + right for left in formed for right in part}
+    if formed is None:
+        return None
+    for form in formed:
+        found |= words(form)
+    return frozenset(formed)
 
 
 def block_words(data: LanguageData, intent: str) -> list[tuple[IntentData, frozenset[str]]]:
@@ -221,7 +275,7 @@ def block_words(data: LanguageData, intent: str) -> list[tuple[IntentData, froze
             rules = {**data.intents.expansion_rules, **block.expansion_rules}
             said: set[str] = set()
             for sentence in block.sentences:
-                said |= template_words(sentence, rules)
+                said |= template_words(sentence, rules, data.said.setdefault(("spelled",), {}))
             blocks.append((block, frozenset(said)))
         data.said[key] = blocks
     return data.said[key]
@@ -236,6 +290,9 @@ class Scored:
     intent: str
     domain: str
     own: bool = False
+    # A template of it for that domain that says one of the words needs no value
+    # beyond what it acts on ("close the curtain": off, not a position).
+    plain: bool = False
 
 
 def block_domains(block: IntentData) -> list[str]:
@@ -292,9 +349,34 @@ def said_most(
     scored = []
     for intent, domain in sorted(set(candidates), key=lambda c: (c[0], c[1] or "")):
         blocks = block_words(data, intent)
-        said = set().union(*(w for b, w in blocks if _fits_domain(b, domain)))
+        fitting = [
+            (w, needs)
+            for (b, w), needs in zip(blocks, _needs_value(data, intent), strict=True)
+            if _fits_domain(b, domain)
+        ]
+        said = set().union(*(w for w, _ in fitting))
         score = sum(1 / counts[word] for word in said & asked)
         own = any(domain in block_domains(b) for b, _ in blocks)
+        plain = any(not needs and w & asked for w, needs in fitting)
         if score > 0:
-            scored.append(Scored(round(score, 6), intent, domain or "", own))
-    return sorted(scored, key=lambda s: (-s.score, not s.own, s.intent, s.domain))
+            scored.append(Scored(round(score, 6), intent, domain or "", own, plain))
+    return sorted(scored, key=lambda s: (-s.score, not s.own, not s.plain, s.intent, s.domain))
+
+
+def _needs_value(data: LanguageData, intent: str) -> list[bool]:
+    """Of each template block of ``intent`` (as ``block_words``), whether each of its
+    templates reads a value beyond what it acts on (a position, a brightness)."""
+    key = ("needs", intent)
+    if key not in data.said:
+        found = data.intents.intents.get(intent)
+        needs = []
+        for block in found.data if found else ():
+            rules = {**data.intents.expansion_rules, **block.expansion_rules}
+            needs.append(
+                all(
+                    any(slot not in _TARGET_SLOTS for _, slot in list_slots(s.expression, rules))
+                    for s in block.sentences
+                )
+            )
+        data.said[key] = needs
+    return data.said[key]

@@ -363,6 +363,8 @@ def _nearest(  # noqa: PLR0917
     ranked = said_most(data, asked, candidates)
     enough = MIN_SCORE_NAMED if named else MIN_SCORE
     best = [s for s in ranked if ranked[0].score >= enough and s.score == ranked[0].score]
+    if not any(ch.isdigit() for word in asked for ch in word):  # it says no value
+        best = [s for s in best if s.plain] or best  # "close the curtain": not a position
     if len({s.intent for s in best}) != 1:
         return Hint()  # nothing says enough, or two intents say as much
     avoid = frozenset(t.entity_id for t in named)

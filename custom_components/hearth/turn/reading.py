@@ -273,10 +273,22 @@ def commanded_domains(data: LanguageData, intent: str, command: frozenset[str]) 
 
 
 def _domain_words(data: LanguageData, intent: str, domain: str | None) -> frozenset[str]:
-    """The words of ``intent``'s templates for ``domain`` (those made for it; None: all)."""
+    """The words of ``intent``'s templates for ``domain`` (those made for it; None: all
+    but those made only for a lock, whose on / off says a cover's the other way round:
+    German "schließe ab" locks, "schließe" closes)."""
     return frozenset().union(
-        *(w for b, w in block_words(data, intent) if domain is None or domain in block_domains(b))
+        *(
+            w
+            for b, w in block_words(data, intent)
+            if (domain in block_domains(b) if domain else not _lock_only(b))
+        )
     )
+
+
+def _lock_only(block: Any) -> bool:
+    """Whether a template block is made for kinds ``CLOSES_LIKE`` reads as others only."""
+    domains = block_domains(block)
+    return bool(domains) and all(d in CLOSES_LIKE for d in domains)
 
 
 def house_lists(names: HouseNames, domain: str | None = None) -> dict[str, Any]:
