@@ -228,9 +228,22 @@ def test_narrowing_keeps_an_own_enum() -> None:
     out = narrow_schema(schema, {"domain": ["light", "switch"], "area": ["Kitchen"], "name": ["C"]})
     props = out["properties"]
     assert props["domain"]["items"]["enum"] == ["light"]
-    assert props["area"]["anyOf"] == [{"type": "string", "enum": ["Kitchen"]}, {"type": "integer"}]
+    # Listed strings: the alternative that takes no string is left out.
+    assert props["area"]["anyOf"] == [{"type": "string", "enum": ["Kitchen"]}]
     assert props["name"]["enum"] == ["A", "B"]  # nothing in common: never widened
     assert schema["properties"]["area"] == {"anyOf": [{"type": "string"}, {"type": "integer"}]}
+
+
+def test_a_word_value_narrows_an_argument_that_also_takes_a_number() -> None:
+    """HA's relative volume takes "up", "down" or a step from -100 to 100: narrowed to
+    "up" (what the request says), a call may give only "up", not a made-up step."""
+    step = {"anyOf": [{"type": "string", "enum": ["up", "down"]}, {"type": "integer"}]}
+    schema = {"type": "object", "properties": {"volume_step": step}}
+    out = narrow_schema(schema, {"volume_step": ["up"]})
+    assert out["properties"]["volume_step"] == {"anyOf": [{"type": "string", "enum": ["up"]}]}
+    numbers = {"anyOf": [{"type": "integer"}, {"type": "number"}]}
+    kept = narrow_schema({"type": "object", "properties": {"x": numbers}}, {"x": ["up"]})
+    assert kept["properties"]["x"] == numbers  # nothing takes the value: never emptied
 
 
 def test_an_empty_list_leaves_the_argument_out(

@@ -215,16 +215,26 @@ def _restrict(prop: dict[str, Any], allowed: list[str]) -> dict[str, Any]:
         return {**prop, "enum": common} if common else prop
     for key in ("anyOf", "oneOf"):
         if isinstance(prop.get(key), list):
-            return {
-                **prop,
-                key: [_restrict(p, allowed) if isinstance(p, dict) else p for p in prop[key]],
-            }
+            # Of its alternatives, those that can take a listed value (strings: not a
+            # number): "up" for a relative volume, not any step from -100 to 100.
+            kept = [_restrict(p, allowed) for p in prop[key] if _takes_text(p)]
+            return {**prop, key: kept} if kept else prop
     kind = prop.get("type")
     if kind == "string":
         return {**prop, "enum": list(allowed)}
     if kind == "array" and isinstance(prop.get("items"), dict):
         return {**prop, "items": _restrict(prop["items"], allowed)}
     return prop
+
+
+def _takes_text(prop: Any) -> bool:
+    """Whether a schema alternative may hold a string (or strings: an array)."""
+    if not isinstance(prop, dict):
+        return False
+    if isinstance(prop.get("enum"), list):
+        return any(isinstance(value, str) for value in prop["enum"])
+    kind = prop.get("type")
+    return bool((set(kind) if isinstance(kind, list) else {kind}) & {"string", "array", None})
 
 
 def json_rule(name: str, schema: Any) -> str:
