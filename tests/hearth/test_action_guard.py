@@ -398,6 +398,15 @@ def test_a_word_valued_argument_is_what_the_template_reads() -> None:
     to_20 = Guard("Ścisz telewizor do 20 procent", pl, tv)
     assert to_20.refusal(volume, {"name": "Telewizor", "volume_step": "up"}) is not None
     assert to_20.refusal(volume, {"name": "Telewizor", "volume_step": "down"}) is None
+    # A made-up step where the request says none: "up", not 40; a said one stands.
+    es = load_language_data("es")
+    tele = HouseNames.of([(["Tele"], Named("media_player.tele"))])
+    up = Guard("sube el volumen de la tele", es, tele).refused(
+        volume, {"name": "Tele", "volume_step": 40}
+    )
+    assert up is not None and up.values == ((f"{volume}.volume_step", "up"),)
+    by_20 = Guard("sube el volumen de la tele un 20 por ciento", es, tele)
+    assert by_20.refusal(volume, {"name": "Tele", "volume_step": 20}) is None
     louder = Guard("Lautsprecher lauter", DE, names("de"))
     assert louder.refusal(volume, {"name": "Lautsprecher", "volume_step": "down"})
     assert not louder.refusal(volume, {"name": "Lautsprecher", "volume_step": "up"})

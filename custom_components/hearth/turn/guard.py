@@ -366,10 +366,12 @@ class Guard:
     def _contrary(self, intent: str, arguments: Mapping[str, Any]) -> Refusal | None:
         """A call whose word-valued argument is not what the request says of it
         (reading.said_values: "ścisz telewizor" says ``volume_step`` down; the small
-        model turned it up); its retry is the same intent with that value."""
+        model turned it up), nor a number where it says none ("sube el volumen": up,
+        not 40); its retry is the same intent with that value."""
         if self.data is None or intent not in self.data.intents.intents:
             return None
-        slots = [k for k, v in arguments.items() if isinstance(v, str) and k not in TARGETS]
+        numbered = any(ch.isdigit() for ch in self.text)
+        slots = [k for k, v in arguments.items() if k not in TARGETS and _worded(v, numbered)]
         asked = self._unnamed_words()
         said = said_values(self.data, self.text, self.names, intent, slots=slots, said=asked)
         for slot, value in said.items():
@@ -386,6 +388,12 @@ class Guard:
         """The domains ``intent``'s tool acts on (empty: any, or none)."""
         found = (acts for tool, acts in self.platforms.items() if bare_name(tool) == intent)
         return next(found, frozenset())
+
+
+def _worded(value: Any, numbered: bool) -> bool:
+    """Whether an argument is read against the request: a word, or a number it lacks."""
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    return isinstance(value, str) or (number and not numbered)
 
 
 # Intents that act on no thing and need no words of their own (they do nothing).
