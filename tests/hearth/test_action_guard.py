@@ -429,6 +429,14 @@ def test_a_request_that_says_a_timer_is_not_another_kind_of_call() -> None:
     assert guard("de", "stelle einen Timer auf 5 Minuten").refusal(
         "HassSetPosition", {"name": "Garagentor", "position": 5}
     )
+    # Degrees are not a stopwatch (Polish "stopnie", "stoper"): a kind's words as written.
+    pl = load_language_data("pl")
+    heater = HouseNames.of([(["Grzejnik"], Named("climate.grzejnik"))], ["Łazienka"])
+    climate = {"HassClimateSetTemperature": frozenset({"climate"})}
+    warm = Guard("ustaw temperaturę w łazience na 23 stopnie", pl, heater, None, climate)
+    assert (
+        warm.refusal("HassClimateSetTemperature", {"area": "Łazienka", "temperature": 23}) is None
+    )
     # A thing named with a timer's word is not a timer.
     house = HouseNames.of([(["Sprinkler Timer"], Named("switch.sprinkler_timer"))], [])
     sprinkler = Guard("turn off the sprinkler timer", EN, house, frozenset({"switch"}))

@@ -87,11 +87,12 @@ def says_kind(
 
 
 def kind_asked(data: LanguageData, said: frozenset[str]) -> frozenset[str]:
-    """The intents of a kind (``KINDS``) whose own words the words ``said`` say
-    ("timer", "minutes", inflected or not: all the timer intents); empty: none."""
+    """The intents of a kind (``KINDS``) one of whose own words the words ``said`` say
+    as written ("timer", "minutes": all the timer intents; empty: none). Not inflected:
+    Polish "stopnie" (degrees) is not "stoper" (a stopwatch)."""
     for kind in KINDS:
         kin = frozenset(i for i in data.intents.intents if kind in i)
-        if kin and says_kind(data, "", kin, said=said):
+        if kin and said & kind_words(data, kin):
             return kin
     return frozenset()
 
