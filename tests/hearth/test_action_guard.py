@@ -443,6 +443,16 @@ def test_a_request_that_says_a_timer_is_not_another_kind_of_call() -> None:
     assert sprinkler.refusal("HassTurnOff", {"name": "Sprinkler Timer"}) is None
 
 
+def test_a_refused_call_is_retried_as_the_intents_that_say_most_of_its_words() -> None:
+    """Spanish "reanuda la música": "música" is said by the pause, mute and relative
+    volume intents too, "reanuda" by the resume intent alone: its retry is resume."""
+    es = load_language_data("es")
+    speaker = HouseNames.of([(["Altavoz"], Named("media_player.altavoz"))])
+    resume = Guard("reanuda la música", es, speaker, frozenset({"media_player"}), PLATFORMS)
+    found = resume.refused("HassTurnOn", {"name": "Altavoz"})
+    assert found is not None and found.instead == ("HassMediaUnpause",)
+
+
 def test_a_timer_for_a_request_about_a_thing_is_retried_as_what_its_words_say() -> None:
     """Asked to skip a track, the small model cancelled every timer: refused, and the
     request reads as the media intents whose templates say "skip" (the retry may call

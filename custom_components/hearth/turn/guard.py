@@ -308,7 +308,7 @@ class Guard:
         # What the call acts on: the things it names, where it names some.
         if intent_says(self.data, intent, command, targets or scope, own=False):
             return None
-        others = self._saying(scope, command)
+        others = most_said(self.data, self._saying(scope, command), command, scope)
         if not others:
             return None
         on = f" on {', '.join(sorted(targets))}" if targets else ""

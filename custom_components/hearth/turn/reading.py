@@ -98,13 +98,17 @@ def kind_asked(data: LanguageData, said: frozenset[str]) -> frozenset[str]:
 
 
 def most_said(
-    data: LanguageData, intents: Iterable[str], command: frozenset[str]
+    data: LanguageData,
+    intents: Iterable[str],
+    command: frozenset[str],
+    scope: frozenset[str] = frozenset(),
 ) -> tuple[str, ...]:
-    """Of ``intents``, those whose templates not made for a domain say the most of the
-    words ``command``, inflected or not ("set a pasta timer for 8 minutes": the start
-    of a timer, not its cancel); none where none says one."""
+    """Of ``intents``, those whose templates for a domain of ``scope`` (or for any
+    thing) say the most of the words ``command``, inflected or not ("set a pasta timer
+    for 8 minutes": the start of a timer, not its cancel; "reanuda la música": resume,
+    not mute); none where none says one."""
     said = {
-        i: sum(intent_says(data, i, frozenset({w}), frozenset(), own=False) for w in command)
+        i: sum(intent_says(data, i, frozenset({w}), scope, own=False) for w in command)
         for i in intents
     }
     top = max(said.values(), default=0)
