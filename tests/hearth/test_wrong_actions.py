@@ -263,6 +263,22 @@ async def test_a_refused_direction_is_retried_with_only_the_intent_the_request_r
     assert speech(result) not in {"Done.", NOT_RUN["en"]}
 
 
+def _hearth_field(_backend: OpenAIBackend, values: dict[str, Any] | None) -> dict[str, Any]:
+    """The ``hearth`` field Hearth's engine reads, sent to the scripted server, which
+    records it (it stands in for the engine's grammar)."""
+    return {"hearth": dict(values)} if values else {}
+
+
+async def ask_as_hearth(hass: HomeAssistant, text: str) -> conversation.ConversationResult:
+    """``ask`` in English, the scripted server standing in for Hearth's engine: it says
+    it narrows tools, and is sent (and records) the ``hearth`` field."""
+    with (
+        patch.object(OpenAIBackend, "narrows_tools", True),
+        patch.object(OpenAIBackend, "request_extensions", _hearth_field),
+    ):
+        return await ask(hass, text, "en")
+
+
 async def test_a_refused_value_is_retried_with_only_the_value_the_request_reads(
     hass: HomeAssistant, tmp_path: Path, model: ScriptedModel
 ) -> None:
@@ -277,11 +293,7 @@ async def test_a_refused_value_is_retried_with_only_the_value_the_request_reads(
         (volume, {"name": "Speaker", "volume_step": "down"}),
     ]
     before = hass.states.get("media_player.speaker").attributes["volume_level"]
-    with (
-        patch.object(OpenAIBackend, "narrows_tools", True),
-        patch.object(OpenAIBackend, "request_extensions", _hearth_field),
-    ):
-        result = await ask(hass, "turn the speaker down", "en")
+    result = await ask_as_hearth(hass, "turn the speaker down")
     await hass.async_block_till_done()
     retry = model.bodies[-1]
     assert retry["hearth"]["argument_values"][f"{volume}.volume_step"] == ["down"]
@@ -289,12 +301,6 @@ async def test_a_refused_value_is_retried_with_only_the_value_the_request_reads(
     assert run_calls() == [volume]
     assert hass.states.get("media_player.speaker").attributes["volume_level"] < before
     assert speech(result) not in {"Done.", NOT_RUN["en"]}
-
-
-def _hearth_field(_backend: OpenAIBackend, values: dict[str, Any] | None) -> dict[str, Any]:
-    """The ``hearth`` field Hearth's engine reads, sent to the scripted server, which
-    records it (it stands in for the engine's grammar)."""
-    return {"hearth": dict(values)} if values else {}
 
 
 async def test_a_call_that_names_nothing_is_retried_naming_what_the_request_names(
@@ -309,11 +315,7 @@ async def test_a_call_that_names_nothing_is_retried_naming_what_the_request_name
         (volume, {"volume_level": 30}),
         (volume, {"name": "Speaker", "volume_level": 30}),
     ]
-    with (
-        patch.object(OpenAIBackend, "narrows_tools", True),
-        patch.object(OpenAIBackend, "request_extensions", _hearth_field),
-    ):
-        result = await ask(hass, "set the speaker volume to 30 percent", "en")
+    result = await ask_as_hearth(hass, "set the speaker volume to 30 percent")
     await hass.async_block_till_done()
     retry = model.bodies[-1]
     assert [
