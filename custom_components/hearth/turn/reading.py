@@ -291,7 +291,8 @@ def _domain_words(data: LanguageData, intent: str, domain: str | None) -> frozen
 
 
 def _lock_only(block: Any) -> bool:
-    """Whether a template block is made for kinds ``CLOSES_LIKE`` reads as others only."""
+    """Whether a template block is made only for kinds read as another the other way
+    round (``CLOSES_LIKE``: locks)."""
     domains = block_domains(block)
     return bool(domains) and all(d in CLOSES_LIKE for d in domains)
 
