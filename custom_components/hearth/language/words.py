@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Iterable, Mapping, Set
+from collections.abc import Iterable, Iterator, Mapping, Set
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Protocol
@@ -185,6 +185,14 @@ def list_slots(
     return set()
 
 
+def _ruled_blocks(data: LanguageData, intent: str) -> Iterator[tuple[IntentData, dict[str, Any]]]:
+    """Each template block of ``intent`` with the expansion rules its templates read (the
+    language's, and the block's own over them)."""
+    found = data.intents.intents.get(intent)
+    for block in found.data if found else ():
+        yield block, {**data.intents.expansion_rules, **block.expansion_rules}
+
+
 def value_words(data: LanguageData, intent: str, slot: str) -> dict[str, frozenset[str]]:
     """Each word value of ``slot`` that ``intent``'s templates read from a list, with the
     words that say it there (Polish "ścisz", "ciszej": ``volume_step`` down; kept per
@@ -193,8 +201,7 @@ def value_words(data: LanguageData, intent: str, slot: str) -> dict[str, frozens
     if key not in data.said:
         found: dict[str, set[str]] = {}
         intents = data.intents
-        for block in found_intent.data if (found_intent := intents.intents.get(intent)) else ():
-            rules = {**intents.expansion_rules, **block.expansion_rules}
+        for block, rules in _ruled_blocks(data, intent):
             read = set().union(*(list_slots(s.expression, rules) for s in block.sentences))
             for name, _ in {pair for pair in read if pair[1] == slot}:
                 for value in getattr(intents.slot_lists.get(name), "values", ()):
@@ -269,10 +276,8 @@ def block_words(data: LanguageData, intent: str) -> list[tuple[IntentData, froze
     language data)."""
     key = ("words", intent)
     if key not in data.said:
-        found = data.intents.intents.get(intent)
         blocks = []
-        for block in found.data if found else ():
-            rules = {**data.intents.expansion_rules, **block.expansion_rules}
+        for block, rules in _ruled_blocks(data, intent):
             said: set[str] = set()
             for sentence in block.sentences:
                 said |= template_words(sentence, rules, data.said.setdefault(("spelled",), {}))
@@ -368,10 +373,8 @@ def _needs_value(data: LanguageData, intent: str) -> list[bool]:
     templates reads a value beyond what it acts on (a position, a brightness)."""
     key = ("needs", intent)
     if key not in data.said:
-        found = data.intents.intents.get(intent)
         needs = []
-        for block in found.data if found else ():
-            rules = {**data.intents.expansion_rules, **block.expansion_rules}
+        for block, rules in _ruled_blocks(data, intent):
             needs.append(
                 all(
                     any(slot not in _TARGET_SLOTS for _, slot in list_slots(s.expression, rules))
