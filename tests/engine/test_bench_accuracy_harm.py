@@ -176,10 +176,15 @@ def test_the_last_call_is_read_from_the_conversation_result() -> None:
     """The turn's last call is answered to no later request: what Home Assistant
     reported done for it is read from the conversation result's intent response."""
     result = {"response": {"speech": {"plain": {"speech": "Włączono Kinkiet"}},
+                           "response_type": "action_done",
                            "data": {"success": [{"id": "light.kinkiet", "type": "entity"},
                                                 {"name": "Salon", "type": "area"}]}}}  # fmt: skip
     assert done_targets(result) == ("light.kinkiet", "Salon")
     assert done_targets({"response": {"data": {}}}) == done_targets({}) == ()
+    # An answer's success is what it read ("what's the weather like"): nothing was done.
+    weather = {"id": "weather.home", "type": "entity"}
+    answer = {"response_type": "query_answer", "data": {"success": [weather]}}
+    assert done_targets({"response": answer}) == ()
 
 
 def test_what_home_assistant_reported_comes_from_the_tool_results() -> None:
@@ -195,6 +200,9 @@ def test_what_home_assistant_reported_comes_from_the_tool_results() -> None:
     ]  # fmt: skip
     assert reported_results(bodies) == Reported(("light.hall",), ("Turned on",))
     assert reported_results([]) == Reported()
+    read = {"response_type": "query_answer", "data": {"success": [hall]}}
+    answered = [{"messages": [{"role": "tool", "tool_call_id": "q", "content": json.dumps(read)}]}]
+    assert reported_results(answered) == Reported()
     # A worked example's result before the turn's own request is not this turn's report.
     example = {"role": "tool", "tool_call_id": "e", "content": json.dumps(done)}
     asked = [{"messages": [example, {"role": "user", "content": "is it on?"}]}]

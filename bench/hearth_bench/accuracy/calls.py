@@ -177,7 +177,8 @@ def _results(bodies: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
 
 
 def reported_results(bodies: Iterable[Mapping[str, Any]]) -> Reported:
-    """The targets Home Assistant reported done (``data.success``) and its speech, in
+    """The targets Home Assistant reported done (``data.success`` of an action, not of
+    an answer: ``response_type``) and its speech, in
     the tool results of the turn's requests. The last reply of a turn is sent back to
     no one: a call in it is not read here."""
     done: list[str] = []
@@ -186,7 +187,9 @@ def reported_results(bodies: Iterable[Mapping[str, Any]]) -> Reported:
         if not isinstance(result, dict):
             continue
         data = result.get("data") if isinstance(result.get("data"), dict) else {}
-        for item in data.get("success") or ():
+        # An answer's ``success`` is what it read, not what it did.
+        acted = result.get("response_type", "action_done") == "action_done"
+        for item in data.get("success") or () if acted else ():
             done.append(
                 str(item.get("id") or item.get("name")) if isinstance(item, dict) else str(item)
             )

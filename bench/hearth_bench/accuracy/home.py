@@ -272,8 +272,12 @@ def _speech(result: dict[str, Any]) -> str:
 
 
 def done_targets(result: dict[str, Any]) -> tuple[str, ...]:
-    """The ids (else names) of the targets a conversation result reports done."""
-    data = (result.get("response") or {}).get("data") or {}
+    """The ids (else names) of the targets a conversation result reports done (an
+    answer's ``success`` is what it read: "what's the weather like" acts on nothing)."""
+    response = result.get("response") or {}
+    if response.get("response_type") != "action_done":
+        return ()
+    data = response.get("data") or {}
     success = data.get("success") if isinstance(data, dict) else None
     return tuple(str(t.get("id") or t.get("name")) for t in success or () if isinstance(t, dict))
 
