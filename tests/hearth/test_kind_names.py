@@ -9,7 +9,7 @@ from homeassistant.core import HomeAssistant
 from homeassistant.setup import async_setup_component
 from pytest_homeassistant_custom_component.common import MockConfigEntry
 
-from custom_components.hearth.house.kinds import named_by_kind
+from custom_components.hearth.house.kinds import STATE_KIND, async_kind_words, named_by_kind
 from custom_components.hearth.house.names import HouseNames, Named
 from custom_components.hearth.language.intents_data import load_language_data
 from custom_components.hearth.language.words import words
@@ -23,6 +23,10 @@ KINDS = {
     "cover": {"_": frozenset(words("Cover")), "garage": frozenset(words("Garage"))},
     "valve": {"_": frozenset(words("Valve")), "water": frozenset(words("Water"))},
     "media_player": {"_": frozenset(words("Media player"))},
+    "climate": {"_": frozenset(words("Thermostat")), STATE_KIND: frozenset({"heat", "cool"})},
+    "lock": {"_": frozenset(words("Lock")), STATE_KIND: frozenset({"locked", "open"})},
+    "weather": {"_": frozenset(words("Weather")), STATE_KIND: frozenset({"lightning", "sunny"})},
+    "light": {"_": frozenset(words("Light"))},
 }
 
 
@@ -47,6 +51,35 @@ def test_the_only_one_of_a_kind_is_named_by_the_kind() -> None:
     assert "media_player.outdoor" in named_by_kind(one, "pause the music", KINDS, EN)
     # The kind must be said: "start cleaning" names no vacuum here, no cover either.
     assert named_by_kind(one, "turn on the lamp", KINDS, EN) == frozenset()
+
+
+def test_a_state_of_its_kind_names_the_only_one() -> None:
+    """HA's words for the states of a domain name its one thing ("the heating": the
+    thermostat, whose state is "Heat"); a state word another of the house's domains
+    says, in a state or its name, names none."""
+    hive = ("Hive", Named("climate.hive"))
+    one = house(hive, GARAGE, ("Front Door", Named("lock.front_door")))
+    assert named_by_kind(one, "turn the heating off", KINDS, EN) == {"climate.hive"}
+    assert named_by_kind(one, "put the heating back on", KINDS, EN) == {"climate.hive"}
+    assert named_by_kind(one, "turn off the lamp", KINDS, EN) == frozenset()
+    # "Open" is a lock's state and a cover's: it names neither.
+    assert named_by_kind(one, "open it", {**KINDS, "cover": {STATE_KIND: frozenset({"open"})}},
+                         EN) == frozenset()  # fmt: skip
+    # A weather's "Lightning" is said as the light's name: no light names the weather.
+    sky = house(("Forecast", Named("weather.forecast")), ("Lamp", Named("light.lamp")))
+    assert "weather.forecast" not in named_by_kind(sky, "turn on the light", KINDS, EN)
+    assert named_by_kind(house(hive, ("Hive 2", Named("climate.two"))), "turn the heating off",
+                         KINDS, EN) == frozenset()  # fmt: skip
+
+
+async def test_the_kinds_words_are_home_assistants_translations(hass: HomeAssistant) -> None:
+    """Real Home Assistant: its English names of the kinds and of their states."""
+    kinds = await async_kind_words(hass, "en", {"climate", "vacuum", "cover"})
+    assert kinds["climate"]["_"] == {"thermostat"}
+    assert {"heat", "cool"} <= kinds["climate"][STATE_KIND]
+    assert "cleaning" in kinds["vacuum"][STATE_KIND]
+    assert "off" not in kinds["climate"][STATE_KIND]  # too short to name one kind
+    assert "garage" in kinds["cover"]
 
 
 def test_where_the_house_has_several_the_kind_names_none() -> None:
