@@ -255,3 +255,28 @@ def test_the_names_a_call_may_use_are_those_unasked_accepts(text: str, kept: set
     assert worded(HOUSE, words(text)) == kept
     for name in HOUSE.things:
         assert (name in kept) is not unasked(name, HOUSE, words(text))
+
+
+def test_a_name_several_things_share_is_matched_in_the_place_the_request_says() -> None:
+    """Seven rooms each have a "Ceiling Fan": the call of that name gets the area the
+    request says (HA refused the name as shared); no place, or two, add none; a place
+    said only inside the called name ("Office Window") is not one."""
+    fans = HouseNames.of(
+        [(["Ceiling Fan"], Named("fan.bedroom")), (["Ceiling Fan"], Named("fan.office"))],
+        areas=["Primary Bedroom", "Office"],
+        floors=["Upstairs"],
+    )
+    fan = {"name": "Ceiling Fan", "percentage": 50}
+
+    def call(request: str, arguments: dict[str, object] = fan) -> dict[str, object]:
+        accepts = ("name", "area", "floor", "domain", "percentage")
+        return resolve_call("HassFanSetSpeed", arguments, fans, accepts=accepts, request=request)
+
+    said = call("Set the primary bedroom ceiling fan to 50 percent")
+    assert said["area"] == "primary bedroom" and said["name"] == "Ceiling Fan"
+    assert call("set the ceiling fan upstairs to 50")["floor"] == "upstairs"
+    assert "area" not in call("set the ceiling fan to 50 percent")
+    assert "area" not in call("the ceiling fan in the office and the primary bedroom")
+    assert call("the office ceiling fan", {**fan, "area": "Office"})["area"] == "Office"
+    window = turn_on({"name": "Office Window"}, request="open the office window")
+    assert "area" not in window

@@ -313,7 +313,33 @@ def resolve_call(
     if len(found) < 2:
         return arguments
     kinds = (platforms, commanded, about)
-    return {**arguments, **_telling_apart(found, arguments, accepts, kinds, normalize(request))}
+    told = _telling_apart(found, arguments, accepts, kinds, normalize(request))
+    return {**arguments, **told, **_placed(found, {**arguments, **told}, names, accepts, request)}
+
+
+def _placed(
+    found: tuple[Named, ...],
+    arguments: Mapping[str, Any],
+    names: HouseNames,
+    accepts: frozenset[str],
+    request: str,
+) -> dict[str, Any]:
+    """The ``area`` (else ``floor``) the ``request`` says, for a call of a name several
+    things of its kind share and no place ("the primary bedroom ceiling fan": one of
+    the house's seven "Ceiling Fan"s): HA matches the name in that place, where it
+    refused the name as shared. Nothing where the request says no place, or several."""
+    domains = _as_set(arguments.get("domain"))
+    if len([n for n in found if not domains or n.domain in domains]) <= 1:
+        return {}
+    if arguments.get("area") or arguments.get("floor"):
+        return {}
+    name = normalize(str(arguments.get("name", "")))
+    said = {place for place in names.mentioned(request) if place not in name}  # not its own
+    for place, known in (("area", names.areas), ("floor", names.floors)):
+        places = sorted(said & known)
+        if place in accepts and len(places) == 1:
+            return {place: places[0]}
+    return {}
 
 
 def _moved(arguments: dict[str, Any], names: HouseNames, accepts: frozenset[str]) -> dict[str, Any]:
