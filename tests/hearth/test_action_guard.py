@@ -465,3 +465,26 @@ def test_a_timer_for_a_request_about_a_thing_is_retried_as_what_its_words_say() 
     unknown = Guard("skip this track", EN, names("en"), None, PLATFORMS, SWITCHABLE)
     found = unknown.refused("HassCancelAllTimers", {})
     assert found is not None and found.instead == ()
+
+
+def test_a_call_that_names_nothing_of_what_the_request_names_by_kind_is_refused() -> None:
+    """ "Set the TV volume to 20%": the house's one TV is named by its kind (no name of
+    it is said); a volume call that names nothing set every player's. Its retry must
+    name the thing."""
+    house = HouseNames.of(
+        [
+            (["Living Room TV"], Named("media_player.tv", "tv")),
+            (["Nest"], Named("media_player.nest")),
+        ]
+    )
+    text = "Set the TV volume to 20%"
+    about = frozenset({"media_player"})
+    tv = frozenset({"media_player.tv"})
+    found = Guard(text, DATA["en"], house, about, PLATFORMS, SWITCHABLE, by_kind=tv).refused(
+        "HassSetVolume", {"volume_level": 20}
+    )
+    assert found is not None and found.required == ("HassSetVolume.name",)
+    guard = Guard(text, DATA["en"], house, about, PLATFORMS, SWITCHABLE)
+    assert guard.refused("HassSetVolume", {"volume_level": 20}) is None  # named by none
+    named = Guard(text, DATA["en"], house, about, PLATFORMS, SWITCHABLE, by_kind=tv)
+    assert named.refused("HassSetVolume", {"volume_level": 20, "name": "Living Room TV"}) is None

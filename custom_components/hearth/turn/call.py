@@ -63,6 +63,7 @@ class Calls:
             follow_up=request.follow_up,
             question=request.question,
             said=request.words,
+            by_kind=request.by_kind,
         )
         return cls(request, house, accepts, spoken, guard if spoken else None)
 

@@ -1,13 +1,11 @@
 """Whether a tool call can act on what the request asks: a wrong action is worse than
 none.
 
-A small model picks the wrong tool in ways Home Assistant then runs: it cancelled every
-timer when asked to skip a track, it called ``HassTurnOff`` ("unlock") when asked to
-lock a door, and ``HassTurnOn`` on a vacuum (HA fails: vacuums have no ``turn_on``).
-``refusal`` tells such a call, before it runs (call.Calls.refusal, the one caller); the
-model reads why and may call again within the turn's bound, and Assist otherwise asks
-the user to say it another way. Every rule is decided from Home Assistant's own data,
-in the request's language, never from word lists of ours:
+A small model picks wrong tools that Home Assistant then runs: it cancelled every timer
+when asked to skip a track, and unlocked a door it was asked to lock. ``refusal`` tells
+such a call before it runs (call.Calls.refusal); the model reads why and may call again
+within the turn's bound, else Assist asks the user to say it another way. Every rule is
+decided from Home Assistant's own data in the request's language, never word lists:
 
 - **A call that names no thing** (a timer, a broadcast) runs only where the request
   reads as one of its intents: one of those intents' templates matches it whole, or it
@@ -15,9 +13,8 @@ in the request's language, never from word lists of ours:
   ("timer", "minutes"; German "Minuten"). "Skip this track" says none.
 - **A call of another kind than a timer** where the request says the timers' own
   words does not run either ("set a pasta timer for 8 minutes" is no position).
-- **A call that names nothing of what the request names**: an intent that acts on
-  things of the house, called with no name, area, floor or kind while the request names
-  some, does not run (HA would pick: the house's one thermostat for "close the garage").
+- **A call that names nothing of what the request names** (or names by its kind: "the
+  TV") does not run: HA would pick (the one thermostat for "close the garage").
 - **A call of an intent for some domains** (``HassMediaPause``: media players), or an
   on/off call on things of some domains (its name's, or its ``domain``), does not run on
   a request about other domains only (the curtains; asked to lock the front door, the
@@ -120,6 +117,7 @@ class Guard:
     follow_up: bool = False  # "cancel it": what it is is in the history, not the text
     question: bool = False  # the request asks (questions.is_question): it is read, not acted on
     said: frozenset[str] | None = None  # the request's words (None: split here)
+    by_kind: frozenset[str] = frozenset()  # the things it names by kind (house/kinds.py)
 
     @property
     def asked(self) -> frozenset[str]:
@@ -223,16 +221,18 @@ class Guard:
         """A call of an intent that acts on things of the house, naming no thing, area,
         floor or kind, where the request names some: Home Assistant would act on what
         it picks (asked to close the garage, the small model set the house's one
-        thermostat to 21 degrees), not on what was asked. Its retry must name them."""
+        thermostat to 21 degrees; "set the TV volume" set every player's), not on what
+        was asked. Its retry must name them."""
         if self.follow_up or not (intent in ON_OFF or self._platforms(intent)):
             return None
         if any(arguments.get(key) for key in TARGETS):
             return None
-        named = sorted(self.names.mentioned(self.text))
+        named = sorted(self.names.mentioned(self.text)) or sorted(self.by_kind)
         if not named:
             return None
         place = "area" if self.names.areas & set(named) else "floor"
-        arg = "name" if self.names.said_things(self.text) else place
+        said = self.names.said_things(self.text) or not self.names.mentioned(self.text)
+        arg = "name" if said else place
         why = f"{NOT_FOR_REQUEST}: the request names {', '.join(named)}; the call names none."
         return Refusal(why, (intent,), required=(f"{intent}.{arg}",))
 
