@@ -68,6 +68,17 @@ def test_a_state_of_its_kind_names_the_only_one() -> None:
     # A weather's "Lightning" is said as the light's name: no light names the weather.
     sky = house(("Forecast", Named("weather.forecast")), ("Lamp", Named("light.lamp")))
     assert "weather.forecast" not in named_by_kind(sky, "turn on the light", KINDS, EN)
+    # A kind the house lacks says nothing: a binary sensor's class "heat" is not here.
+    sensors = {**KINDS, "binary_sensor": {"_": frozenset({"binary", "sensor"}),
+                                          "heat": frozenset({"heat"})}}  # fmt: skip
+    window = ("Window", Named("binary_sensor.window", "window"))
+    assert named_by_kind(house(hive, window), "turn the heating off", sensors, EN) == {
+        "climate.hive"
+    }
+    heat = ("Stove Heat", Named("binary_sensor.stove", "heat"))
+    assert "climate.hive" not in named_by_kind(
+        house(hive, heat), "turn the heating off", sensors, EN
+    )
     assert named_by_kind(house(hive, ("Hive 2", Named("climate.two"))), "turn the heating off",
                          KINDS, EN) == frozenset()  # fmt: skip
 

@@ -76,7 +76,7 @@ def named_by_kind(
             if named.device_class:
                 by_kind.setdefault((named.domain, named.device_class), set()).add(named.entity_id)
     said = frozenset(words(text)) if said is None else said
-    states = _own_states(kinds, {domain for domain, _ in by_kind})
+    states = _own_states(kinds, set(by_kind))
     chosen: set[str] = set()
     for (domain, kind), entities in by_kind.items():
         if len(entities) != 1 or entities <= chosen:
@@ -93,14 +93,17 @@ def named_by_kind(
     return frozenset(chosen)
 
 
-def _own_states(kinds: Kinds, domains: set[str]) -> dict[str, frozenset[str]]:
-    """Each of ``domains``' state words that no other of them says, in a state or a
-    name ("Heat": a thermostat's; "Open": a cover's, a lock's and a valve's, none's;
-    a weather's "Lightning" is a light's "Light")."""
-    said = {
-        domain: [w for key, found in kinds.get(domain, {}).items() for w in found]
-        for domain in domains
-    }
+def _own_states(kinds: Kinds, present: set[tuple[str, str]]) -> dict[str, frozenset[str]]:
+    """Each of the house's domains' state words that none of its other kinds (the
+    ``present`` domains and device classes) says, in a state or a name ("Heat": a
+    thermostat's, where no binary sensor is of class heat; "Open": a cover's, a lock's
+    and a valve's, none's; a weather's "Lightning" is a light's "Light")."""
+    domains = {domain for domain, _ in present}
+    said: dict[str, list[str]] = {domain: [] for domain in domains}
+    for domain, kind in present:
+        said[domain] += [*kinds.get(domain, {}).get(kind, ())]
+    for domain in domains:
+        said[domain] += [*kinds.get(domain, {}).get(STATE_KIND, ())]
     return {
         domain: frozenset(
             word
