@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from hearth_bench.accuracy.calls import Reported, reported_results
+from hearth_bench.accuracy.calls import Reported, reported_results, runnable
 from hearth_bench.accuracy.data import EntityState, Task, load_dataset
 from hearth_bench.accuracy.harm import acts, assess
 from hearth_bench.accuracy.home import done_targets
@@ -285,3 +285,11 @@ def test_a_volume_written_as_a_percentage_is_judged_on_home_assistants_scale() -
     )
     louder = {"media_player.speaker": {"state": "playing", "attributes": {"volume_level": 0.6}}}
     assert not judge(asked, before, louder, "Volume set").correct
+
+
+def test_a_call_whose_arguments_are_no_object_never_ran() -> None:
+    """A call cut off mid-argument (its area ran to the token limit) did nothing: it
+    is not counted among the calls that ran (a timer cancel is destructive only then)."""
+    assert runnable('{"area": "Kitchen"}') and runnable("")
+    assert not runnable('{"area": "main_water.main_water.main')
+    assert not runnable("[1]")

@@ -97,6 +97,15 @@ def known_tool(name: str, offered: list[str]) -> bool:
     return name in offered or sum(tool.endswith(f"__{name}") for tool in offered) == 1
 
 
+def runnable(arguments: str) -> bool:
+    """Whether a call's arguments are a JSON object: others are never run."""
+    try:
+        value = json.loads(arguments) if arguments.strip() else {}
+    except ValueError:
+        return False
+    return isinstance(value, dict)
+
+
 def invalid_calls(body: Mapping[str, Any], reply: EngineReply) -> list[str]:
     """Why each call of ``reply`` to the request ``body`` is invalid (empty: all valid)."""
     offered = offered_tools(body)
@@ -105,11 +114,7 @@ def invalid_calls(body: Mapping[str, Any], reply: EngineReply) -> list[str]:
         if not known_tool(name, offered):
             problems.append(f"unknown tool {name!r}")
             continue
-        try:
-            value = json.loads(arguments) if arguments.strip() else {}
-        except ValueError:
-            value = None
-        if not isinstance(value, dict):
+        if not runnable(arguments):
             problems.append(f"{name}: arguments are not a JSON object")
     if any(tag in reply.content for tag in MARKUP):
         problems.append("tool-call markup written as text")

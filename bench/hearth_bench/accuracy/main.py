@@ -48,6 +48,7 @@ from .calls import (
     parse_reply,
     rejected_calls,
     reported_results,
+    runnable,
 )
 from .data import DatasetError, Home, Task, load_dataset
 from .harm import assess
@@ -73,7 +74,8 @@ def pick(tasks: Sequence[Task], limit: int | None) -> list[Task]:
 def _engine_turn(
     proxy: RecordingProxy, since: int
 ) -> tuple[list[str], list[str], list[str], list[str], Reported]:
-    """Tools called, those that ran (the agent refused none of them: calls.not_run),
+    """Tools called, those that ran (the agent refused none of them: calls.not_run;
+    their arguments are an object),
     invalid and rejected calls, and what Home Assistant reported of them, in the chat
     requests from ``since`` on."""
     chats = [r for r in proxy.records[since:] if r.path == "/v1/chat/completions"]
@@ -86,7 +88,11 @@ def _engine_turn(
         if (raw := proxy.responses.get(record.seq)) is not None and record.status == 200:
             reply = parse_reply(raw)
             tools += [name for name, _ in reply.calls]
-            ran += [n for (n, _), i in zip(reply.calls, reply.ids, strict=True) if i not in refused]
+            ran += [
+                name
+                for (name, arguments), i in zip(reply.calls, reply.ids, strict=True)
+                if i not in refused and runnable(arguments)  # HA ran none of the others
+            ]
             invalid += invalid_calls(record.body, reply)
     return tools, ran, invalid, rejected_calls(bodies), reported_results(bodies)
 
