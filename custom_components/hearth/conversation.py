@@ -17,6 +17,7 @@ from .data import HearthConfigEntry
 from .entity import HearthLLMEntity
 from .errors import BACKEND_ERRORS, async_spoken, describe, error_key, is_auth_error
 from .prefix.render import llm_api_ids
+from .turn.ha_answer import async_ha_answer
 
 # Conversations run concurrently: the engine batches them (and queues beyond its limit).
 PARALLEL_UPDATES = 0
@@ -92,6 +93,11 @@ class HearthConversationEntity(
             )
         except conversation.ConverseError as err:
             return err.as_conversation_result()
+        # An agent that may read the house first lets HA answer what its sentences ask.
+        if chat_log.llm_api is not None and (
+            answered := await async_ha_answer(self.hass, user_input, chat_log)
+        ):
+            return answered
 
         try:
             await self._async_handle_chat_log(chat_log, user_input.language)

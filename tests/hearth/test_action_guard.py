@@ -456,7 +456,8 @@ def test_a_refused_call_is_retried_as_the_intents_that_say_most_of_its_words() -
 def test_a_timer_for_a_request_about_a_thing_is_retried_as_what_its_words_say() -> None:
     """Asked to skip a track, the small model cancelled every timer: refused, and the
     request reads as the media intents whose templates say "skip" (the retry may call
-    only those); a request about nothing known gets no narrowed retry."""
+    only those). A request whose kinds are not known is read over the house's kinds:
+    a house with no player gets no narrowed retry."""
     about = frozenset({"media_player"})
     skip = Guard("skip this track", EN, names("en"), about, PLATFORMS, SWITCHABLE)
     found = skip.refused("HassCancelAllTimers", {})
@@ -464,6 +465,11 @@ def test_a_timer_for_a_request_about_a_thing_is_retried_as_what_its_words_say() 
     assert not set(found.instead) & {"HassCancelAllTimers", "HassStartTimer"}
     unknown = Guard("skip this track", EN, names("en"), None, PLATFORMS, SWITCHABLE)
     found = unknown.refused("HassCancelAllTimers", {})
+    assert found is not None and found.instead == ("HassMediaNext",)
+    lamp = HouseNames.of([(["Desk Lamp"], Named("light.desk_lamp"))])
+    found = Guard("skip this track", EN, lamp, None, PLATFORMS, SWITCHABLE).refused(
+        "HassCancelAllTimers", {}
+    )
     assert found is not None and found.instead == ()
 
 
@@ -488,3 +494,18 @@ def test_a_call_that_names_nothing_of_what_the_request_names_by_kind_is_refused(
     assert guard.refused("HassSetVolume", {"volume_level": 20}) is None  # named by none
     named = Guard(text, DATA["en"], house, about, PLATFORMS, SWITCHABLE, by_kind=tv)
     assert named.refused("HassSetVolume", {"volume_level": 20, "name": "Living Room TV"}) is None
+
+
+def test_a_timer_refused_where_the_requests_kinds_are_unknown_names_what_it_says() -> None:
+    """ "Lock all the doors" names no thing (three locks: the kind names none), and the
+    model cancelled every timer. The refusal names the intents whose templates for the
+    house's kinds say most of its command words, so the retry can lock."""
+    house = names("en")
+    for text, wanted in (
+        ("lock all the doors", "HassTurnOn"),
+        ("shut off the water", "HassTurnOff"),
+    ):
+        guard = Guard(text, DATA["en"], house, None, PLATFORMS, SWITCHABLE)
+        found = guard.refused("HassCancelAllTimers", {})
+        assert found is not None and wanted in found.instead, text
+        assert "HassCancelAllTimers" not in found.instead

@@ -180,15 +180,12 @@ class Guard:
 
     def _unnamed(self, intent: str, targets: frozenset[str]) -> Refusal | None:
         """A call of an intent that names no thing of the house (a timer, a broadcast),
-        where the request does not read as one of that kind. The intents whose templates
-        made for what the request is about say its command words are what it reads as
-        instead ("zakręć wodę": the off intent's valve templates, not a timer's)."""
-        if (
-            targets
-            or self.follow_up
-            or self.data is None
-            or intent not in self.data.intents.intents
-        ):
+        where the request does not read as one of that kind. Those whose templates made
+        for what it is about (else the house's kinds) say most of its command words are
+        what it reads as instead ("zakręć wodę": the off intent's valve templates)."""
+        if targets or self.follow_up or self.data is None:
+            return None
+        if intent not in self.data.intents.intents:
             return None
         if intent in ON_OFF or intent in _DOMAIN_FREE_EXEMPT or self._platforms(intent):
             return None
@@ -198,7 +195,8 @@ class Guard:
         ):
             return None
         why = f"{NOT_FOR_REQUEST}: the request asks nothing {intent} does."
-        return Refusal(why, self._saying(self.about or frozenset()))
+        scope = self.about or frozenset(n.domain for f in self.names.things.values() for n in f)
+        return Refusal(why, most_said(self.data, self._saying(scope), self._command_words(), scope))
 
     def _other_kind(self, intent: str) -> Refusal | None:
         """A call of another intent than a kind's (the timers) where the request says

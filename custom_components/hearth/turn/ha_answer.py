@@ -1,0 +1,49 @@
+"""A question Home Assistant's own sentences read is answered by Home Assistant.
+
+"Which lights are on in the kitchen?" matches a template of HA's question intent
+whole. HA's handler then reads the exposed house and its response template says the
+answer in the user's language ("Under Cabinet Lights"). The default model, given the
+same live context, answered "The kitchen is off". So before the model, a turn tries
+HA's strict matching (``conversation.async_handle_intents``, what a pipeline that
+prefers local intents runs first), limited to HA's question intents: reading never
+acts, so nothing is done that the agent did not decide. Where HA does not match, or
+matches and finds nothing (a template for covers asked of windows that are sensors),
+the model answers from live context as before.
+"""
+
+from __future__ import annotations
+
+from hassil.recognize import RecognizeResult
+from homeassistant.components import conversation
+from homeassistant.core import HomeAssistant
+from homeassistant.helpers import intent
+
+from ..language.questions import QUESTION_INTENTS
+
+
+def _not_a_question(result: RecognizeResult) -> bool:
+    """The filter HA takes: True leaves a match out (it would act, or is no question)."""
+    return result.intent.name not in QUESTION_INTENTS
+
+
+async def async_ha_answer(
+    hass: HomeAssistant,
+    user_input: conversation.ConversationInput,
+    chat_log: conversation.ChatLog,
+) -> conversation.ConversationResult | None:
+    """HA's answer to the turn's question, added to the chat log; None where HA's own
+    sentences do not read it as a question whole, or it answered with no speech."""
+    response = await conversation.async_handle_intents(
+        hass, user_input, chat_log, intent_filter=_not_a_question
+    )
+    if response is None or response.response_type is not intent.IntentResponseType.QUERY_ANSWER:
+        return None
+    speech = str(response.speech.get("plain", {}).get("speech", "")).strip()
+    if not speech:
+        return None
+    chat_log.async_add_assistant_content_without_tools(
+        conversation.AssistantContent(agent_id=user_input.agent_id, content=speech)
+    )
+    return conversation.ConversationResult(
+        response=response, conversation_id=chat_log.conversation_id
+    )

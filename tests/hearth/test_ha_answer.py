@@ -1,0 +1,39 @@
+"""A question Home Assistant's own sentences read is answered by Home Assistant
+(turn/ha_answer.py): real Home Assistant and engine."""
+
+from __future__ import annotations
+
+from homeassistant.core import HomeAssistant
+from homeassistant.helpers import intent
+from pytest_homeassistant_custom_component.common import MockConfigEntry
+
+from .common import ChatSpy, converse, speech
+
+
+async def test_a_question_ha_reads_is_answered_by_ha_without_the_model(
+    hass: HomeAssistant, entry: MockConfigEntry
+) -> None:
+    """ "Is the kitchen light on?" matches HA's question template whole: HA's handler
+    reads the house and its words answer; the engine is not asked. HA's answer is in the
+    chat log, so a follow-up sees it."""
+    with ChatSpy() as spy:
+        result = await converse(hass, "is the kitchen light on?")
+    assert result.response.response_type is intent.IntentResponseType.QUERY_ANSWER
+    assert speech(result) == "No, off"  # HA's English one_yesno; the light is off
+    assert spy.bodies == []
+    with ChatSpy() as spy:
+        await converse(hass, "turn it on", result.conversation_id)
+    said = [m.get("content") for m in spy.bodies[0]["messages"] if m["role"] == "assistant"]
+    assert "No, off" in said
+
+
+async def test_what_ha_does_not_read_as_a_question_goes_to_the_model(
+    hass: HomeAssistant, entry: MockConfigEntry
+) -> None:
+    """A command HA reads whole is never run by HA here (only questions are), and a
+    question no template of HA's reads is the model's, from live context."""
+    for text in ("turn on the kitchen light", "did I leave the kitchen light on?"):
+        with ChatSpy() as spy:
+            await converse(hass, text)
+        assert spy.bodies, text
+    assert hass.states.get("input_boolean.kitchen_light_power").state == "on"  # the model's
