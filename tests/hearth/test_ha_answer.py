@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from homeassistant.core import HomeAssistant
+from homeassistant.helpers import area_registry as ar
 from homeassistant.helpers import intent
 from pytest_homeassistant_custom_component.common import MockConfigEntry
 
@@ -37,3 +38,20 @@ async def test_what_ha_does_not_read_as_a_question_goes_to_the_model(
             await converse(hass, text)
         assert spy.bodies, text
     assert hass.states.get("input_boolean.kitchen_light_power").state == "on"  # the model's
+
+
+async def test_a_question_that_says_a_place_inflected_is_read_as_the_house_writes_it(
+    hass: HomeAssistant, entry: MockConfigEntry
+) -> None:
+    """Polish says names inflected: "w kuchni" is in the area "Kuchnia". HA's templates
+    read a name only as written, so HA is asked again with it as the house writes it,
+    and answers in Polish; the engine is not asked."""
+    hass.config.language = "pl"
+    areas = ar.async_get(hass)
+    kitchen = next(a for a in areas.async_list_areas() if a.name == "Kitchen")
+    areas.async_update(kitchen.id, name="Kuchnia")
+    await hass.async_block_till_done()
+    with ChatSpy() as spy:
+        result = await converse(hass, "Które światła są włączone w kuchni?")
+    assert result.response.response_type is intent.IntentResponseType.QUERY_ANSWER
+    assert spy.bodies == []

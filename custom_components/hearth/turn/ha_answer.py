@@ -13,12 +13,18 @@ the model answers from live context as before.
 
 from __future__ import annotations
 
+import dataclasses
+
 from hassil.recognize import RecognizeResult
 from homeassistant.components import conversation
 from homeassistant.core import HomeAssistant
 from homeassistant.helpers import intent
 
+from ..house.names import normalize
+from ..house.values import house_names
 from ..language.questions import QUESTION_INTENTS
+
+_ANSWER = intent.IntentResponseType.QUERY_ANSWER
 
 
 def _not_a_question(result: RecognizeResult) -> bool:
@@ -32,11 +38,21 @@ async def async_ha_answer(
     chat_log: conversation.ChatLog,
 ) -> conversation.ConversationResult | None:
     """HA's answer to the turn's question, added to the chat log; None where HA's own
-    sentences do not read it as a question whole, or it answered with no speech."""
-    response = await conversation.async_handle_intents(
-        hass, user_input, chat_log, intent_filter=_not_a_question
-    )
-    if response is None or response.response_type is not intent.IntentResponseType.QUERY_ANSWER:
+    sentences do not read it as a question whole, or it answered with no speech. A
+    question that says a name inflected ("Czy lampa stojąca jest włączona?" says
+    "Lampa stojąca") is read again with the names as the house writes them: HA's
+    templates read a name only as written."""
+    texts = [user_input.text]
+    if (spelled := house_names(hass).spelled(user_input.text)) != normalize(user_input.text):
+        texts.append(spelled)
+    for text in texts:
+        asked = dataclasses.replace(user_input, text=text)
+        response = await conversation.async_handle_intents(
+            hass, asked, chat_log, intent_filter=_not_a_question
+        )
+        if response is not None and response.response_type is _ANSWER:
+            break
+    else:
         return None
     speech = str(response.speech.get("plain", {}).get("speech", "")).strip()
     if not speech:
