@@ -299,8 +299,7 @@ async def test_requests_carry_the_house_names_for_the_grammar(
 ) -> None:
     """Tool calls may only name what the house has: exposed entities (with aliases),
     areas, floors and domains go to the engine's grammar, scoped to the entity tools
-    (a timer's name stays free, its area is the house's). Unexposed entities are not
-    among them."""
+    (a timer's name stays free). Unexposed entities are not among them."""
     er.async_get(hass).async_update_entity(KITCHEN_LIGHT, aliases={"Cooker Light"})
     async_fire_time_changed(hass, dt_util.utcnow() + timedelta(seconds=60))  # the re-pin
     await hass.async_block_till_done(wait_background_tasks=True)
@@ -317,9 +316,6 @@ async def test_requests_carry_the_house_names_for_the_grammar(
     tools = extension["argument_tools"]
     assert "HassTurnOn" in tools
     assert not [name for name in tools if "Timer" in name]
-    # A timer's area is one of the house's: the model had written "music.pause".
-    timers = [key for key in values if "Timer" in key]
-    assert timers and all(k.endswith(".area") and values[k] == values["area"] for k in timers)
     offered = {tool["function"]["name"] for tool in spy.bodies[0]["tools"]}
     assert set(tools) <= offered
 

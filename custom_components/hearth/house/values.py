@@ -135,18 +135,6 @@ def entity_tools(tools: Iterable[Mapping[str, Any]]) -> list[str]:
     return sorted(names)
 
 
-def _timer_places(tools: Iterable[Mapping[str, Any]]) -> list[str]:
-    """The bare names of the offered timer tools that take an ``area``."""
-    found = []
-    for tool in tools:
-        function = tool.get("function") or {}
-        properties = (function.get("parameters") or {}).get("properties") or {}
-        short = bare_name(str(function.get("name", "")))
-        if "Timer" in short and "area" in properties:
-            found.append(short)
-    return found
-
-
 def _clean(values: Iterable[object]) -> list[str]:
     """Distinct, non-empty strings within the engine's limits (aliases may also hold
     non-string markers, such as "the entity's own name")."""
@@ -207,7 +195,6 @@ def domain_names(hass: HomeAssistant) -> dict[str, list[str]]:
 
 def house_values(hass: HomeAssistant, tools: Iterable[Mapping[str, Any]]) -> dict[str, Any] | None:
     """The ``hearth`` extension for requests with ``tools``, or None if nothing applies."""
-    tools = list(tools)
     scoped = entity_tools(tools)
     if not scoped:
         return None
@@ -234,9 +221,6 @@ def house_values(hass: HomeAssistant, tools: Iterable[Mapping[str, Any]]) -> dic
         short = bare_name(tool)
         if (domain := DOMAIN_INTENTS.get(short)) is not None:
             values[f"{short}.name"] = _clean(by_domain.get(domain, ()))
-    # A timer's name is free, its area the house's (the model wrote "music.pause").
-    for short in _timer_places(tools):
-        values[f"{short}.area"] = values["area"]
     # The engine refuses empty lists: an argument with nothing to name stays free.
     values = {key: found for key, found in values.items() if found}
     if not values:
