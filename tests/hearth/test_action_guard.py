@@ -15,11 +15,13 @@ from hassil.sample import sample_expression
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from custom_components.hearth.house.kinds import state_key
 from custom_components.hearth.house.names import HouseNames, Named
 from custom_components.hearth.language.intents_data import load_language_data
 from custom_components.hearth.language.words import block_domains
-from custom_components.hearth.turn.guard import NOT_FOR_REQUEST, Guard
+from custom_components.hearth.turn.guard import Guard
 from custom_components.hearth.turn.reading import OPPOSITE, direction
+from custom_components.hearth.turn.refusal import NOT_FOR_REQUEST, Refusal
 
 EN = load_language_data("en")
 DE = load_language_data("de")
@@ -509,3 +511,55 @@ def test_a_timer_refused_where_the_requests_kinds_are_unknown_names_what_it_says
         found = guard.refused("HassCancelAllTimers", {})
         assert found is not None and wanted in found.instead, text
         assert "HassCancelAllTimers" not in found.instead
+
+
+def test_a_name_that_says_another_place_than_the_request_is_refused() -> None:
+    """ "The speaker in the kitchen" is not the "Bedroom Speaker": its name says a word
+    of another area, one the request does not say. The retry must give the area (HA
+    then finds the kitchen's playing speaker). A name that says the request's place,
+    or a request that says no place, is not judged so."""
+    house = HouseNames.of(
+        [
+            (["Bedroom Speaker"], Named("media_player.bedroom_speaker")),
+            (["Nest Audio"], Named("media_player.nest_audio")),
+            (["Kitchen Light"], Named("light.kitchen_light")),
+        ],
+        ["Primary Bedroom", "Kitchen"],
+    )
+    about = frozenset({"media_player"})
+
+    def refused(text: str, tool: str, name: str) -> Refusal | None:
+        guard = Guard(text, DATA["en"], house, about, PLATFORMS, SWITCHABLE)
+        return guard.refused(tool, {"name": name})
+
+    found = refused("Skip to the next song on the speaker in the kitchen", "HassMediaNext",
+                    "Bedroom Speaker")  # fmt: skip
+    assert found is not None and found.required == ("HassMediaNext.area",)
+    assert (
+        refused("skip the song on the bedroom speaker", "HassMediaNext", "Bedroom Speaker") is None
+    )
+    assert refused("skip the song on the speaker", "HassMediaNext", "Bedroom Speaker") is None
+    assert refused("turn on the kitchen light", "HassTurnOn", "Kitchen Light") is None
+
+
+def test_where_no_template_reads_a_lock_its_states_words_do() -> None:
+    """No Polish template is made for locks, and "odblokuj" (unlock) is no word of a
+    cover's. HA's Polish name of a lock's unlocked state, "odblokowano", is that word
+    inflected: a call that locks is not run; one that unlocks is. Without those words
+    (no translations) nothing is read, and the call runs as before."""
+    kinds = {"lock": {state_key("unlocked"): frozenset({"odblokowano"}),
+                      state_key("locked"): frozenset({"zablokowano"})}}  # fmt: skip
+    house, about = names("pl"), frozenset({"lock"})
+    door = {"name": "Drzwi wejściowe"}
+
+    def refused(text: str, tool: str, **more: Any) -> Refusal | None:
+        return Guard(text, DATA["pl"], house, about, PLATFORMS, SWITCHABLE, **more).refused(
+            tool, door
+        )
+
+    found = refused("Odblokuj drzwi wejściowe", "HassTurnOn", kinds=kinds)
+    assert found is not None and found.instead == ("HassTurnOff",)
+    assert refused("Odblokuj drzwi wejściowe", "HassTurnOff", kinds=kinds) is None
+    found = refused("Zablokuj drzwi wejściowe", "HassTurnOff", kinds=kinds)
+    assert found is not None and found.instead == ("HassTurnOn",)
+    assert refused("Odblokuj drzwi wejściowe", "HassTurnOn") is None

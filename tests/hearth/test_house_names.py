@@ -1,16 +1,12 @@
-"""Shared names resolve to one thing (house/names.py): pure, no Home Assistant."""
+"""Shared names resolve to one thing (house/names.py, house/resolve.py): pure, no Home
+Assistant."""
 
 from __future__ import annotations
 
 import pytest
 
-from custom_components.hearth.house.names import (
-    HouseNames,
-    Named,
-    resolve_call,
-    unasked,
-    worded,
-)
+from custom_components.hearth.house.names import HouseNames, Named, unasked, worded
+from custom_components.hearth.house.resolve import resolve_call
 from custom_components.hearth.language.words import words
 
 GARAGE_COVER = Named("cover.garage_door_opener", "garage", main=True)

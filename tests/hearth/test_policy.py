@@ -12,7 +12,7 @@ from custom_components.hearth.turn.decide import (
     Options,
     decide,
 )
-from custom_components.hearth.turn.guard import Refusal
+from custom_components.hearth.turn.refusal import Refusal
 from custom_components.hearth.turn.understand import Request
 
 LIVE = "GetLiveContext"

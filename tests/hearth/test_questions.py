@@ -41,6 +41,22 @@ def test_questions_by_home_assistants_templates_and_punctuation(text: str, asks:
     assert is_question(text, "en-GB", data) is asks
 
 
+def test_a_question_is_no_polite_command_whose_area_is_its_first_words() -> None:
+    """ "Did I leave the kitchen light on?" matched HA's "{area} {name} on" with any words
+    as the area ("did I leave"): told from a polite command by the house's own areas, it
+    is a question; "can you turn on the kitchen light?" is still a command."""
+    data = load_language_data("en")
+    names = [("Kitchen Light", "light")]
+    places = (["Kitchen", "Living Room"], ["Upstairs"])
+    asked = "Did I leave the kitchen light on?"
+    assert not is_question(asked, "en", data, names=names)  # any words as an area
+    assert is_question(asked, "en", data, names=names, places=places)
+    polite = "can you turn on the kitchen light?"
+    assert not is_question(polite, "en", data, names=names, places=places)
+    assert not is_question("can you turn the kitchen lights on?", "en", data, names=names,
+                           places=places)  # fmt: skip
+
+
 def test_the_live_context_tool_is_found_by_its_short_name() -> None:
     tools = [
         {"type": "function", "function": {"name": "intent__HassTurnOn"}},
@@ -58,7 +74,7 @@ async def test_a_question_turn_starts_with_the_live_context_tool(
     entry = make_entry(engine.url, **{CONF_READ_FIRST: read_first})
     await async_setup_entry(hass, entry)
     with ChatSpy() as spy:
-        await converse(hass, "Is the kitchen light on?")
+        await converse(hass, "Did I leave the kitchen light on?")  # not a sentence of HA's
         await converse(hass, "turn on the kitchen light")
     question = spy.bodies[0]
     if read_first:

@@ -30,7 +30,7 @@ from homeassistant.setup import async_setup_component
 
 from custom_components.hearth.backend.openai_compat import OpenAIBackend
 from custom_components.hearth.tool_names import bare_name
-from custom_components.hearth.turn.guard import NOT_FOR_REQUEST
+from custom_components.hearth.turn.refusal import NOT_FOR_REQUEST
 
 from .common import async_setup_entry, make_entry, speech
 from .test_other_servers import VLLM_METRICS, FakeServer
@@ -373,8 +373,9 @@ async def test_a_call_that_fits_runs(
 @pytest.mark.parametrize(
     "case",
     [
-        Case("en", "is the back door locked?", ("HassTurnOff", 0), "lock.back_door", "locked"),
-        Case("de", "Ist die Hintertür abgeschlossen?", ("HassTurnOff", 0), "lock.back_door",
+        # Not HA's own sentences (those HA answers itself: turn/ha_answer.py).
+        Case("en", "did I lock the back door?", ("HassTurnOff", 0), "lock.back_door", "locked"),
+        Case("de", "Hab ich die Hintertür abgeschlossen?", ("HassTurnOff", 0), "lock.back_door",
          "locked"),
         Case("en", "is the speaker playing?", ("HassMediaPause", 4), "media_player.speaker",
          "playing"),
@@ -420,5 +421,5 @@ async def test_an_answer_never_speaks_attribute_keys_or_entity_ids(
     monkeypatch.setattr(
         test_other_servers, "REPLY", "Yes, lock.back_door is locked (device_class: door)."
     )
-    result = await ask(hass, "is the back door locked?", "en")
+    result = await ask(hass, "did I lock the back door?", "en")
     assert speech(result) == "Yes, back door is locked (device class door)."

@@ -30,13 +30,21 @@ from .values import DOMAIN_INTENTS
 DOMAIN_KIND = "_"  # the entity_component key of a domain's own name
 STATE_KIND = "_state"  # Kinds' key of a domain's one-word state names (any one names it)
 Kinds = Mapping[str, Mapping[str, frozenset[str]]]  # domain -> class (or "_") -> words
+
+
+def state_key(state: str) -> str:
+    """Kinds' key of the words of one state of a domain ("_state.locked")."""
+    return f"{STATE_KIND}.{state}"
+
+
 # A state's word names its domain from this many letters ("Heat"; not "Off", "Dry").
 _STATE_LETTERS = 4
 
 
 async def async_kind_words(hass: HomeAssistant, language: str, domains: Iterable[str]) -> Kinds:
-    """The words of each domain's and device class's name in ``language``, and of the
-    domain's one-word states (``STATE_KIND``)."""
+    """The words of each domain's and device class's name in ``language``, of the
+    domain's one-word states (``STATE_KIND``), and of each of its states
+    (``state_key``: "Odblokowany" for a lock's ``unlocked``)."""
     strings = await translation.async_get_translations(
         hass, language, "entity_component", set(domains)
     )
@@ -49,6 +57,8 @@ async def async_kind_words(hass: HomeAssistant, language: str, domains: Iterable
             found.setdefault(parts[1], {})[parts[3]] = said
         # component.<domain>.entity_component._.state.<state>
         state = len(parts) == 6 and parts[3] == DOMAIN_KIND and parts[4] == "state"
+        if state and said:
+            found.setdefault(parts[1], {})[state_key(parts[5])] = said
         if state and len(said) == 1 and len(next(iter(said))) >= _STATE_LETTERS:
             states.setdefault(parts[1], set()).update(said)
     for domain, said in states.items():

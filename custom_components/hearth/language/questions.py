@@ -45,13 +45,15 @@ def is_question(
     data: LanguageData | None = None,
     *,
     names: Iterable[tuple[str, str]] | None = None,
+    places: tuple[Iterable[str], Iterable[str]] | None = None,
 ) -> bool:
     """Whether ``text`` asks a question, by ``language``'s intents data (``data``, or
     the loaded data of ``language``: see intents_data.async_language_data) and its
     punctuation; a language without data: by punctuation only. ``names``: the house's
     (name, domain) pairs, where known: a template must then name one of them ("tell
     me a joke" names nothing), and a polite command ("can you turn on the Kitchen
-    Light?") is told from a question."""
+    Light?") is told from a question, by the house's ``places`` (areas, floors) where
+    given."""
     said = text.strip()
     if not said:
         return False
@@ -60,7 +62,9 @@ def is_question(
     if data is not None:
         if matches(data, said, QUESTION_INTENTS, names):
             return True
-        if names is not None and matches(data, said, ACTS, names):
+        # Its areas and floors are the house's: "did I leave the kitchen light on" is no
+        # command whose area is "did I leave".
+        if names is not None and matches(data, said, ACTS, names, places):
             return False
     return said.endswith(_ASKS[:2]) or said.startswith(_ASKS[2])
 

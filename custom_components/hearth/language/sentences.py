@@ -339,11 +339,15 @@ def matches(
     text: str,
     intents: frozenset[str],
     names: Iterable[tuple[str, str]] | None = None,
+    places: tuple[Iterable[str], Iterable[str]] | None = None,
 ) -> bool:
     """Whether ``text`` matches a template of one of ``intents`` ("is {name} on"), with
     the house's ``names`` ((name, domain) pairs) or, where None, any words as a name;
-    any words as an area or a floor."""
+    the house's ``places`` (areas, floors), where given, else any words as an area or
+    a floor."""
     lists: dict[str, SlotList] = {key: WildcardSlotList(key) for key in TARGET_LISTS}
+    if places is not None:
+        lists.update({k: v for k, v in slot_lists((), *places).items() if k != NAME})
     if names is not None:
         chosen = _only(data, intents, keep_context=True)
         lists[NAME] = slot_lists(names)[NAME]

@@ -4,7 +4,7 @@
 that a call is judged by: ``refusal`` says why a call is not run (the guard,
 turn/guard.py; in a spoken first turn, a name that shares no word with the request),
 ``resolve`` gives a call's arguments as Home Assistant should run them
-(names.resolve_call). The stream (turn/stream.py) asks both of every call.
+(resolve.resolve_call). The stream (turn/stream.py) asks both of every call.
 """
 
 from __future__ import annotations
@@ -15,11 +15,13 @@ from typing import Any
 
 from homeassistant.core import HomeAssistant
 
-from ..house.names import names_entity, normalize, resolve_call, unasked
+from ..house.names import names_entity, normalize, unasked
+from ..house.resolve import resolve_call
 from ..house.values import scoped_arguments
 from ..language.intents_data import cached_language_data
 from ..tool_names import bare_name
-from .guard import Guard, Refusal
+from .guard import Guard
+from .refusal import Refusal
 from .result_speech import NOT_ASKED
 from .understand import House, Request
 
@@ -64,6 +66,7 @@ class Calls:
             question=request.question,
             said=request.words,
             by_kind=request.by_kind,
+            kinds=house.kinds,
         )
         return cls(request, house, accepts, spoken, guard if spoken else None)
 

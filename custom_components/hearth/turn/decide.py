@@ -54,7 +54,7 @@ from ..language.questions import reads
 from ..tool_names import bare_name
 
 if TYPE_CHECKING:
-    from .guard import Refusal
+    from .refusal import Refusal
     from .understand import Request
 
 MAX_REQUESTS = 3  # a call, a retry after an error, then words

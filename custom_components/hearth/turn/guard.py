@@ -13,15 +13,12 @@ decided from Home Assistant's own data in the request's language, never word lis
   ("timer", "minutes"; German "Minuten"). "Skip this track" says none.
 - **A call of another kind than a timer** where the request says the timers' own
   words does not run either ("set a pasta timer for 8 minutes" is no position).
-- **A call that names nothing of what the request names** (or names by its kind: "the
-  TV") does not run: HA would pick (the one thermostat for "close the garage").
+- **Where it acts** (turn/places.py): a call that names nothing of what the request
+  names, or by a place it does not say, or by a name that says another place.
 - **A call of an intent for some domains** (``HassMediaPause``: media players), or an
   on/off call on things of some domains (its name's, or its ``domain``), does not run on
   a request about other domains only (the curtains; asked to lock the front door, the
   small model switched on the office's lights).
-- **A call by a place the request does not say**: where the request names things,
-  areas or floors of the house, a call by an area or floor none of whose words the
-  request says (inflected or not) does not run.
 - **On/off on a domain HA cannot switch**: ``HassTurnOn``/``HassTurnOff`` act on covers,
   locks, valves and buttons by their own services, else by the domain's
   ``turn_on``/``turn_off`` service; where the house has none (a vacuum), the call
@@ -54,12 +51,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any
 
+from ..house.kinds import Kinds
 from ..house.names import HouseNames, normalize
 from ..language.questions import QUESTION_INTENTS
-from ..language.words import LanguageData, said_in, words
+from ..language.words import LanguageData, words
 from ..tool_names import bare_name
+from .places import unsaid_place, untargeted
 from .reading import (
     ON_OFF,
     OPPOSITE,
@@ -77,24 +76,10 @@ from .reading import (
     says_kind,
     switched_as,
 )
+from .refusal import NOT_FOR_REQUEST, TARGETS, Refusal
 
-# Where a tool error starts when the guard refuses a call (result_speech reads it).
-NOT_FOR_REQUEST = "The call does not fit the request"
 # Domains HA's on/off handler switches by their own services (intent/__init__.py).
 OWN_ON_OFF = frozenset({"cover", "lock", "valve", "button", "input_button"})
-# The arguments by which a call of HA's intents says what it acts on.
-TARGETS = ("name", "area", "floor", "domain", "device_class")
-
-
-class Refusal(NamedTuple):
-    """Why a call is not run, and the intents (HA's identifiers) the request reads as
-    instead, where the guard read them (empty: it did not), with the word-valued
-    arguments it reads for them (``("Intent.slot", value)``: "ścisz" is ``down``)."""
-
-    why: str
-    instead: tuple[str, ...] = ()
-    values: tuple[tuple[str, str], ...] = ()
-    required: tuple[str, ...] = ()  # arguments the retry must give ("Intent.name")
 
 
 def _asks_for(other: str, intent: str) -> Refusal:
@@ -118,6 +103,7 @@ class Guard:
     question: bool = False  # the request asks (questions.is_question): it is read, not acted on
     said: frozenset[str] | None = None  # the request's words (None: split here)
     by_kind: frozenset[str] = frozenset()  # the things it names by kind (house/kinds.py)
+    kinds: Kinds = field(default_factory=dict)  # HA's words for the kinds and their states
 
     @property
     def asked(self) -> frozenset[str]:
@@ -145,8 +131,8 @@ class Guard:
         found = (
             self._unnamed(intent, targets)
             or self._other_kind(intent)
-            or self._untargeted(intent, arguments)
-            or self._unsaid_place(intent, arguments)
+            or untargeted(self, intent, arguments)
+            or unsaid_place(self, intent, arguments)
             or self._other_domain(tool, intent, targets)
             or self._cannot_switch(intent, targets)
             or self._unsaid_command(intent, targets, arguments)
@@ -187,7 +173,7 @@ class Guard:
             return None
         if intent not in self.data.intents.intents:
             return None
-        if intent in ON_OFF or intent in _DOMAIN_FREE_EXEMPT or self._platforms(intent):
+        if intent in ON_OFF or intent in _DOMAIN_FREE_EXEMPT or self.platforms_of(intent):
             return None
         kin = kind_of(self.data, intent)
         if reads_as(self.data, self.text, kin, self.names) or says_kind(
@@ -215,47 +201,10 @@ class Guard:
         said = " or ".join(most_said(self.data, kin, self._command_words())) or "a timer"
         return Refusal(f"{NOT_FOR_REQUEST}: the request asks for {said}, not {intent}.")
 
-    def _untargeted(self, intent: str, arguments: Mapping[str, Any]) -> Refusal | None:
-        """A call of an intent that acts on things of the house, naming no thing, area,
-        floor or kind, where the request names some: Home Assistant would act on what
-        it picks (asked to close the garage, the small model set the house's one
-        thermostat to 21 degrees; "set the TV volume" set every player's), not on what
-        was asked. Its retry must name them."""
-        if self.follow_up or not (intent in ON_OFF or self._platforms(intent)):
-            return None
-        if any(arguments.get(key) for key in TARGETS):
-            return None
-        named = sorted(self.names.mentioned(self.text)) or sorted(self.by_kind)
-        if not named:
-            return None
-        place = "area" if self.names.areas & set(named) else "floor"
-        said = self.names.said_things(self.text) or not self.names.mentioned(self.text)
-        arg = "name" if said else place
-        why = f"{NOT_FOR_REQUEST}: the request names {', '.join(named)}; the call names none."
-        return Refusal(why, (intent,), required=(f"{intent}.{arg}",))
-
-    def _unsaid_place(self, intent: str, arguments: Mapping[str, Any]) -> str | None:
-        """A call by an area or floor none of whose words the request says, where the
-        request names things, areas or floors of the house: asked to lock the front door,
-        the small model switched on the lights of the office."""
-        if self.follow_up or not (intent in ON_OFF or self._platforms(intent)):
-            return None
-        places = [arguments.get(key) for key in ("area", "floor")]
-        unsaid = [
-            place
-            for place in places
-            if isinstance(place, str)
-            and place.strip()
-            and not any(said_in(word, self.asked) for word in words(place))
-        ]
-        if not unsaid or not (named := sorted(self.names.mentioned(self.text))):
-            return None
-        return f"{NOT_FOR_REQUEST}: the request names {', '.join(named)}; not {', '.join(unsaid)}."
-
     def _other_domain(self, tool: str, intent: str, targets: frozenset[str]) -> str | None:
         """An intent for some domains, or an on/off call on things of some domains,
         called on a request about others only."""
-        acts = self.platforms.get(tool) or self._platforms(intent)
+        acts = self.platforms.get(tool) or self.platforms_of(intent)
         acts = acts or (targets if intent in ON_OFF else frozenset())
         if not acts or not self.about:
             return None
@@ -299,7 +248,7 @@ class Guard:
         if intent in OPPOSITE and intent not in ON_OFF:
             return None  # a pair's own direction is read below, as on / off too
         named = self.target_domains({"name": arguments.get("name")})  # all its name names
-        scope = targets | named | self._platforms(intent) | (self.about or frozenset())
+        scope = targets | named | self.platforms_of(intent) | (self.about or frozenset())
         command = self._command_words()
         if not scope or not command:
             return None
@@ -352,11 +301,14 @@ class Guard:
             return None
         domains: frozenset[str | None] = frozenset(targets or self.about or ())
         if not domains:
-            domains = frozenset(self._platforms(intent))
+            domains = frozenset(self.platforms_of(intent))
         if not domains and intent in ON_OFF:
             domains = frozenset({None})  # by area or floor alone: on whatever is there
         asked = self.asked
-        read = {direction(self.data, self.text, intent, d, self.names, said=asked) for d in domains}
+        read = {
+            direction(self.data, self.text, intent, d, self.names, said=asked, states=self.kinds)
+            for d in domains
+        }
         if other in read and intent not in read:
             return _asks_for(other, intent)
         return None
@@ -382,7 +334,7 @@ class Guard:
         """The request's words, less those of the names of the house it says."""
         return self.asked.difference(*(words(n) for n in self.names.mentioned(self.text)))
 
-    def _platforms(self, intent: str) -> frozenset[str]:
+    def platforms_of(self, intent: str) -> frozenset[str]:
         """The domains ``intent``'s tool acts on (empty: any, or none)."""
         found = (acts for tool, acts in self.platforms.items() if bare_name(tool) == intent)
         return next(found, frozenset())

@@ -20,8 +20,8 @@ from ..const import CONF_READ_FIRST, CONF_TOOL_FIRST, DEFAULT_TOOL_FIRST, MAX_TO
 from ..language.questions import live_context_tool
 from .call import Calls
 from .decide import Capabilities, Options, TurnPolicy, decide
-from .guard import Refusal
 from .plan import RequestPlan
+from .refusal import Refusal
 from .speak import Speech
 from .understand import Request, async_understand
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from ..house.kinds import Kinds, state_key
 from ..house.names import HouseNames, normalize
 from ..language.sentences import recognize, slot_lists
 from ..language.words import (
@@ -42,6 +43,14 @@ ON_OFF = {"HassTurnOn": "turn_on", "HassTurnOff": "turn_off"}
 # zu", "fecha a fechadura") and unlock with those that open one, so Polish "zamknij
 # drzwi na klucz" (no Polish template is made for locks) locks; it does not unlock.
 CLOSES_LIKE: dict[str, str] = {"lock": "cover"}
+# The state each of on / off leaves a thing of these domains in (HA's on/off handler):
+# where no template or word of theirs reads a request, the word of the state it asks
+# for does, in HA's name for that state ("odblokuj": a lock's "Odblokowany").
+LEAVES_IN: dict[str, dict[str, str]] = {
+    "lock": {"HassTurnOn": "locked", "HassTurnOff": "unlocked"},
+    "cover": {"HassTurnOn": "open", "HassTurnOff": "closed"},
+    "valve": {"HassTurnOn": "open", "HassTurnOff": "closed"},
+}
 # A word says a direction where at most this many of the language's intents say it
 # ("unlock": 1, "ferme": 8); "is", "the", German "auf" are said by many more.
 FEW_INTENTS = 8
@@ -202,6 +211,7 @@ def direction(
     names: HouseNames,
     *,
     said: frozenset[str] | None = None,
+    states: Kinds | None = None,
 ) -> str | None:
     """Which of ``intent`` and its opposite ``text`` reads as on ``domain`` (a domain of
     None: on anything; the result None: neither, or both): a template of one for that
@@ -209,7 +219,9 @@ def direction(
     (said by few of the language's intents), and none of the other's; for on / off, else
     the same of their templates for any domain. That reads "close the kitchen" as off for
     the kitchen's lamp: no light template says "close", and only the off intent's cover
-    templates do. ``said``: ``text``'s words, where split."""
+    templates do. Failing all that, for on / off, the word of the state the request
+    asks for (``states``: the kinds' words, house/kinds.py). ``said``: ``text``'s
+    words, where split."""
     pair = (intent, OPPOSITE[intent])
     if not all(i in data.intents.intents for i in pair):
         return None
@@ -234,7 +246,26 @@ def direction(
             return pair[0] if says[0] else pair[1]
         if any(says):  # both directions said: neither is read
             return None
-    return None
+    return _by_state(pair, domain, asked, states or {})
+
+
+def _by_state(
+    pair: tuple[str, str], domain: str | None, asked: frozenset[str], states: Kinds
+) -> str | None:
+    """Which of the on / off ``pair`` leaves a thing of ``domain`` in the state whose
+    name (``states``: house/kinds.py) the request says a word of, inflected: one only."""
+    leaves = LEAVES_IN.get(domain or "", {})
+    said = [
+        intent
+        for intent in pair
+        if intent in leaves
+        and any(
+            inflected(word, own)
+            for own in states.get(domain or "", {}).get(state_key(leaves[intent]), ())
+            for word in asked
+        )
+    ]
+    return said[0] if len(said) == 1 else None
 
 
 def command_words(

@@ -19,8 +19,8 @@ from homeassistant.core import HomeAssistant, callback
 
 from ..errors import async_spoken
 from ..language.questions import is_question
-from .guard import NOT_FOR_REQUEST
 from .prompt import HearthNative
+from .refusal import NOT_FOR_REQUEST
 from .result_speech import (
     Outcome,
     Responses,

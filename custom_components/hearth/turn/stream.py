@@ -38,8 +38,8 @@ from .speech import MarkupFilter, plain, speakable
 from .speech_stream import SpeechStream
 
 if TYPE_CHECKING:
-    from .guard import Refusal
     from .prepare import Turn
+    from .refusal import Refusal
 
 
 @dataclass(frozen=True, slots=True)

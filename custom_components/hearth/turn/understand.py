@@ -21,7 +21,7 @@ from homeassistant.core import HomeAssistant
 from homeassistant.helpers import area_registry as ar
 from homeassistant.helpers import floor_registry as fr
 
-from ..house.kinds import async_kind_words, named_by_kind
+from ..house.kinds import Kinds, async_kind_words, named_by_kind
 from ..house.names import HouseNames, names_of, normalize, worded
 from ..house.values import domain_names, house_names, tool_domains
 from ..language.intents_data import async_language_data, cached_language_data
@@ -70,11 +70,12 @@ class Request:
 class House:
     """What the turn read of the house: its ``names``, each domain's exposed names and
     aliases (``by_domain``), and each tool's ``platforms`` (tool -> the domains it acts
-    on; values.tool_domains)."""
+    on; values.tool_domains), and HA's words for its kinds and their states."""
 
     names: HouseNames
     by_domain: Mapping[str, Sequence[str]]
     platforms: Mapping[str, frozenset[str]]
+    kinds: Kinds = field(default_factory=dict)  # HA's words for its kinds (house/kinds.py)
 
 
 async def async_understand(
@@ -96,7 +97,8 @@ async def async_understand(
     spelled = names.spelled(text)
     by_domain = domain_names(hass)
     pairs = [(name, domain) for domain, found in by_domain.items() for name in found]
-    question = bool(text) and is_question(spelled, language, names=pairs)
+    places = (names.areas, names.floors)
+    question = bool(text) and is_question(spelled, language, names=pairs, places=places)
     kinds = await async_kind_words(hass, language, by_domain)
     data = cached_language_data(language)
     by_kind = named_by_kind(names, spelled, kinds, data, said=said) if text else frozenset()
@@ -137,7 +139,7 @@ async def async_understand(
         spelled=spelled,
         parts=parts,
     )
-    return request, House(names, by_domain, platforms)
+    return request, House(names, by_domain, platforms, kinds)
 
 
 def house_hint(
@@ -161,7 +163,8 @@ def house_hint(
     floors = [n for f in fr.async_get(hass).async_list_floors() for n in (f.name, *f.aliases)]
     things = exposed_things(hass)
     names = [(n, t.domain) for t in things for n in (t.name, *t.aliases)]
-    question = is_question(text, language, data, names=names)
+    places = ([*areas, *(alias for area in listed for alias in area.aliases)], floors)
+    question = is_question(text, language, data, names=names, places=places)
     # What HA's live-context tool would say of each entity: a question's example reads it.
     live = async_get_exposed_entities(hass, conversation.DOMAIN) if question else {}
     return hint_messages(
