@@ -85,12 +85,13 @@ async def test_only_a_question_about_the_house_reads_it_first(
     hass: HomeAssistant, house: None, engine: EngineProcess
 ) -> None:
     """ "Tell me a joke?" names nothing of the house: it is not sent the house's live
-    context; "is the kitchen light on?" reads it first."""
+    context; "did I leave the kitchen light on?" reads it first (HA answers its own
+    sentences, "is the kitchen light on?", itself: turn/ha_answer.py)."""
     assert await async_setup_component(hass, "conversation", {})
     await async_setup_entry(hass, make_entry(engine.url, **{CONF_READ_FIRST: True}))
     with ChatSpy() as spy:
         await converse(hass, "tell me a joke?")
-        await converse(hass, "is the kitchen light on?")
+        await converse(hass, "did I leave the kitchen light on?")
     joke, house = spy.bodies[0], spy.bodies[1]
     assert joke["tool_choice"]["allowed_tools"]["mode"] == "auto"  # not forced to read
     assert house["tool_choice"]["function"]["name"].endswith("GetLiveContext")
