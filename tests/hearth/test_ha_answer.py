@@ -31,9 +31,16 @@ async def test_a_question_ha_reads_is_answered_by_ha_without_the_model(
 async def test_what_ha_does_not_read_as_a_question_goes_to_the_model(
     hass: HomeAssistant, entry: MockConfigEntry
 ) -> None:
-    """A command HA reads whole is never run by HA here (only questions are), and a
-    question no template of HA's reads is the model's, from live context."""
-    for text in ("turn on the kitchen light", "did I leave the kitchen light on?"):
+    """A command HA reads whole is never run by HA here (only questions are); a
+    question no template of HA's reads is the model's, from live context; so is one
+    whose template reads a kind the house has none of (HA read "windows" as covers and
+    answered "No" from nothing)."""
+    texts = (
+        "turn on the kitchen light",
+        "did I leave the kitchen light on?",
+        "are any windows open?",
+    )
+    for text in texts:
         with ChatSpy() as spy:
             await converse(hass, text)
         assert spy.bodies, text

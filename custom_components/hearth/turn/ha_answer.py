@@ -7,8 +7,8 @@ same live context, answered "The kitchen is off". So before the model, a turn tr
 HA's strict matching (``conversation.async_handle_intents``, what a pipeline that
 prefers local intents runs first), limited to HA's question intents: reading never
 acts, so nothing is done that the agent did not decide. Where HA does not match, or
-matches and finds nothing (a template for covers asked of windows that are sensors),
-the model answers from live context as before.
+its answer reads nothing of the house (a template for covers asked of windows that are
+sensors), the model answers from live context as before.
 """
 
 from __future__ import annotations
@@ -32,6 +32,17 @@ def _not_a_question(result: RecognizeResult) -> bool:
     return result.intent.name not in QUESTION_INTENTS
 
 
+def _grounded(response: intent.IntentResponse) -> bool:
+    """Whether HA's answer read some thing of the house: a state question whose
+    template read a kind the house has none of ("are any windows open" reads covers;
+    the windows are sensors) is answered "No" by HA, from nothing. HA's pipeline leaves
+    state questions to an LLM agent for such readings; the model answers those."""
+    asked = response.intent.intent_type if response.intent is not None else None
+    if asked != intent.INTENT_GET_STATE:
+        return True
+    return bool(response.matched_states or response.unmatched_states)
+
+
 async def async_ha_answer(
     hass: HomeAssistant,
     user_input: conversation.ConversationInput,
@@ -50,7 +61,7 @@ async def async_ha_answer(
         response = await conversation.async_handle_intents(
             hass, asked, chat_log, intent_filter=_not_a_question
         )
-        if response is not None and response.response_type is _ANSWER:
+        if response is not None and response.response_type is _ANSWER and _grounded(response):
             break
     else:
         return None
