@@ -50,8 +50,8 @@ async def async_ha_answer(
 ) -> conversation.ConversationResult | None:
     """HA's answer to the turn's question, added to the chat log; None where HA's own
     sentences do not read it as a question whole, or it answered with no speech. A
-    question that says a name inflected ("Czy lampa stojąca jest włączona?" says
-    "Lampa stojąca") is read again with the names as the house writes them: HA's
+    question that says a name inflected ("Które światła są włączone w kuchni?" says
+    the area "Kuchnia") is read again with the names as the house writes them: HA's
     templates read a name only as written."""
     texts = [user_input.text]
     if (spelled := house_names(hass).spelled(user_input.text)) != normalize(user_input.text):

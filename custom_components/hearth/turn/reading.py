@@ -45,7 +45,7 @@ ON_OFF = {"HassTurnOn": "turn_on", "HassTurnOff": "turn_off"}
 CLOSES_LIKE: dict[str, str] = {"lock": "cover"}
 # The state each of on / off leaves a thing of these domains in (HA's on/off handler):
 # where no template or word of theirs reads a request, the word of the state it asks
-# for does, in HA's name for that state ("odblokuj": a lock's "Odblokowany").
+# for does, in HA's name for that state ("odblokuj": a lock's "odblokowano").
 LEAVES_IN: dict[str, dict[str, str]] = {
     "lock": {"HassTurnOn": "locked", "HassTurnOff": "unlocked"},
     "cover": {"HassTurnOn": "open", "HassTurnOff": "closed"},
