@@ -44,7 +44,7 @@ _STATE_LETTERS = 4
 async def async_kind_words(hass: HomeAssistant, language: str, domains: Iterable[str]) -> Kinds:
     """The words of each domain's and device class's name in ``language``, of the
     domain's one-word states (``STATE_KIND``), and of each of its states
-    (``state_key``: "Odblokowany" for a lock's ``unlocked``)."""
+    (``state_key``: "odblokowano" for a lock's ``unlocked`` in Polish)."""
     strings = await translation.async_get_translations(
         hass, language, "entity_component", set(domains)
     )
