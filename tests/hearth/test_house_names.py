@@ -276,3 +276,19 @@ def test_a_name_several_things_share_is_matched_in_the_place_the_request_says() 
     assert call("the office ceiling fan", {**fan, "area": "Office"})["area"] == "Office"
     window = turn_on({"name": "Office Window"}, request="open the office window")
     assert "area" not in window
+
+
+def test_a_place_is_the_names_own_by_its_words_not_its_letters() -> None:
+    """ "Den" is no word of "Garden Light": said beside it, the den is the place."""
+    lights = HouseNames.of(
+        [(["Garden Light"], Named("light.a")), (["Garden Light"], Named("light.b"))],
+        areas=["Den", "Garden"],
+    )
+    called = resolve_call(
+        "HassTurnOn",
+        {"name": "Garden Light"},
+        lights,
+        accepts=ON_OFF,
+        request="turn on the garden light in the den",
+    )
+    assert called["area"] == "den"

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ..language.words import words
 from .names import HouseNames, Named, names_entity, normalize, says
 
 # Domains in the order a shared name most likely means them when nothing else tells:
@@ -74,8 +75,8 @@ def _placed(
         return {}
     if arguments.get("area") or arguments.get("floor"):
         return {}
-    name = normalize(str(arguments.get("name", "")))
-    said = {place for place in names.mentioned(request) if place not in name}  # not its own
+    own = words(str(arguments.get("name", "")))
+    said = {place for place in names.mentioned(request) if not words(place) <= own}
     for place, known in (("area", names.areas), ("floor", names.floors)):
         places = sorted(said & known)
         if place in accepts and len(places) == 1:

@@ -43,6 +43,20 @@ def _grounded(response: intent.IntentResponse) -> bool:
     return bool(response.matched_states or response.unmatched_states)
 
 
+async def _async_answer(
+    hass: HomeAssistant,
+    user_input: conversation.ConversationInput,
+    chat_log: conversation.ChatLog,
+) -> intent.IntentResponse | None:
+    """HA's grounded answer to ``user_input`` as a question of its own (None: none)."""
+    response = await conversation.async_handle_intents(
+        hass, user_input, chat_log, intent_filter=_not_a_question
+    )
+    if response is None or response.response_type is not _ANSWER:
+        return None
+    return response if _grounded(response) else None
+
+
 async def async_ha_answer(
     hass: HomeAssistant,
     user_input: conversation.ConversationInput,
@@ -53,17 +67,13 @@ async def async_ha_answer(
     question that says a name inflected ("Które światła są włączone w kuchni?" says
     the area "Kuchnia") is read again with the names as the house writes them: HA's
     templates read a name only as written."""
-    texts = [user_input.text]
-    if (spelled := house_names(hass).spelled(user_input.text)) != normalize(user_input.text):
-        texts.append(spelled)
-    for text in texts:
-        asked = dataclasses.replace(user_input, text=text)
-        response = await conversation.async_handle_intents(
-            hass, asked, chat_log, intent_filter=_not_a_question
-        )
-        if response is not None and response.response_type is _ANSWER and _grounded(response):
-            break
-    else:
+    response = await _async_answer(hass, user_input, chat_log)
+    if response is None:  # the house's names are read only when HA did not answer
+        spelled = house_names(hass).spelled(user_input.text)
+        if spelled != normalize(user_input.text):
+            asked = dataclasses.replace(user_input, text=spelled)
+            response = await _async_answer(hass, asked, chat_log)
+    if response is None:
         return None
     speech = str(response.speech.get("plain", {}).get("speech", "")).strip()
     if not speech:
